@@ -1,0 +1,146 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is every setting of the service, read from the environment. The
+// README's settings table lists the same names.
+type config struct {
+	Addr      string        // SECKILL_ADDR
+	RedisURL  string        // SECKILL_REDIS_URL; empty: embedded Redis
+	MySQLDSN  string        // SECKILL_MYSQL_DSN; empty: embedded SQLite
+	DataDir   string        // SECKILL_DATA_DIR: embedded mode's files
+	Secret    string        // SECKILL_TOKEN_SECRET
+	TokenTTL  time.Duration // SECKILL_TOKEN_TTL
+	Role      string        // SECKILL_ROLE: all, api or worker
+	Shards    int           // SECKILL_SHARDS
+	KeyPrefix string        // SECKILL_KEY_PREFIX
+	Batch     int           // SECKILL_WORKER_BATCH
+	Block     time.Duration // SECKILL_WORKER_BLOCK
+	Shutdown  time.Duration // SECKILL_SHUTDOWN_TIMEOUT
+	Warm      time.Duration // SECKILL_WARM_INTERVAL
+	RedisPool int           // SECKILL_REDIS_POOL
+	LogLevel  slog.Level    // SECKILL_LOG_LEVEL
+	LogFormat string        // SECKILL_LOG_FORMAT: json or text
+	// CrashPoint names a point where the process exits at once, for fault
+	// tests: after_commit_before_ack. Never set it in production.
+	CrashPoint string // SECKILL_CRASH_POINT
+}
+
+func (c config) serveAPI() bool      { return c.Role == "all" || c.Role == "api" }
+func (c config) runWorker() bool     { return c.Role == "all" || c.Role == "worker" }
+func (c config) embeddedRedis() bool { return c.RedisURL == "" }
+func (c config) embeddedDB() bool    { return c.MySQLDSN == "" }
+
+func loadConfig(getenv func(string) string) (config, error) {
+	var errs []string
+	str := func(name, def string) string { return cmp.Or(strings.TrimSpace(getenv(name)), def) }
+	num := func(name string, def, lo, hi int) int {
+		s := getenv(name)
+		if s == "" {
+			return def
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < lo || n > hi {
+			errs = append(errs, fmt.Sprintf("%s must be an integer from %d to %d", name, lo, hi))
+		}
+		return n
+	}
+	dur := func(name string, def time.Duration) time.Duration {
+		s := getenv(name)
+		if s == "" {
+			return def
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			errs = append(errs, name+" must be a positive duration such as 5s")
+		}
+		return d
+	}
+	c := config{
+		Addr:       str("SECKILL_ADDR", ":8080"),
+		RedisURL:   str("SECKILL_REDIS_URL", ""),
+		MySQLDSN:   str("SECKILL_MYSQL_DSN", ""),
+		DataDir:    str("SECKILL_DATA_DIR", "seckill-data"),
+		Secret:     getenv("SECKILL_TOKEN_SECRET"),
+		TokenTTL:   dur("SECKILL_TOKEN_TTL", 24*time.Hour),
+		Role:       str("SECKILL_ROLE", "all"),
+		Shards:     num("SECKILL_SHARDS", 1, 1, 1024),
+		KeyPrefix:  str("SECKILL_KEY_PREFIX", "seckill"),
+		Batch:      num("SECKILL_WORKER_BATCH", 100, 1, 10_000),
+		Block:      dur("SECKILL_WORKER_BLOCK", time.Second),
+		Shutdown:   dur("SECKILL_SHUTDOWN_TIMEOUT", 15*time.Second),
+		Warm:       dur("SECKILL_WARM_INTERVAL", 5*time.Second),
+		RedisPool:  num("SECKILL_REDIS_POOL", 256, 1, 10_000),
+		LogFormat:  str("SECKILL_LOG_FORMAT", "json"),
+		CrashPoint: str("SECKILL_CRASH_POINT", ""),
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(str("SECKILL_LOG_LEVEL", "info"))); err != nil {
+		errs = append(errs, "SECKILL_LOG_LEVEL must be debug, info, warn or error")
+	}
+	if c.Role != "all" && c.Role != "api" && c.Role != "worker" {
+		errs = append(errs, "SECKILL_ROLE must be all, api or worker")
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		errs = append(errs, "SECKILL_LOG_FORMAT must be json or text")
+	}
+	if c.CrashPoint != "" && c.CrashPoint != "after_commit_before_ack" {
+		errs = append(errs, "SECKILL_CRASH_POINT must be empty or after_commit_before_ack")
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{} ") {
+		errs = append(errs, "SECKILL_KEY_PREFIX must not contain braces or spaces")
+	}
+	if len(errs) > 0 {
+		return config{}, fmt.Errorf("configuration: %s", strings.Join(errs, "; "))
+	}
+	return c, nil
+}
+
+// LogValue keeps secrets out of logs: passwords in URLs and DSNs and the
+// token secret are redacted.
+func (c config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("addr", c.Addr),
+		slog.String("role", c.Role),
+		slog.String("redis", redactURL(c.RedisURL)),
+		slog.String("mysql", redactDSN(c.MySQLDSN)),
+		slog.Int("shards", c.Shards),
+		slog.String("key_prefix", c.KeyPrefix),
+		slog.Int("worker_batch", c.Batch),
+		slog.Bool("token_secret_set", c.Secret != ""),
+	)
+}
+
+func redactURL(s string) string {
+	if s == "" {
+		return "embedded"
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
+}
+
+func redactDSN(s string) string {
+	if s == "" {
+		return "embedded"
+	}
+	// user:password@tcp(host)/db -> user:xxxxx@tcp(host)/db
+	at := strings.LastIndex(s, "@")
+	if at < 0 {
+		return s
+	}
+	cred := s[:at]
+	if user, _, ok := strings.Cut(cred, ":"); ok {
+		return user + ":xxxxx" + s[at:]
+	}
+	return s
+}

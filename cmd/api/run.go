@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"seckill/internal/auth"
+	"seckill/internal/idgen"
+	"seckill/internal/mq"
+	"seckill/internal/order"
+	"seckill/internal/voucher"
+	schema "seckill/sql"
+)
+
+// orderGroup is the consumer group of the order workers on every shard stream.
+const orderGroup = "order-writers"
+
+const usage = `usage: api [serve]                        run the service (default)
+       api token --user ID [--admin] [--ttl D]  print a bearer token
+       api migrate                              apply database migrations and exit`
+
+// run is the whole program; main and the end-to-end tests call it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	cmd := "serve"
+	if len(args) > 1 {
+		cmd, args = args[1], args[2:]
+	} else {
+		args = nil
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stdout)
+	switch cmd {
+	case "serve":
+		return serve(ctx, cfg, log, stdout)
+	case "token":
+		return printToken(cfg, args, stdout)
+	case "migrate":
+		return migrate(ctx, cfg, log, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// tokenSecret is SECKILL_TOKEN_SECRET, or in embedded-database mode the
+// secret kept in the data dir (made on first start).
+func tokenSecret(cfg config) (secret string, created bool, err error) {
+	if cfg.Secret != "" {
+		return cfg.Secret, false, nil
+	}
+	if !cfg.embeddedDB() {
+		return "", false, errors.New("SECKILL_TOKEN_SECRET is required with SECKILL_MYSQL_DSN (at least 32 bytes, the same on every instance)")
+	}
+	return embeddedSecret(cfg.DataDir)
+}
+
+func printToken(cfg config, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("token", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	user := fs.Int64("user", 0, "user id the token is for")
+	admin := fs.Bool("admin", false, "give the token the admin role")
+	ttl := fs.Duration("ttl", cfg.TokenTTL, "how long the token is valid")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	secret, _, err := tokenSecret(cfg)
+	if err != nil {
+		return err
+	}
+	signer, err := auth.NewSigner([]byte(secret))
+	if err != nil {
+		return err
+	}
+	role := auth.RoleUser
+	if *admin {
+		role = auth.RoleAdmin
+	}
+	tok, err := signer.Mint(auth.Identity{UserID: *user, Role: role}, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, tok)
+	return nil
+}
+
+func migrate(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
+	db, closeDB, err := openDB(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	applied, err := schema.Apply(ctx, db)
+	if err != nil {
+		return err
+	}
+	v, err := schema.Current(ctx, db)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "applied %v; schema at version %d\n", applied, v)
+	return nil
+}
+
+// serve runs the API and the worker until ctx is done, then shuts down in
+// order: stop taking requests, let the worker finish and ack its batch,
+// then release the id lease and close the clients.
+func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
+	log.Info("starting", "config", cfg)
+	if cfg.embeddedRedis() || cfg.embeddedDB() {
+		log.Warn("embedded mode: in-process Redis and/or SQLite file; data of the in-process Redis is lost on exit. "+
+			"For real servers set SECKILL_REDIS_URL (redis://host:6379/0) and SECKILL_MYSQL_DSN (user:pass@tcp(host:3306)/seckill) and SECKILL_TOKEN_SECRET",
+			"embedded_redis", cfg.embeddedRedis(), "embedded_database", cfg.embeddedDB(), "data_dir", cfg.DataDir)
+	}
+	secret, firstStart, err := tokenSecret(cfg)
+	if err != nil {
+		return err
+	}
+	signer, err := auth.NewSigner([]byte(secret))
+	if err != nil {
+		return err
+	}
+
+	rdb, closeRedis, err := openRedis(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	db, closeDB, err := openDB(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if applied, err := schema.Apply(ctx, db); err != nil {
+		return err
+	} else if len(applied) > 0 {
+		log.Info("migrations applied", "versions", applied)
+	}
+
+	keys := voucher.NewKeys(cfg.KeyPrefix, cfg.Shards)
+	vstore := voucher.NewStore(db)
+	vstate := voucher.NewState(rdb, keys)
+	ostore := order.NewStore(db)
+	warmer := voucher.NewWarmer(vstore, vstate, ostore, keys, cfg.Warm, log)
+	if n, err := warmer.Warm(ctx); err != nil {
+		log.Warn("warming voucher state failed; purchases answer not_ready until it works", "err", err)
+	} else {
+		log.Info("voucher state warmed", "loaded", n)
+	}
+
+	if firstStart {
+		if err := announceAdmin(cfg, signer, stdout); err != nil {
+			return err
+		}
+	}
+
+	// The foreground (HTTP server, workers) stops on ctx or on the first
+	// failure among them. Background services stop only after the
+	// foreground did, so requests in flight still get ids and state.
+	fg, fctx := errgroup.WithContext(ctx)
+	var g errgroup.Group
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+
+	var ids *idgen.Generator
+	if cfg.serveAPI() {
+		ids, err = idgen.Lease(ctx, rdb, idgen.Config{KeyPrefix: cfg.KeyPrefix}, log)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return ids.Run(bg) })
+	}
+	g.Go(func() error { return warmer.Run(bg) })
+
+	if cfg.runWorker() {
+		var hook func()
+		if cfg.CrashPoint == "after_commit_before_ack" {
+			hook = func() { os.Exit(3) }
+		}
+		writer := order.NewWriter(db, rdb, keys, order.WriterConfig{AfterCommit: hook}, log)
+		name := mq.ConsumerName()
+		for shard := range keys.Shards() {
+			c := mq.NewConsumer(rdb, mq.ConsumerConfig{
+				Stream: keys.Stream(shard), Group: orderGroup, Consumer: name,
+				Batch: cfg.Batch, Block: cfg.Block, Grace: cfg.Shutdown / 2,
+			}, writer, log)
+			fg.Go(func() error { return c.Run(fctx) })
+		}
+		log.Info("worker started", "consumer", name, "shards", keys.Shards())
+	}
+
+	if cfg.serveAPI() {
+		r := newEngine(log)
+		addRoutes(r, signer,
+			voucher.NewHTTP(vstore, vstate, voucher.NewReserver(rdb, keys), ids, log),
+			order.NewHTTP(ostore, rdb, keys, log),
+			&health{rdb: rdb, db: db})
+		ln, err := net.Listen("tcp", cfg.Addr)
+		if err != nil {
+			stopBG()
+			_ = g.Wait()
+			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		}
+		srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
+		log.Info("http server listening", "addr", ln.Addr().String())
+		fg.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http server: %w", err)
+			}
+			return nil
+		})
+		fg.Go(func() error {
+			<-fctx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Shutdown)
+			defer cancel()
+			if err := srv.Shutdown(sctx); err != nil {
+				log.Warn("http server did not drain in time", "err", err)
+				return srv.Close()
+			}
+			return nil
+		})
+	}
+
+	<-fctx.Done()
+	log.Info("shutting down")
+	ferr := fg.Wait()
+	stopBG()
+	gerr := g.Wait()
+	log.Info("stopped")
+	return errors.Join(ferr, gerr)
+}
+
+// announceAdmin prints an admin token on the embedded mode's first start,
+// so a newcomer can create a voucher with curl. It goes to stdout as plain
+// text, never into a log line, and is kept in the data dir.
+func announceAdmin(cfg config, signer *auth.Signer, stdout io.Writer) error {
+	tok, err := signer.Mint(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, 30*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(cfg.DataDir, "admin-token")
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write admin token: %w", err)
+	}
+	fmt.Fprintf(stdout, "\nFirst start: an admin token (user 1, valid 30 days) is in %s:\n\n  %s\n\n"+
+		"Mint more with: go run ./cmd/api token --user 42 [--admin]\n\n", path, tok)
+	return nil
+}

@@ -1,0 +1,137 @@
+// Package order turns accepted purchases into rows: the worker's handler
+// that writes stream messages to the database, and the order status routes.
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/glebarez/go-sqlite"
+	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+)
+
+// Order is a purchase written to the database.
+type Order struct {
+	ID         int64     `gorm:"primaryKey;autoIncrement:false"`
+	UserID     int64     `gorm:"column:user_id"`
+	VoucherID  int64     `gorm:"column:voucher_id"`
+	AcceptedAt time.Time `gorm:"column:accepted_at"`
+	CreatedAt  time.Time `gorm:"column:created_at"`
+}
+
+// TableName is the table of sql/*/0001_init.sql.
+func (Order) TableName() string { return "orders" }
+
+// DeadLetter is a stream message that could not become an order.
+type DeadLetter struct {
+	ID        int64  `gorm:"primaryKey"`
+	Stream    string `gorm:"column:stream"`
+	MessageID string `gorm:"column:message_id"`
+	OrderID   *int64 `gorm:"column:order_id"`
+	UserID    *int64 `gorm:"column:user_id"`
+	VoucherID *int64 `gorm:"column:voucher_id"`
+	Reason    string `gorm:"column:reason"`
+	Payload   string `gorm:"column:payload"`
+	CreatedAt time.Time
+}
+
+// TableName is the table of sql/*/0001_init.sql.
+func (DeadLetter) TableName() string { return "dead_letters" }
+
+// ErrNotFound means no order has the id.
+var ErrNotFound = errors.New("order not found")
+
+// Store reads orders and dead letters.
+type Store struct {
+	db *gorm.DB
+}
+
+// NewStore returns a Store on db; it does not own db.
+func NewStore(db *gorm.DB) *Store { return &Store{db: db} }
+
+// Buyers maps each buyer of a voucher to their order id; the voucher
+// warmer loads it into Redis.
+func (s *Store) Buyers(ctx context.Context, voucherID int64) (map[int64]int64, error) {
+	var rows []Order
+	if err := s.db.WithContext(ctx).Select("id", "user_id").Where("voucher_id = ?", voucherID).Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("list buyers of voucher %d: %w", voucherID, err)
+	}
+	out := make(map[int64]int64, len(rows))
+	for _, o := range rows {
+		out[o.UserID] = o.ID
+	}
+	return out, nil
+}
+
+// Get returns the order with the id, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id int64) (Order, error) {
+	var o Order
+	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&o).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Order{}, fmt.Errorf("get order %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("get order %d: %w", id, err)
+	}
+	return o, nil
+}
+
+// DeadLetterOf returns the dead letter of an order id, or ErrNotFound.
+func (s *Store) DeadLetterOf(ctx context.Context, orderID int64) (DeadLetter, error) {
+	var d DeadLetter
+	err := s.db.WithContext(ctx).Where("order_id = ?", orderID).Take(&d).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return DeadLetter{}, fmt.Errorf("dead letter of order %d: %w", orderID, ErrNotFound)
+	}
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("dead letter of order %d: %w", orderID, err)
+	}
+	return d, nil
+}
+
+// ByUser returns a user's orders, newest first, at most limit, and the dead
+// letters of their failed purchases.
+func (s *Store) ByUser(ctx context.Context, userID int64, limit int) ([]Order, []DeadLetter, error) {
+	var os []Order
+	if err := s.db.WithContext(ctx).Where("user_id = ?", userID).Order("id DESC").Limit(limit).Find(&os).Error; err != nil {
+		return nil, nil, fmt.Errorf("orders of user %d: %w", userID, err)
+	}
+	var ds []DeadLetter
+	if err := s.db.WithContext(ctx).Where("user_id = ?", userID).Order("id DESC").Limit(limit).Find(&ds).Error; err != nil {
+		return nil, nil, fmt.Errorf("failed orders of user %d: %w", userID, err)
+	}
+	return os, ds, nil
+}
+
+// isDuplicate reports a unique-key violation: MySQL 1062, or SQLite's
+// UNIQUE and PRIMARY KEY constraint codes.
+func isDuplicate(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1062
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code() == 2067 || se.Code() == 1555
+	}
+	return false
+}
+
+// isRetryable reports an error after which the whole transaction is rolled
+// back and tried again: MySQL deadlock (1213) and lock wait timeout (1205),
+// SQLite busy and locked.
+func isRetryable(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1213 || me.Number == 1205
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		c := se.Code() & 0xff
+		return c == 5 || c == 6
+	}
+	return false
+}

@@ -1,0 +1,307 @@
+package voucher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+
+	"seckill/internal/apierr"
+	"seckill/internal/auth"
+)
+
+// IDSource makes order ids without a network round trip.
+type IDSource interface {
+	Next() (int64, error)
+}
+
+// Limits on what a voucher may be created with.
+const (
+	maxTitleLen   = 200
+	maxStock      = 10_000_000
+	maxFaceValue  = 1_000_000_000 // in cents
+	maxCreateBody = 16 << 10
+	maxListLimit  = 100
+)
+
+// HTTP serves the voucher routes.
+type HTTP struct {
+	store    *Store
+	state    *State
+	reserver *Reserver
+	ids      IDSource
+	log      *slog.Logger
+	lastWarn atomic.Int64 // unix ns of the last logged Redis failure
+}
+
+// NewHTTP returns the voucher handlers.
+func NewHTTP(store *Store, state *State, reserver *Reserver, ids IDSource, log *slog.Logger) *HTTP {
+	return &HTTP{store: store, state: state, reserver: reserver, ids: ids, log: log}
+}
+
+// View is a voucher as the API shows it.
+type View struct {
+	ID         int64     `json:"id"`
+	Title      string    `json:"title"`
+	FaceValue  int64     `json:"face_value"`
+	TotalStock int       `json:"total_stock"`
+	Stock      int64     `json:"stock"`
+	BeginAt    time.Time `json:"begin_at"`
+	EndAt      time.Time `json:"end_at"`
+	// Status is upcoming, on_sale or ended, by this server's clock.
+	Status string `json:"status"`
+	// StockLive is true when Stock is Redis's live count, false when it is
+	// the database's count (Redis state missing or unreachable).
+	StockLive bool `json:"stock_live"`
+}
+
+func view(v Voucher, live map[int64]int64, now time.Time) View {
+	out := View{
+		ID: v.ID, Title: v.Title, FaceValue: v.FaceValue, TotalStock: v.TotalStock,
+		Stock: int64(v.Stock), BeginAt: v.BeginAt.UTC(), EndAt: v.EndAt.UTC(), Status: "on_sale",
+	}
+	if n, ok := live[v.ID]; ok {
+		out.Stock, out.StockLive = max(n, 0), true
+	}
+	switch {
+	case now.Before(v.BeginAt):
+		out.Status = "upcoming"
+	case !now.Before(v.EndAt):
+		out.Status = "ended"
+	}
+	return out
+}
+
+type createRequest struct {
+	Title     string     `json:"title"`
+	FaceValue *int64     `json:"face_value"`
+	Stock     *int       `json:"stock"`
+	BeginAt   *time.Time `json:"begin_at"`
+	EndAt     *time.Time `json:"end_at"`
+}
+
+func (r createRequest) validate(now time.Time) string {
+	title := strings.TrimSpace(r.Title)
+	switch {
+	case title == "":
+		return "title is required"
+	case utf8.RuneCountInString(title) > maxTitleLen:
+		return "title is longer than " + strconv.Itoa(maxTitleLen) + " characters"
+	case r.FaceValue == nil || *r.FaceValue < 0 || *r.FaceValue > maxFaceValue:
+		return "face_value (in cents) must be between 0 and " + strconv.Itoa(maxFaceValue)
+	case r.Stock == nil || *r.Stock <= 0 || *r.Stock > maxStock:
+		return "stock must be between 1 and " + strconv.Itoa(maxStock)
+	case r.BeginAt == nil || r.EndAt == nil:
+		return "begin_at and end_at are required (RFC 3339)"
+	case !r.BeginAt.Before(*r.EndAt):
+		return "begin_at must be before end_at"
+	case !r.EndAt.After(now):
+		return "end_at must be in the future"
+	}
+	return ""
+}
+
+// decodeJSON reads exactly one JSON object with known fields only.
+func decodeJSON(c *gin.Context, limit int64, dst any) bool {
+	body := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			apierr.Abort(c, http.StatusRequestEntityTooLarge, "body_too_large", "the request body is too large")
+			return false
+		}
+		apierr.BadRequest(c, "the body must be one JSON object with the documented fields")
+		return false
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		apierr.BadRequest(c, "the body must hold exactly one JSON object")
+		return false
+	}
+	return true
+}
+
+// Create puts a voucher on sale: the database row, then its Redis state.
+func (h *HTTP) Create(c *gin.Context) {
+	var req createRequest
+	if !decodeJSON(c, maxCreateBody, &req) {
+		return
+	}
+	now := time.Now()
+	if msg := req.validate(now); msg != "" {
+		apierr.Abort(c, http.StatusUnprocessableEntity, "invalid_voucher", msg)
+		return
+	}
+	v := Voucher{
+		Title: strings.TrimSpace(req.Title), FaceValue: *req.FaceValue, TotalStock: *req.Stock,
+		BeginAt: req.BeginAt.Truncate(time.Millisecond), EndAt: req.EndAt.Truncate(time.Millisecond),
+	}
+	ctx := c.Request.Context()
+	if err := h.store.Create(ctx, &v); err != nil {
+		h.log.Error("create voucher failed", "err", err)
+		apierr.Unavailable(c, "unavailable", "the voucher could not be stored; try again")
+		return
+	}
+	// The row is committed; the state write must not be lost to a client
+	// that hangs up, and the warmer repairs it if it fails.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	_, err := h.state.Load(sctx, v, nil)
+	if err != nil {
+		h.log.Warn("voucher stored but its Redis state was not written; the warmer retries", "voucher_id", v.ID, "err", err)
+	}
+	live := map[int64]int64{}
+	if err == nil {
+		live[v.ID] = int64(v.Stock)
+	}
+	c.JSON(http.StatusCreated, gin.H{"voucher": view(v, live, now), "redis_ready": err == nil})
+}
+
+// List shows vouchers, newest first, with live stock.
+func (h *HTTP) List(c *gin.Context) {
+	limit, before := 20, int64(0)
+	if s := c.Query("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxListLimit {
+			apierr.BadRequest(c, "limit must be between 1 and "+strconv.Itoa(maxListLimit))
+			return
+		}
+		limit = n
+	}
+	if s := c.Query("before"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			apierr.BadRequest(c, "before must be a positive voucher id")
+			return
+		}
+		before = n
+	}
+	ctx := c.Request.Context()
+	vs, err := h.store.List(ctx, limit, before)
+	if err != nil {
+		h.log.Error("list vouchers failed", "err", err)
+		apierr.Unavailable(c, "unavailable", "vouchers cannot be listed right now")
+		return
+	}
+	ids := make([]int64, len(vs))
+	for i, v := range vs {
+		ids[i] = v.ID
+	}
+	live, err := h.state.Stocks(ctx, ids)
+	if err != nil {
+		h.warnRedis("read live stock failed", err)
+	}
+	now := time.Now()
+	out := make([]View, len(vs))
+	for i, v := range vs {
+		out[i] = view(v, live, now)
+	}
+	c.JSON(http.StatusOK, gin.H{"vouchers": out})
+}
+
+// Show shows one voucher with live stock.
+func (h *HTTP) Show(c *gin.Context) {
+	id, ok := apierr.PathID(c, "id")
+	if !ok {
+		return
+	}
+	ctx := c.Request.Context()
+	v, err := h.store.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		apierr.Abort(c, http.StatusNotFound, "voucher_not_found", "no voucher has this id")
+		return
+	}
+	if err != nil {
+		h.log.Error("show voucher failed", "voucher_id", id, "err", err)
+		apierr.Unavailable(c, "unavailable", "the voucher cannot be read right now")
+		return
+	}
+	live, err := h.state.Stocks(ctx, []int64{id})
+	if err != nil {
+		h.warnRedis("read live stock failed", err)
+	}
+	c.JSON(http.StatusOK, view(v, live, time.Now()))
+}
+
+type purchaseResponse struct {
+	OrderID int64  `json:"order_id,string"`
+	Status  string `json:"status"`
+}
+
+// Purchase runs the purchase script for the caller: one Redis round trip.
+func (h *HTTP) Purchase(c *gin.Context) {
+	id, ok := apierr.PathID(c, "id")
+	if !ok {
+		return
+	}
+	buyer := auth.From(c)
+	orderID, err := h.ids.Next()
+	if err != nil {
+		h.warnRedis("no order id", err)
+		apierr.Unavailable(c, "unavailable", "purchases are paused; try again shortly")
+		return
+	}
+	res, err := h.reserver.Reserve(c.Request.Context(), id, buyer.UserID, orderID)
+	if err == nil {
+		c.JSON(http.StatusAccepted, purchaseResponse{OrderID: res.OrderID, Status: "pending"})
+		return
+	}
+	var held *PurchasedError
+	switch {
+	case errors.Is(err, ErrSoldOut):
+		apierr.Abort(c, http.StatusConflict, "sold_out", "this voucher is sold out")
+	case errors.As(err, &held):
+		c.AbortWithStatusJSON(http.StatusConflict, apierr.Body{
+			Code: "already_purchased", Message: "you already hold an order for this voucher", OrderID: held.OrderID,
+		})
+	case errors.Is(err, ErrNotStarted):
+		apierr.Abort(c, http.StatusForbidden, "not_started", "the sale has not started")
+	case errors.Is(err, ErrEnded):
+		apierr.Abort(c, http.StatusForbidden, "ended", "the sale has ended")
+	case errors.Is(err, ErrNotReady):
+		apierr.Unavailable(c, "not_ready", "the sale is being prepared; try again shortly")
+	case errors.Is(err, ErrNoState):
+		h.explainNoState(c, id)
+	default:
+		h.warnRedis("purchase failed", err)
+		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
+	}
+}
+
+// explainNoState answers a purchase of a voucher Redis knows nothing about,
+// from the database: unknown, ended, or state not loaded yet.
+func (h *HTTP) explainNoState(c *gin.Context, id int64) {
+	v, err := h.store.Get(c.Request.Context(), id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		apierr.Abort(c, http.StatusNotFound, "voucher_not_found", "no voucher has this id")
+	case err != nil:
+		h.log.Error("look up voucher failed", "voucher_id", id, "err", err)
+		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
+	case !time.Now().Before(v.EndAt):
+		apierr.Abort(c, http.StatusForbidden, "ended", "the sale has ended")
+	default:
+		apierr.Unavailable(c, "not_ready", "the sale is being prepared; try again shortly")
+	}
+}
+
+// warnRedis logs a Redis failure at most once a second: during an outage
+// every request fails the same way, and one line says it.
+func (h *HTTP) warnRedis(msg string, err error) {
+	now := time.Now().UnixNano()
+	last := h.lastWarn.Load()
+	if now-last < int64(time.Second) || !h.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	h.log.Warn(msg, "err", err)
+}

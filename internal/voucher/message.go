@@ -1,0 +1,84 @@
+package voucher
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Message is the order the purchase script appends to the stream. The
+// purchase side owns this contract; the worker decodes it with Decode.
+type Message struct {
+	OrderID    int64
+	UserID     int64
+	VoucherID  int64
+	AcceptedAt time.Time
+}
+
+// messageVersion is the "v" field the script writes.
+const messageVersion = "1"
+
+// ErrBadMessage marks a stream entry that is not a valid order message.
+var ErrBadMessage = errors.New("bad order message")
+
+// Decode reads a stream entry's fields as written by purchase.lua.
+func Decode(values map[string]any) (Message, error) {
+	str := func(name string) (string, error) {
+		v, ok := values[name]
+		if !ok {
+			return "", fmt.Errorf("%w: no field %q", ErrBadMessage, name)
+		}
+		s, ok := v.(string)
+		if !ok {
+			return "", fmt.Errorf("%w: field %q is %T", ErrBadMessage, name, v)
+		}
+		return s, nil
+	}
+	positive := func(name string) (int64, error) {
+		s, err := str(name)
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("%w: field %q is not a positive integer", ErrBadMessage, name)
+		}
+		return n, nil
+	}
+	v, err := str("v")
+	if err != nil {
+		return Message{}, err
+	}
+	if v != messageVersion {
+		return Message{}, fmt.Errorf("%w: unknown version %q", ErrBadMessage, v)
+	}
+	var m Message
+	if m.OrderID, err = positive("order"); err != nil {
+		return Message{}, err
+	}
+	if m.UserID, err = positive("user"); err != nil {
+		return Message{}, err
+	}
+	if m.VoucherID, err = positive("voucher"); err != nil {
+		return Message{}, err
+	}
+	at, err := positive("at")
+	if err != nil {
+		return Message{}, err
+	}
+	m.AcceptedAt = time.UnixMilli(at).UTC()
+	return m, nil
+}
+
+// Encode returns the stream fields of m, as purchase.lua writes them. Tests
+// and operators re-queueing a message use it.
+func (m Message) Encode() map[string]any {
+	return map[string]any{
+		"v":       messageVersion,
+		"order":   strconv.FormatInt(m.OrderID, 10),
+		"user":    strconv.FormatInt(m.UserID, 10),
+		"voucher": strconv.FormatInt(m.VoucherID, 10),
+		"at":      strconv.FormatInt(m.AcceptedAt.UnixMilli(), 10),
+	}
+}

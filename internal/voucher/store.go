@@ -1,0 +1,87 @@
+package voucher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Voucher is a coupon put on sale. Stock is what MySQL still has to sell;
+// TotalStock is what the sale started with.
+type Voucher struct {
+	ID         int64     `gorm:"primaryKey"`
+	Title      string    `gorm:"column:title"`
+	FaceValue  int64     `gorm:"column:face_value"`
+	TotalStock int       `gorm:"column:total_stock"`
+	Stock      int       `gorm:"column:stock"`
+	BeginAt    time.Time `gorm:"column:begin_at"`
+	EndAt      time.Time `gorm:"column:end_at"`
+	CreatedAt  time.Time `gorm:"column:created_at"`
+	UpdatedAt  time.Time `gorm:"column:updated_at"`
+}
+
+// TableName is the table of sql/*/0001_init.sql.
+func (Voucher) TableName() string { return "vouchers" }
+
+// ErrNotFound means no voucher has the id.
+var ErrNotFound = errors.New("voucher not found")
+
+// Store reads and writes vouchers in the database.
+type Store struct {
+	db *gorm.DB
+}
+
+// NewStore returns a Store on db; it does not own db.
+func NewStore(db *gorm.DB) *Store { return &Store{db: db} }
+
+// Create inserts v and sets its id. Stock starts at TotalStock.
+func (s *Store) Create(ctx context.Context, v *Voucher) error {
+	now := time.Now().UTC()
+	v.Stock = v.TotalStock
+	v.CreatedAt, v.UpdatedAt = now, now
+	v.BeginAt, v.EndAt = v.BeginAt.UTC(), v.EndAt.UTC()
+	if err := s.db.WithContext(ctx).Create(v).Error; err != nil {
+		return fmt.Errorf("create voucher: %w", err)
+	}
+	return nil
+}
+
+// Get returns one voucher, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id int64) (Voucher, error) {
+	var v Voucher
+	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&v).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Voucher{}, fmt.Errorf("get voucher %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Voucher{}, fmt.Errorf("get voucher %d: %w", id, err)
+	}
+	return v, nil
+}
+
+// List returns up to limit vouchers, newest first, with ids below before
+// (0 for the first page).
+func (s *Store) List(ctx context.Context, limit int, before int64) ([]Voucher, error) {
+	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
+	if before > 0 {
+		q = q.Where("id < ?", before)
+	}
+	var vs []Voucher
+	if err := q.Find(&vs).Error; err != nil {
+		return nil, fmt.Errorf("list vouchers: %w", err)
+	}
+	return vs, nil
+}
+
+// Live returns the vouchers whose sale has not ended at now: the ones whose
+// Redis state must exist.
+func (s *Store) Live(ctx context.Context, now time.Time) ([]Voucher, error) {
+	var vs []Voucher
+	if err := s.db.WithContext(ctx).Where("end_at > ?", now.UTC()).Order("id").Find(&vs).Error; err != nil {
+		return nil, fmt.Errorf("list live vouchers: %w", err)
+	}
+	return vs, nil
+}

@@ -1,0 +1,19 @@
+-- load.lua: write a voucher's sale state unless it is already there.
+--
+-- Loading never overwrites: a live stock counter in Redis is ahead of MySQL
+-- while accepted orders wait in the stream, so only missing state is written.
+-- Callers write the buyers hash before calling this, so a purchase never sees
+-- the stock without the buyers.
+--
+-- KEYS[1] voucher state (hash: stock, begin_ms, end_ms)
+-- ARGV[1] stock
+-- ARGV[2] sale begin, unix ms
+-- ARGV[3] sale end, unix ms
+--
+-- Returns 1 when the state was written, 0 when it was already there.
+
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'begin_ms', ARGV[2], 'end_ms', ARGV[3])
+return 1
