@@ -14,12 +14,10 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/glebarez/sqlite"
-	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
-	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
-	gormlogger "gorm.io/gorm/logger"
+
+	"seckill/internal/db"
 )
 
 // openRedis connects to the configured Redis, or starts an in-process one
@@ -30,10 +28,11 @@ func openRedis(ctx context.Context, cfg config, log *slog.Logger) (*redis.Client
 	stopClock := func() {}
 	if cfg.embeddedRedis() {
 		mr = miniredis.NewMiniRedis()
-		if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+		if err := mr.StartAddr(cfg.EmbeddedRedisAddr); err != nil {
 			return nil, nil, fmt.Errorf("start embedded redis: %w", err)
 		}
 		opts.Addr = mr.Addr()
+		log.Info("embedded redis listening", "addr", mr.Addr())
 		stopClock = runMiniredisClock(mr)
 	} else {
 		var err error
@@ -91,52 +90,22 @@ func runMiniredisClock(mr *miniredis.Miniredis) (stop func()) {
 
 // openDB connects to the configured MySQL, or opens the embedded SQLite file
 // in the data dir.
-func openDB(cfg config, log *slog.Logger) (*gorm.DB, func(), error) {
-	gcfg := &gorm.Config{Logger: gormlogger.Discard, SkipDefaultTransaction: true}
-	if cfg.embeddedDB() {
-		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-			return nil, nil, fmt.Errorf("data dir: %w", err)
-		}
-		path := filepath.Join(cfg.DataDir, "seckill.db")
-		dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
-		db, err := gorm.Open(sqlite.Open(dsn), gcfg)
+func openDB(cfg config) (*gorm.DB, func(), error) {
+	if !cfg.embeddedDB() {
+		g, err := db.OpenMySQL(cfg.MySQLDSN, 32)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open sqlite %s: %w", path, err)
+			return nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", err)
 		}
-		sqlDB, err := db.DB()
-		if err != nil {
-			return nil, nil, err
-		}
-		// SQLite has one writer; one connection avoids "database is locked".
-		sqlDB.SetMaxOpenConns(1)
-		return db, func() { _ = sqlDB.Close() }, nil
+		return g, func() { db.Close(g) }, nil
 	}
-	mc, err := mysql.ParseDSN(cfg.MySQLDSN)
-	if err != nil {
-		return nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", err)
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("data dir: %w", err)
 	}
-	mc.ParseTime = true
-	mc.Loc = time.UTC
-	if mc.Timeout == 0 {
-		mc.Timeout = 3 * time.Second
-	}
-	db, err := gorm.Open(gormmysql.New(gormmysql.Config{
-		DSN: mc.FormatDSN(),
-		// MariaDB 10.5+ would otherwise get INSERT ... RETURNING, which
-		// changes what a duplicate insert reports.
-		DisableWithReturning: true,
-	}), gcfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open mysql: %w", err)
-	}
-	sqlDB, err := db.DB()
+	g, err := db.OpenSQLite(filepath.Join(cfg.DataDir, "seckill.db"))
 	if err != nil {
 		return nil, nil, err
 	}
-	sqlDB.SetMaxOpenConns(32)
-	sqlDB.SetMaxIdleConns(16)
-	sqlDB.SetConnMaxLifetime(5 * time.Minute)
-	return db, func() { _ = sqlDB.Close() }, nil
+	return g, func() { db.Close(g) }, nil
 }
 
 // embeddedSecret reads the token secret of the embedded mode from the data

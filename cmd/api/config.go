@@ -13,22 +13,25 @@ import (
 // config is every setting of the service, read from the environment. The
 // README's settings table lists the same names.
 type config struct {
-	Addr      string        // SECKILL_ADDR
-	RedisURL  string        // SECKILL_REDIS_URL; empty: embedded Redis
-	MySQLDSN  string        // SECKILL_MYSQL_DSN; empty: embedded SQLite
-	DataDir   string        // SECKILL_DATA_DIR: embedded mode's files
-	Secret    string        // SECKILL_TOKEN_SECRET
-	TokenTTL  time.Duration // SECKILL_TOKEN_TTL
-	Role      string        // SECKILL_ROLE: all, api or worker
-	Shards    int           // SECKILL_SHARDS
-	KeyPrefix string        // SECKILL_KEY_PREFIX
-	Batch     int           // SECKILL_WORKER_BATCH
-	Block     time.Duration // SECKILL_WORKER_BLOCK
-	Shutdown  time.Duration // SECKILL_SHUTDOWN_TIMEOUT
-	Warm      time.Duration // SECKILL_WARM_INTERVAL
-	RedisPool int           // SECKILL_REDIS_POOL
-	LogLevel  slog.Level    // SECKILL_LOG_LEVEL
-	LogFormat string        // SECKILL_LOG_FORMAT: json or text
+	Addr     string // SECKILL_ADDR
+	RedisURL string // SECKILL_REDIS_URL; empty: embedded Redis
+	// EmbeddedRedisAddr is where the embedded Redis listens, so redis-cli
+	// (and tests) can look at it.
+	EmbeddedRedisAddr string        // SECKILL_EMBEDDED_REDIS_ADDR
+	MySQLDSN          string        // SECKILL_MYSQL_DSN; empty: embedded SQLite
+	DataDir           string        // SECKILL_DATA_DIR: embedded mode's files
+	Secret            string        // SECKILL_TOKEN_SECRET
+	TokenTTL          time.Duration // SECKILL_TOKEN_TTL
+	Role              string        // SECKILL_ROLE: all, api or worker
+	Shards            int           // SECKILL_SHARDS
+	KeyPrefix         string        // SECKILL_KEY_PREFIX
+	Batch             int           // SECKILL_WORKER_BATCH
+	Block             time.Duration // SECKILL_WORKER_BLOCK
+	Shutdown          time.Duration // SECKILL_SHUTDOWN_TIMEOUT
+	Warm              time.Duration // SECKILL_WARM_INTERVAL
+	RedisPool         int           // SECKILL_REDIS_POOL
+	LogLevel          slog.Level    // SECKILL_LOG_LEVEL
+	LogFormat         string        // SECKILL_LOG_FORMAT: json or text
 	// CrashPoint names a point where the process exits at once, for fault
 	// tests: after_commit_before_ack. Never set it in production.
 	CrashPoint string // SECKILL_CRASH_POINT
@@ -65,22 +68,23 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return d
 	}
 	c := config{
-		Addr:       str("SECKILL_ADDR", ":8080"),
-		RedisURL:   str("SECKILL_REDIS_URL", ""),
-		MySQLDSN:   str("SECKILL_MYSQL_DSN", ""),
-		DataDir:    str("SECKILL_DATA_DIR", "seckill-data"),
-		Secret:     getenv("SECKILL_TOKEN_SECRET"),
-		TokenTTL:   dur("SECKILL_TOKEN_TTL", 24*time.Hour),
-		Role:       str("SECKILL_ROLE", "all"),
-		Shards:     num("SECKILL_SHARDS", 1, 1, 1024),
-		KeyPrefix:  str("SECKILL_KEY_PREFIX", "seckill"),
-		Batch:      num("SECKILL_WORKER_BATCH", 100, 1, 10_000),
-		Block:      dur("SECKILL_WORKER_BLOCK", time.Second),
-		Shutdown:   dur("SECKILL_SHUTDOWN_TIMEOUT", 15*time.Second),
-		Warm:       dur("SECKILL_WARM_INTERVAL", 5*time.Second),
-		RedisPool:  num("SECKILL_REDIS_POOL", 256, 1, 10_000),
-		LogFormat:  str("SECKILL_LOG_FORMAT", "json"),
-		CrashPoint: str("SECKILL_CRASH_POINT", ""),
+		Addr:              str("SECKILL_ADDR", ":8080"),
+		RedisURL:          str("SECKILL_REDIS_URL", ""),
+		MySQLDSN:          str("SECKILL_MYSQL_DSN", ""),
+		EmbeddedRedisAddr: str("SECKILL_EMBEDDED_REDIS_ADDR", "127.0.0.1:0"),
+		DataDir:           str("SECKILL_DATA_DIR", "seckill-data"),
+		Secret:            getenv("SECKILL_TOKEN_SECRET"),
+		TokenTTL:          dur("SECKILL_TOKEN_TTL", 24*time.Hour),
+		Role:              str("SECKILL_ROLE", "all"),
+		Shards:            num("SECKILL_SHARDS", 1, 1, 1024),
+		KeyPrefix:         str("SECKILL_KEY_PREFIX", "seckill"),
+		Batch:             num("SECKILL_WORKER_BATCH", 100, 1, 10_000),
+		Block:             dur("SECKILL_WORKER_BLOCK", time.Second),
+		Shutdown:          dur("SECKILL_SHUTDOWN_TIMEOUT", 15*time.Second),
+		Warm:              dur("SECKILL_WARM_INTERVAL", 5*time.Second),
+		RedisPool:         num("SECKILL_REDIS_POOL", 256, 1, 10_000),
+		LogFormat:         str("SECKILL_LOG_FORMAT", "json"),
+		CrashPoint:        str("SECKILL_CRASH_POINT", ""),
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(str("SECKILL_LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, "SECKILL_LOG_LEVEL must be debug, info, warn or error")

@@ -107,7 +107,7 @@ func printToken(cfg config, args []string, stdout io.Writer) error {
 }
 
 func migrate(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
-	db, closeDB, err := openDB(cfg, log)
+	db, closeDB, err := openDB(cfg)
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		return err
 	}
 	defer closeRedis()
-	db, closeDB, err := openDB(cfg, log)
+	db, closeDB, err := openDB(cfg)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,133 @@
+package auth
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+var secret = []byte("0123456789abcdef0123456789abcdef")
+
+func mustSigner(t *testing.T, s []byte) *Signer {
+	t.Helper()
+	sg, err := NewSigner(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sg
+}
+
+func TestMintParseRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := mustSigner(t, secret)
+	for _, want := range []Identity{{UserID: 42, Role: RoleUser}, {UserID: 1, Role: RoleAdmin}} {
+		tok, err := s.Mint(want, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Parse(tok)
+		if err != nil {
+			t.Fatalf("parse: %v", err)
+		}
+		if got != want {
+			t.Fatalf("got %+v, want %+v", got, want)
+		}
+	}
+}
+
+func TestRefusedTokens(t *testing.T) {
+	t.Parallel()
+	s := mustSigner(t, secret)
+	other := mustSigner(t, []byte("another-secret-another-secret-xx"))
+	good, _ := s.Mint(Identity{UserID: 7, Role: RoleUser}, time.Minute)
+
+	forged, _ := other.Mint(Identity{UserID: 7, Role: RoleAdmin}, time.Minute)
+	expired, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{Role: RoleUser, RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: issuer, Subject: "7", ExpiresAt: jwt.NewNumericDate(time.Now().Add(-time.Minute)),
+	}}).SignedString(secret)
+	noExpiry, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{Role: RoleUser, RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: issuer, Subject: "7",
+	}}).SignedString(secret)
+	badRole, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{Role: "root", RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: issuer, Subject: "7", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute)),
+	}}).SignedString(secret)
+	badSubject, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{Role: RoleUser, RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: issuer, Subject: "-3", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute)),
+	}}).SignedString(secret)
+	hs512, _ := jwt.NewWithClaims(jwt.SigningMethodHS512, claims{Role: RoleUser, RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: issuer, Subject: "7", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Minute)),
+	}}).SignedString(secret)
+	// alg none: a header saying "none", the good token's claims, no signature.
+	parts := strings.Split(good, ".")
+	none := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + parts[1] + "."
+	// A good token with one claim byte changed keeps its signature.
+	tampered := parts[0] + "." + parts[1][:len(parts[1])-2] + "A" + parts[1][len(parts[1])-1:] + "." + parts[2]
+
+	cases := map[string]string{
+		"empty": "", "garbage": "not.a.token", "forged": forged, "expired": expired, "no expiry": noExpiry,
+		"bad role": badRole, "bad subject": badSubject, "hs512": hs512, "alg none": none, "tampered": tampered,
+	}
+	for name, tok := range cases {
+		if _, err := s.Parse(tok); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("%s: err = %v, want ErrInvalidToken", name, err)
+		}
+	}
+}
+
+func TestShortSecretRefused(t *testing.T) {
+	t.Parallel()
+	if _, err := NewSigner([]byte("short")); err == nil {
+		t.Fatal("a 5-byte secret was accepted")
+	}
+}
+
+func TestMiddleware(t *testing.T) {
+	t.Parallel()
+	gin.SetMode(gin.TestMode)
+	s := mustSigner(t, secret)
+	r := gin.New()
+	r.GET("/me", s.Middleware(), func(c *gin.Context) { c.JSON(200, gin.H{"user": From(c).UserID}) })
+	r.GET("/admin", s.Middleware(), RequireAdmin(), func(c *gin.Context) { c.Status(204) })
+	user, _ := s.Mint(Identity{UserID: 9, Role: RoleUser}, time.Minute)
+	admin, _ := s.Mint(Identity{UserID: 1, Role: RoleAdmin}, time.Minute)
+
+	do := func(path, header string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		r.ServeHTTP(w, req)
+		return w
+	}
+	for _, tc := range []struct {
+		path, header string
+		status       int
+	}{
+		{"/me", "", 401},
+		{"/me", "Bearer", 401},
+		{"/me", "Basic " + user, 401},
+		{"/me", "Bearer " + user + "x", 401},
+		{"/me", "Bearer " + user, 200},
+		{"/admin", "Bearer " + user, 403},
+		{"/admin", "Bearer " + admin, 204},
+	} {
+		w := do(tc.path, tc.header)
+		if w.Code != tc.status {
+			t.Errorf("%s with %q: status %d, want %d", tc.path, tc.header, w.Code, tc.status)
+		}
+		if tc.status >= 400 && !strings.Contains(w.Body.String(), `"code"`) {
+			t.Errorf("%s: error body without a code: %s", tc.path, w.Body.String())
+		}
+	}
+	if w := do("/me", "Bearer "+user); !strings.Contains(w.Body.String(), `"user":9`) {
+		t.Errorf("identity not passed on: %s", w.Body.String())
+	}
+}

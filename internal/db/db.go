@@ -1,0 +1,76 @@
+// Package db opens the service's database: MySQL (or MariaDB) in
+// production, an SQLite file in embedded mode, both through gorm and set up
+// the way the order pipeline relies on.
+package db
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"github.com/go-sql-driver/mysql"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	gormlogger "gorm.io/gorm/logger"
+)
+
+func gormConfig() *gorm.Config {
+	// Errors are handled and logged by the callers; gorm's own logger would
+	// print every failed statement a second time.
+	return &gorm.Config{Logger: gormlogger.Discard, SkipDefaultTransaction: true}
+}
+
+// OpenMySQL opens a MySQL or MariaDB database from a go-sql-driver DSN.
+// Times are read and written in UTC.
+func OpenMySQL(dsn string, maxOpen int) (*gorm.DB, error) {
+	mc, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("mysql dsn: %w", err)
+	}
+	mc.ParseTime = true
+	mc.Loc = time.UTC
+	if mc.Timeout == 0 {
+		mc.Timeout = 3 * time.Second
+	}
+	g, err := gorm.Open(gormmysql.New(gormmysql.Config{
+		DSN: mc.FormatDSN(),
+		// MariaDB 10.5+ would otherwise get INSERT ... RETURNING, which
+		// changes what a duplicate insert reports.
+		DisableWithReturning: true,
+	}), gormConfig())
+	if err != nil {
+		return nil, fmt.Errorf("open mysql: %w", err)
+	}
+	sqlDB, err := g.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(maxOpen)
+	sqlDB.SetMaxIdleConns(maxOpen)
+	sqlDB.SetConnMaxLifetime(5 * time.Minute)
+	return g, nil
+}
+
+// OpenSQLite opens (creating) an SQLite file in WAL mode with foreign keys
+// on. SQLite has one writer, so the pool holds one connection: concurrent
+// writers would otherwise fail with "database is locked".
+func OpenSQLite(path string) (*gorm.DB, error) {
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	g, err := gorm.Open(sqlite.Open(dsn), gormConfig())
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	sqlDB, err := g.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(1)
+	return g, nil
+}
+
+// Close closes the pool under g.
+func Close(g *gorm.DB) {
+	if sqlDB, err := g.DB(); err == nil {
+		_ = sqlDB.Close()
+	}
+}

@@ -1,0 +1,269 @@
+package voucher
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type scriptEnv struct {
+	rdb   *redis.Client
+	keys  Keys
+	state *State
+	res   *Reserver
+}
+
+func newScriptEnv(t *testing.T) scriptEnv {
+	t.Helper()
+	rdb := testenv.Redis(t)
+	keys := NewKeys(testenv.Prefix(t), 4)
+	return scriptEnv{rdb: rdb, keys: keys, state: NewState(rdb, keys), res: NewReserver(rdb, keys)}
+}
+
+// put loads a voucher's state and marks its shard ready.
+func (e scriptEnv) put(t *testing.T, id int64, stock int, begin, end time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.state.Load(ctx, Voucher{ID: id, Stock: stock, TotalStock: stock, BeginAt: begin, EndAt: end}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.state.MarkReady(ctx, e.keys.Shard(id)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e scriptEnv) stock(t *testing.T, id int64) int64 {
+	t.Helper()
+	n, err := e.rdb.HGet(context.Background(), e.keys.State(id), "stock").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (e scriptEnv) streamLen(t *testing.T, id int64) int64 {
+	t.Helper()
+	n, err := e.rdb.XLen(context.Background(), e.keys.Stream(e.keys.Shard(id))).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestPurchaseScriptEdges(t *testing.T) {
+	t.Parallel()
+	e := newScriptEnv(t)
+	ctx := context.Background()
+	now := time.Now()
+	open, later := now.Add(-time.Hour), now.Add(time.Hour)
+
+	t.Run("shard not ready", func(t *testing.T) {
+		// Voucher 5 lives in shard 1, which nobody marked ready.
+		if _, err := e.state.Load(ctx, Voucher{ID: 5, Stock: 3, BeginAt: open, EndAt: later}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.res.Reserve(ctx, 5, 1, 100); !errors.Is(err, ErrNotReady) {
+			t.Fatalf("err = %v, want ErrNotReady", err)
+		}
+		if e.stock(t, 5) != 3 || e.streamLen(t, 5) != 0 {
+			t.Fatal("a refusal wrote state")
+		}
+	})
+	t.Run("unknown voucher", func(t *testing.T) {
+		e.put(t, 8, 1, open, later) // makes shard 0 ready
+		if _, err := e.res.Reserve(ctx, 12, 1, 101); !errors.Is(err, ErrNoState) {
+			t.Fatalf("err = %v, want ErrNoState", err)
+		}
+		if n, _ := e.rdb.Exists(ctx, e.keys.State(12), e.keys.Buyers(12)).Result(); n != 0 {
+			t.Fatal("a refusal created keys")
+		}
+	})
+	t.Run("before begin", func(t *testing.T) {
+		e.put(t, 20, 5, now.Add(time.Minute), later)
+		if _, err := e.res.Reserve(ctx, 20, 1, 102); !errors.Is(err, ErrNotStarted) {
+			t.Fatalf("err = %v, want ErrNotStarted", err)
+		}
+		if e.stock(t, 20) != 5 || e.streamLen(t, 20) != 0 {
+			t.Fatal("a refusal wrote state")
+		}
+	})
+	t.Run("after end", func(t *testing.T) {
+		e.put(t, 24, 5, now.Add(-2*time.Hour), now.Add(-time.Millisecond))
+		if _, err := e.res.Reserve(ctx, 24, 1, 103); !errors.Is(err, ErrEnded) {
+			t.Fatalf("err = %v, want ErrEnded", err)
+		}
+	})
+	t.Run("stock zero", func(t *testing.T) {
+		e.put(t, 28, 0, open, later)
+		if _, err := e.res.Reserve(ctx, 28, 1, 104); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("err = %v, want ErrSoldOut", err)
+		}
+		if e.stock(t, 28) != 0 || e.streamLen(t, 28) != 0 {
+			t.Fatal("a refusal wrote state")
+		}
+	})
+	t.Run("same user twice", func(t *testing.T) {
+		e.put(t, 32, 5, open, later)
+		first, err := e.res.Reserve(ctx, 32, 7, 105)
+		if err != nil || first.OrderID != 105 || first.Replayed {
+			t.Fatalf("first = %+v, %v", first, err)
+		}
+		_, err = e.res.Reserve(ctx, 32, 7, 106)
+		var held *PurchasedError
+		if !errors.As(err, &held) || held.OrderID != 105 {
+			t.Fatalf("second: err = %v, want PurchasedError{105}", err)
+		}
+		if e.stock(t, 32) != 4 {
+			t.Fatalf("stock = %d, want 4", e.stock(t, 32))
+		}
+	})
+	t.Run("same order id twice", func(t *testing.T) {
+		e.put(t, 36, 5, open, later)
+		before := e.streamLen(t, 36)
+		for i := range 2 {
+			r, err := e.res.Reserve(ctx, 36, 8, 107)
+			if err != nil || r.OrderID != 107 || r.Replayed != (i == 1) {
+				t.Fatalf("call %d: %+v, %v", i, r, err)
+			}
+		}
+		if e.stock(t, 36) != 4 {
+			t.Fatalf("stock = %d, want 4: a retry reserved twice", e.stock(t, 36))
+		}
+		if got := e.streamLen(t, 36) - before; got != 1 {
+			t.Fatalf("%d stream entries, want 1", got)
+		}
+	})
+	t.Run("state of the wrong type fails closed", func(t *testing.T) {
+		e.put(t, 40, 1, open, later)
+		if err := e.rdb.Set(ctx, e.keys.Buyers(40), "junk", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.res.Reserve(ctx, 40, 9, 108); err == nil {
+			t.Fatal("want an error")
+		}
+		if e.stock(t, 40) != 1 {
+			t.Fatal("stock changed by a failing script")
+		}
+	})
+}
+
+func TestPurchaseMessageDecodes(t *testing.T) {
+	t.Parallel()
+	e := newScriptEnv(t)
+	ctx := context.Background()
+	e.put(t, 44, 1, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if _, err := e.res.Reserve(ctx, 44, 77, 109); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := e.rdb.XRange(ctx, e.keys.Stream(e.keys.Shard(44)), "-", "+").Result()
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("entries %v, %v", entries, err)
+	}
+	m, err := Decode(entries[0].Values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.OrderID != 109 || m.UserID != 77 || m.VoucherID != 44 || time.Since(m.AcceptedAt) > time.Minute {
+		t.Fatalf("decoded %+v", m)
+	}
+	who, err := e.rdb.HGet(ctx, e.keys.Pending(e.keys.Shard(44)), "109").Result()
+	if err != nil || who != "77:44" {
+		t.Fatalf("pending index %q, %v", who, err)
+	}
+}
+
+// TestPurchaseGated releases hundreds of buyers at once: exactly stock of
+// them win, and one buyer pressing many times wins once.
+func TestPurchaseGated(t *testing.T) {
+	t.Parallel()
+	e := newScriptEnv(t)
+	ctx := context.Background()
+	const buyers, stock = 500, 50
+	e.put(t, 48, stock, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	e.put(t, 52, stock, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+
+	var wins, oneUserWins, soldOut atomic.Int64
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range buyers {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := e.res.Reserve(ctx, 48, int64(1000+i), int64(10_000+i))
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, ErrSoldOut):
+				soldOut.Add(1)
+			default:
+				t.Errorf("buyer %d: %v", i, err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			var held *PurchasedError
+			_, err := e.res.Reserve(ctx, 52, 5, int64(20_000+i))
+			switch {
+			case err == nil:
+				oneUserWins.Add(1)
+			case errors.As(err, &held):
+			default:
+				t.Errorf("repeat %d: %v", i, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if wins.Load() != stock || soldOut.Load() != buyers-stock {
+		t.Fatalf("%d won and %d sold out; want %d and %d", wins.Load(), soldOut.Load(), stock, buyers-stock)
+	}
+	if oneUserWins.Load() != 1 {
+		t.Fatalf("one buyer won %d times", oneUserWins.Load())
+	}
+	if e.stock(t, 48) != 0 || e.stock(t, 52) != stock-1 {
+		t.Fatalf("stocks %d and %d", e.stock(t, 48), e.stock(t, 52))
+	}
+	if n, _ := e.rdb.HLen(ctx, e.keys.Buyers(48)).Result(); n != stock {
+		t.Fatalf("%d buyers recorded, want %d", n, stock)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	t.Parallel()
+	good := Message{OrderID: 1, UserID: 2, VoucherID: 3, AcceptedAt: time.UnixMilli(1_800_000_000_000)}.Encode()
+	if m, err := Decode(good); err != nil || m.OrderID != 1 || m.UserID != 2 || m.VoucherID != 3 {
+		t.Fatalf("good message: %+v, %v", m, err)
+	}
+	with := func(k string, v any) map[string]any {
+		out := map[string]any{}
+		for a, b := range good {
+			out[a] = b
+		}
+		if v == nil {
+			delete(out, k)
+		} else {
+			out[k] = v
+		}
+		return out
+	}
+	for name, vals := range map[string]map[string]any{
+		"no version": with("v", nil), "version 2": with("v", "2"), "no order": with("order", nil),
+		"zero user": with("user", "0"), "negative voucher": with("voucher", "-4"), "text at": with("at", "soon"),
+		"overflow": with("order", "99999999999999999999"), "not a string": with("user", 5),
+	} {
+		if _, err := Decode(vals); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("%s: err = %v, want ErrBadMessage", name, err)
+		}
+	}
+}

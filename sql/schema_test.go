@@ -1,0 +1,93 @@
+package schema_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"seckill/internal/db"
+	"seckill/internal/testenv"
+	schema "seckill/sql"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func checkApply(t *testing.T, g *gorm.DB) {
+	t.Helper()
+	ctx := context.Background()
+	applied, err := schema.Apply(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest, _ := schema.Latest(g.Dialector.Name())
+	if len(applied) == 0 || applied[len(applied)-1] != latest {
+		t.Fatalf("applied %v, want up to %d", applied, latest)
+	}
+	again, err := schema.Apply(ctx, g)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second apply: %v, %v; want nothing to do", again, err)
+	}
+	if v, err := schema.Current(ctx, g); err != nil || v != latest {
+		t.Fatalf("current %d, %v", v, err)
+	}
+	// The constraints are in the schema: negative stock and a second order
+	// of one buyer are refused by the database itself.
+	if err := g.Exec(`INSERT INTO vouchers (id, title, face_value, total_stock, stock, begin_at, end_at, created_at, updated_at)
+		VALUES (1, 't', 0, 1, 1, '2026-01-01 00:00:00', '2027-01-01 00:00:00', '2026-01-01 00:00:00', '2026-01-01 00:00:00')`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Exec("UPDATE vouchers SET stock = -1 WHERE id = 1").Error; err == nil {
+		t.Error("negative stock accepted")
+	}
+	if err := g.Exec("INSERT INTO orders (id, user_id, voucher_id, accepted_at, created_at) VALUES (1, 9, 1, '2026-01-01 00:00:00', '2026-01-01 00:00:00')").Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Exec("INSERT INTO orders (id, user_id, voucher_id, accepted_at, created_at) VALUES (2, 9, 1, '2026-01-01 00:00:00', '2026-01-01 00:00:00')").Error; err == nil {
+		t.Error("second order of one buyer accepted")
+	}
+	if err := g.Exec("INSERT INTO orders (id, user_id, voucher_id, accepted_at, created_at) VALUES (3, 8, 77, '2026-01-01 00:00:00', '2026-01-01 00:00:00')").Error; err == nil {
+		t.Error("order for an unknown voucher accepted")
+	}
+}
+
+func TestApplyMySQL(t *testing.T) {
+	t.Parallel()
+	g, err := db.OpenMySQL(testenv.MySQLDSN(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(g)
+	checkApply(t, g)
+}
+
+func TestApplySQLite(t *testing.T) {
+	t.Parallel()
+	g, err := db.OpenSQLite(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(g)
+	checkApply(t, g)
+}
+
+func TestMigrationsMatchAcrossDialects(t *testing.T) {
+	t.Parallel()
+	my, err := schema.Migrations("mysql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lite, err := schema.Migrations("sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(my) != len(lite) {
+		t.Fatalf("%d mysql migrations, %d sqlite", len(my), len(lite))
+	}
+	for i := range my {
+		if my[i].Version != lite[i].Version || my[i].Name != lite[i].Name {
+			t.Errorf("migration %d: %s vs %s", i, my[i].Name, lite[i].Name)
+		}
+	}
+}
