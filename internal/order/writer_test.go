@@ -26,7 +26,7 @@ type writerEnv struct {
 	w    *Writer
 }
 
-func newWriterEnv(t *testing.T) writerEnv {
+func newWriterEnv(t testing.TB) writerEnv {
 	t.Helper()
 	g, err := db.OpenMySQL(testenv.MySQLDSN(t), 8)
 	if err != nil {
@@ -41,7 +41,7 @@ func newWriterEnv(t *testing.T) writerEnv {
 	return writerEnv{db: g, rdb: rdb, keys: keys, w: NewWriter(g, rdb, keys, WriterConfig{}, slog.New(slog.DiscardHandler))}
 }
 
-func (e writerEnv) voucher(t *testing.T, stock int) int64 {
+func (e writerEnv) voucher(t testing.TB, stock int) int64 {
 	t.Helper()
 	v := voucher.Voucher{Title: "t", TotalStock: stock, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
 	if err := voucher.NewStore(e.db).Create(context.Background(), &v); err != nil {
