@@ -51,9 +51,12 @@ func BenchmarkPurchase(b *testing.B) {
 		b.Fatal(err)
 	}
 	r := newEngine(log)
-	addRoutes(r, signer,
-		voucher.NewHTTP(voucher.NewStore(nil), voucher.NewState(rdb, keys), voucher.NewReserver(rdb, keys), ids, log),
-		order.NewHTTP(nil, rdb, keys, log), &health{rdb: rdb})
+	addRoutes(r, deps{
+		log: log, rdb: rdb, signer: signer, keys: keys,
+		vouchers: voucher.NewHTTP(voucher.NewStore(nil), voucher.NewState(rdb, keys), voucher.NewReserver(rdb, keys), ids, log),
+		orders:   order.NewHTTP(nil, rdb, keys, log),
+		health:   &health{rdb: rdb},
+	})
 	// Tokens are minted up front: a client sends the same token many times.
 	const users = 1 << 16
 	tokens := make([]string, users)

@@ -213,10 +213,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 
 	if cfg.serveAPI() {
 		r := newEngine(log)
-		addRoutes(r, signer,
-			voucher.NewHTTP(vstore, vstate, voucher.NewReserver(rdb, keys), ids, log),
-			order.NewHTTP(ostore, rdb, keys, log),
-			&health{rdb: rdb, db: db})
+		addRoutes(r, deps{
+			cfg: cfg, log: log, rdb: rdb, db: db, signer: signer, keys: keys,
+			vouchers: voucher.NewHTTP(vstore, vstate, voucher.NewReserver(rdb, keys), ids, log),
+			orders:   order.NewHTTP(ostore, rdb, keys, log),
+			health:   &health{rdb: rdb, db: db},
+		})
 		ln, err := net.Listen("tcp", cfg.Addr)
 		if err != nil {
 			stopBG()
