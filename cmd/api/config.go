@@ -35,6 +35,9 @@ type config struct {
 	// CrashPoint names a point where the process exits at once, for fault
 	// tests: after_commit_before_ack. Never set it in production.
 	CrashPoint string // SECKILL_CRASH_POINT
+
+	// Web holds login, web page and rate-limit settings (config_web.go).
+	Web webConfig
 }
 
 func (c config) serveAPI() bool      { return c.Role == "all" || c.Role == "api" }
@@ -86,6 +89,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LogFormat:         str("SECKILL_LOG_FORMAT", "json"),
 		CrashPoint:        str("SECKILL_CRASH_POINT", ""),
 	}
+	var webErrs []string
+	c.Web, webErrs = loadWebConfig(getenv)
+	errs = append(errs, webErrs...)
 	if err := c.LogLevel.UnmarshalText([]byte(str("SECKILL_LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, "SECKILL_LOG_LEVEL must be debug, info, warn or error")
 	}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, what the tests and the local cluster need and the
+# machine lacks: redis-server, mariadb-server, nginx, chromium, node.
+# Source it or run it; it does nothing when everything is there.
+set -euo pipefail
+export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+{ command -v mariadbd && command -v mariadb-install-db; } >/dev/null 2>&1 || need+=(mariadb-server)
+command -v nginx >/dev/null 2>&1 || need+=(nginx)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing with apt-get: ${need[*]}"
+  $sudo apt-get update -q
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
