@@ -15,6 +15,12 @@ var (
 	loadSrc string
 	//go:embed ack.lua
 	ackSrc string
+	//go:embed retry.lua
+	retrySrc string
+	//go:embed forward.lua
+	forwardSrc string
+	//go:embed release.lua
+	releaseSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -26,3 +32,12 @@ func Load() *redis.Script { return redis.NewScript(loadSrc) }
 
 // Ack acknowledges and deletes stream entries of a consumer group.
 func Ack() *redis.Script { return redis.NewScript(ackSrc) }
+
+// Retry moves a pending stream entry to a delay queue and acknowledges it.
+func Retry() *redis.Script { return redis.NewScript(retrySrc) }
+
+// Forward moves due delay-queue members back onto their stream.
+func Forward() *redis.Script { return redis.NewScript(forwardSrc) }
+
+// Release gives back the Redis reservation of a dead-lettered order.
+func Release() *redis.Script { return redis.NewScript(releaseSrc) }

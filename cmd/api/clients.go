@@ -18,6 +18,7 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/db"
+	"seckill/internal/order"
 )
 
 // openRedis connects to the configured Redis, or starts an in-process one
@@ -131,4 +132,33 @@ func embeddedSecret(dir string) (secret string, created bool, err error) {
 		return "", false, fmt.Errorf("write token secret: %w", err)
 	}
 	return secret, true, nil
+}
+
+// openLocks connects to the buyer-lock nodes: the main Redis by default,
+// or the independent Redis servers of SECKILL_LOCK_NODES (a majority of
+// them must grant a lock).
+func openLocks(cfg config, main *redis.Client, log *slog.Logger) (*order.Locks, func(), error) {
+	if len(cfg.LockNodes) == 0 {
+		return order.NewLocks([]redis.UniversalClient{main}, cfg.LockTTL, log), func() {}, nil
+	}
+	nodes := make([]redis.UniversalClient, 0, len(cfg.LockNodes))
+	closeAll := func() {
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	}
+	for _, u := range cfg.LockNodes {
+		opts, err := redis.ParseURL(u)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("SECKILL_LOCK_NODES: %w", err)
+		}
+		// A dead node must not hold up the others: fail fast.
+		opts.DialTimeout = 200 * time.Millisecond
+		opts.ReadTimeout = 500 * time.Millisecond
+		opts.WriteTimeout = 500 * time.Millisecond
+		opts.MaxRetries = 0
+		nodes = append(nodes, redis.NewClient(opts))
+	}
+	return order.NewLocks(nodes, cfg.LockTTL, log), closeAll, nil
 }

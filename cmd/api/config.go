@@ -32,6 +32,12 @@ type config struct {
 	RedisPool         int           // SECKILL_REDIS_POOL
 	LogLevel          slog.Level    // SECKILL_LOG_LEVEL
 	LogFormat         string        // SECKILL_LOG_FORMAT: json or text
+	LockNodes         []string      // SECKILL_LOCK_NODES: Redis URLs; empty: the main Redis
+	LockTTL           time.Duration // SECKILL_LOCK_TTL
+	ReclaimIdle       time.Duration // SECKILL_RECLAIM_IDLE
+	MaxDeliveries     int           // SECKILL_MAX_DELIVERIES
+	MaxAttempts       int           // SECKILL_MAX_ATTEMPTS
+	AdminAddr         string        // SECKILL_ADMIN_ADDR; "off" disables the admin listener
 	// CrashPoint names a point where the process exits at once, for fault
 	// tests: after_commit_before_ack. Never set it in production.
 	CrashPoint string // SECKILL_CRASH_POINT
@@ -88,6 +94,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 		RedisPool:         num("SECKILL_REDIS_POOL", 256, 1, 10_000),
 		LogFormat:         str("SECKILL_LOG_FORMAT", "json"),
 		CrashPoint:        str("SECKILL_CRASH_POINT", ""),
+		LockTTL:           dur("SECKILL_LOCK_TTL", 10*time.Second),
+		ReclaimIdle:       dur("SECKILL_RECLAIM_IDLE", 30*time.Second),
+		MaxDeliveries:     num("SECKILL_MAX_DELIVERIES", 5, 1, 1000),
+		MaxAttempts:       num("SECKILL_MAX_ATTEMPTS", 8, 1, 1000),
+		AdminAddr:         str("SECKILL_ADMIN_ADDR", "127.0.0.1:9090"),
+	}
+	for _, u := range strings.Split(getenv("SECKILL_LOCK_NODES"), ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			c.LockNodes = append(c.LockNodes, u)
+		}
 	}
 	var webErrs []string
 	c.Web, webErrs = loadWebConfig(getenv)
@@ -125,6 +141,8 @@ func (c config) LogValue() slog.Value {
 		slog.String("key_prefix", c.KeyPrefix),
 		slog.Int("worker_batch", c.Batch),
 		slog.Bool("token_secret_set", c.Secret != ""),
+		slog.Int("lock_nodes", max(len(c.LockNodes), 1)),
+		slog.String("admin_addr", c.AdminAddr),
 	)
 }
 

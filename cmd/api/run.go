@@ -195,20 +195,32 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	g.Go(func() error { return warmer.Run(bg) })
 
 	if cfg.runWorker() {
+		locks, closeLocks, err := openLocks(cfg, rdb, log)
+		if err != nil {
+			return err
+		}
+		defer closeLocks()
 		var hook func()
 		if cfg.CrashPoint == "after_commit_before_ack" {
 			hook = func() { os.Exit(3) }
 		}
-		writer := order.NewWriter(db, rdb, keys, order.WriterConfig{AfterCommit: hook}, log)
+		writer := order.NewWriter(db, rdb, keys, order.WriterConfig{
+			Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
+			AfterCommit: hook,
+		}, log)
 		name := mq.ConsumerName()
 		for shard := range keys.Shards() {
+			delay := mq.NewDelayQueue(rdb, keys.Delayed(shard), keys.Stream(shard))
 			c := mq.NewConsumer(rdb, mq.ConsumerConfig{
 				Stream: keys.Stream(shard), Group: orderGroup, Consumer: name,
 				Batch: cfg.Batch, Block: cfg.Block, Grace: cfg.Shutdown / 2,
+				ReclaimIdle: cfg.ReclaimIdle, Delay: delay,
 			}, writer, log)
 			fg.Go(func() error { return c.Run(fctx) })
+			poller := mq.NewPoller(delay, mq.PollerConfig{}, log)
+			g.Go(func() error { return poller.Run(bg) })
 		}
-		log.Info("worker started", "consumer", name, "shards", keys.Shards())
+		log.Info("worker started", "consumer", name, "shards", keys.Shards(), "lock_nodes", max(len(cfg.LockNodes), 1))
 	}
 
 	if cfg.serveAPI() {

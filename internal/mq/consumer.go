@@ -1,17 +1,20 @@
-// Package mq runs consumer groups on Redis Streams: it reads batches, hands
-// them to a Handler and acknowledges what the handler finished. It knows
-// nothing about what the messages mean.
+// Package mq runs consumer groups on Redis Streams and delay queues that
+// feed them: it reads batches, hands them to a Handler, and carries out
+// what the handler decided for each message. It knows nothing about what
+// the messages mean.
 package mq
 
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,27 +23,41 @@ import (
 	"seckill/lua"
 )
 
+// AttemptField is the stream field that counts a message's trips through
+// the delay queue.
+const AttemptField = "_attempt"
+
 // Message is one stream entry delivered to this consumer.
 type Message struct {
 	Stream string
 	ID     string
 	Values map[string]any
+	// Deliveries is how often the group delivered the entry, this time
+	// included: more than 1 means a consumer took it before and did not
+	// finish (it crashed, or its batch failed).
+	Deliveries int64
+	// Attempt counts the entry's trips through the delay queue: 0 the
+	// first time.
+	Attempt int
 }
 
-// Outcome is what became of one message.
+// Outcome is what becomes of one message.
 type Outcome int
 
 const (
 	// Ack: the message's work is durably done; acknowledge and delete it.
 	Ack Outcome = iota
-	// LeavePending: do not acknowledge; the entry stays in the group's
-	// pending list for a later delivery.
+	// Retry: try again later; the message goes to the delay queue with its
+	// attempt count raised, and is acknowledged, in one step.
+	Retry
+	// LeavePending: do nothing; the entry stays pending until reclaimed.
 	LeavePending
 )
 
-// Handler processes a batch and says what became of each message, in order.
-// An error means nothing in the batch is known to be done: nothing is
-// acknowledged and the batch is delivered again after a backoff.
+// Handler processes a batch and says what becomes of each message, in
+// order. An error means nothing in the batch is known to be done: the
+// consumer backs off and hands the same batch over again. Handlers must be
+// idempotent: a message can arrive again after a crash.
 type Handler interface {
 	Handle(ctx context.Context, batch []Message) ([]Outcome, error)
 }
@@ -66,6 +83,20 @@ type ConsumerConfig struct {
 	// MaxBackoff caps the wait between attempts while the handler or Redis
 	// fails, default 5s.
 	MaxBackoff time.Duration
+	// ReclaimIdle: entries pending longer than this, with any consumer of
+	// the group, are claimed by this one (their consumer is taken for
+	// dead). Default 30s. Entries of the batch in flight are kept fresh,
+	// so a slow batch is not taken for dead.
+	ReclaimIdle time.Duration
+	// ReclaimEvery is how often to look for such entries, default
+	// ReclaimIdle/2.
+	ReclaimEvery time.Duration
+	// Delay receives Retry outcomes; without it Retry leaves the entry
+	// pending.
+	Delay *DelayQueue
+	// RetryBackoff is the delay before attempt n+1 (n >= 0); default 200ms
+	// doubling per attempt up to 30s, with full jitter.
+	RetryBackoff func(attempt int) time.Duration
 }
 
 // Consumer reads one stream as one member of a consumer group.
@@ -74,11 +105,14 @@ type Consumer struct {
 	cfg     ConsumerConfig
 	handler Handler
 	ack     *redis.Script
+	retry   *redis.Script
 	log     *slog.Logger
 
 	// reported remembers ids left pending that were logged, so a message
-	// seen again on a backlog pass is not logged twice.
+	// seen again is not logged twice.
 	reported map[string]struct{}
+	// claimFrom is where the next XAUTOCLAIM scan starts.
+	claimFrom string
 }
 
 // NewConsumer returns a Consumer; it does not own rdb.
@@ -87,11 +121,24 @@ func NewConsumer(rdb redis.UniversalClient, cfg ConsumerConfig, h Handler, log *
 	cfg.Block = cmp.Or(cfg.Block, time.Second)
 	cfg.Grace = cmp.Or(cfg.Grace, 10*time.Second)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 5*time.Second)
-	return &Consumer{
-		rdb: rdb, cfg: cfg, handler: h, ack: lua.Ack(),
-		log:      log.With("stream", cfg.Stream, "consumer", cfg.Consumer),
-		reported: map[string]struct{}{},
+	cfg.ReclaimIdle = cmp.Or(cfg.ReclaimIdle, 30*time.Second)
+	cfg.ReclaimEvery = cmp.Or(cfg.ReclaimEvery, cfg.ReclaimIdle/2)
+	if cfg.RetryBackoff == nil {
+		cfg.RetryBackoff = DefaultRetryBackoff
 	}
+	return &Consumer{
+		rdb: rdb, cfg: cfg, handler: h, ack: lua.Ack(), retry: lua.Retry(),
+		log:       log.With("stream", cfg.Stream, "consumer", cfg.Consumer),
+		reported:  map[string]struct{}{},
+		claimFrom: "0-0",
+	}
+}
+
+// DefaultRetryBackoff waits a random time up to 200ms*2^attempt, capped at
+// 30s: exponential backoff with full jitter, so retries of one burst spread.
+func DefaultRetryBackoff(attempt int) time.Duration {
+	ceiling := min(200*time.Millisecond<<min(attempt, 20), 30*time.Second)
+	return time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond
 }
 
 // EnsureGroup creates the group at the start of the stream (id 0, so no
@@ -106,7 +153,7 @@ func EnsureGroup(ctx context.Context, rdb redis.UniversalClient, stream, group s
 
 // Run consumes until ctx is done. The read in progress is finished (it
 // blocks at most Block) and its batch is handled and acknowledged, bounded by
-// Grace; then Run returns.
+// Grace; then Run returns. What is left pending is reclaimed by others.
 func (c *Consumer) Run(ctx context.Context) error {
 	if err := EnsureGroup(ctx, c.rdb, c.cfg.Stream, c.cfg.Group); err != nil && ctx.Err() == nil {
 		c.log.Warn("consumer group not created yet; retrying", "err", err)
@@ -126,57 +173,69 @@ func (c *Consumer) Run(ctx context.Context) error {
 	})
 	defer stop()
 
-	// Start with this consumer's own pending entries (there are some after
-	// a failed batch), then read new ones.
+	// Start with this consumer's own pending entries (a consumer name can
+	// come back), then read new ones.
 	cursor := "0"
-	backoff := time.Duration(0)
+	nextReclaim := time.Now()
+	var backoff time.Duration
 	failing := false
-	for ctx.Err() == nil {
-		n, err := c.once(work, cursor)
-		if err == nil {
-			if failing {
-				c.log.Info("consumer recovered")
-				failing = false
-			}
-			backoff = 0
-			if cursor != ">" && n.last == "" {
-				cursor = ">" // backlog done
-			} else if cursor != ">" {
-				cursor = n.last
-			}
-			continue
-		}
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-			break
-		}
+	fail := func(err error) bool {
 		if !failing {
 			c.log.Warn("consumer failing; backing off and retrying", "err", err)
 			failing = true
 		}
-		if strings.HasPrefix(err.Error(), "NOGROUP") {
+		if strings.HasPrefix(err.Error(), "NOGROUP") || strings.Contains(err.Error(), "NOGROUP") {
 			if err := EnsureGroup(work, c.rdb, c.cfg.Stream, c.cfg.Group); err == nil {
 				c.log.Warn("consumer group was missing and is created again from id 0")
 			}
 		}
-		cursor = "0" // what failed is in our pending list: read it again
 		backoff = min(max(2*backoff, 50*time.Millisecond), c.cfg.MaxBackoff)
-		if !sleep(ctx, backoff) {
-			break
+		return sleep(ctx, backoff)
+	}
+	for ctx.Err() == nil {
+		var batch []Message
+		var err error
+		if time.Now().After(nextReclaim) {
+			batch, err = c.reclaim(work)
+			nextReclaim = time.Now().Add(c.cfg.ReclaimEvery)
+		} else {
+			batch, err = c.read(work, cursor)
+			if err == nil && cursor != ">" {
+				if len(batch) == 0 {
+					cursor = ">" // own backlog done
+				} else {
+					cursor = batch[len(batch)-1].ID
+				}
+			}
 		}
+		if err != nil {
+			if ctx.Err() != nil || !fail(err) {
+				break
+			}
+			continue
+		}
+		// The same batch is handed over again until it is done: a read
+		// again would count as another delivery.
+		for len(batch) > 0 {
+			err := c.process(work, batch)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil || !fail(err) {
+				return nil // left pending: others reclaim it
+			}
+		}
+		if failing {
+			c.log.Info("consumer recovered")
+			failing = false
+		}
+		backoff = 0
 	}
 	return nil
 }
 
-// maxReported bounds the memory of logged pending ids.
-const maxReported = 10_000
-
-type readResult struct {
-	last string // id of the last entry read, "" when none
-}
-
-// once reads one batch from cursor ("0"-style for own pending, ">" for new),
-// handles it and acknowledges the done entries.
-func (c *Consumer) once(ctx context.Context, cursor string) (readResult, error) {
+// read reads one batch from cursor ("0"-style for own pending, ">" for new).
+func (c *Consumer) read(ctx context.Context, cursor string) ([]Message, error) {
 	block := c.cfg.Block
 	if cursor != ">" {
 		block = -1 // no BLOCK: pending entries are there or not
@@ -186,52 +245,178 @@ func (c *Consumer) once(ctx context.Context, cursor string) (readResult, error) 
 		Streams: []string{c.cfg.Stream, cursor}, Count: int64(c.cfg.Batch), Block: block,
 	}).Result()
 	if errors.Is(err, redis.Nil) {
-		return readResult{}, nil
+		return nil, nil
 	}
 	if err != nil {
-		return readResult{}, fmt.Errorf("read %s: %w", c.cfg.Stream, err)
+		return nil, fmt.Errorf("read %s: %w", c.cfg.Stream, err)
 	}
 	var batch []Message
 	for _, s := range streams {
 		for _, e := range s.Messages {
-			batch = append(batch, Message{Stream: s.Stream, ID: e.ID, Values: e.Values})
+			batch = append(batch, c.message(e, 1))
 		}
 	}
-	if len(batch) == 0 {
-		return readResult{}, nil
+	if cursor != ">" && len(batch) > 0 {
+		if err := c.countDeliveries(ctx, batch); err != nil {
+			return nil, err
+		}
 	}
-	res := readResult{last: batch[len(batch)-1].ID}
-	outcomes, err := c.handler.Handle(ctx, batch)
+	return batch, nil
+}
+
+// reclaim claims entries idle longer than ReclaimIdle from any consumer of
+// the group, with their delivery counts.
+func (c *Consumer) reclaim(ctx context.Context) ([]Message, error) {
+	msgs, next, err := c.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+		Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer,
+		MinIdle: c.cfg.ReclaimIdle, Start: c.claimFrom, Count: int64(c.cfg.Batch),
+	}).Result()
 	if err != nil {
-		return res, fmt.Errorf("handle batch of %d: %w", len(batch), err)
+		return nil, fmt.Errorf("reclaim on %s: %w", c.cfg.Stream, err)
+	}
+	c.claimFrom = next
+	batch := make([]Message, 0, len(msgs))
+	for _, e := range msgs {
+		batch = append(batch, c.message(e, 0))
+	}
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	if err := c.countDeliveries(ctx, batch); err != nil {
+		return nil, err
+	}
+	c.log.Warn("reclaimed entries of a stalled consumer", "count", len(batch))
+	return batch, nil
+}
+
+func (c *Consumer) message(e redis.XMessage, deliveries int64) Message {
+	m := Message{Stream: c.cfg.Stream, ID: e.ID, Values: e.Values, Deliveries: deliveries}
+	if s, ok := e.Values[AttemptField].(string); ok {
+		m.Attempt, _ = strconv.Atoi(s)
+	}
+	return m
+}
+
+// countDeliveries fills in the delivery counts of entries pending with
+// this consumer.
+func (c *Consumer) countDeliveries(ctx context.Context, batch []Message) error {
+	pend, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer,
+		Start: batch[0].ID, End: batch[len(batch)-1].ID, Count: int64(len(batch)),
+	}).Result()
+	if err != nil {
+		return fmt.Errorf("read delivery counts: %w", err)
+	}
+	counts := make(map[string]int64, len(pend))
+	for _, p := range pend {
+		counts[p.ID] = p.RetryCount
+	}
+	for i := range batch {
+		batch[i].Deliveries = max(counts[batch[i].ID], 1)
+	}
+	return nil
+}
+
+// process hands the batch to the handler, keeping its entries fresh
+// meanwhile, and carries out the outcomes.
+func (c *Consumer) process(ctx context.Context, batch []Message) error {
+	stopKeepalive := c.keepalive(ctx, batch)
+	outcomes, err := c.handler.Handle(ctx, batch)
+	stopKeepalive()
+	if err != nil {
+		return fmt.Errorf("handle batch of %d: %w", len(batch), err)
 	}
 	if len(outcomes) != len(batch) {
-		return res, fmt.Errorf("handler gave %d outcomes for %d messages", len(outcomes), len(batch))
+		return fmt.Errorf("handler gave %d outcomes for %d messages", len(outcomes), len(batch))
 	}
 	var done []any
+	var retries []Message
 	for i, o := range outcomes {
-		switch o {
-		case Ack:
-			done = append(done, batch[i].ID)
-			delete(c.reported, batch[i].ID)
-		case LeavePending:
-			if _, seen := c.reported[batch[i].ID]; !seen {
+		m := batch[i]
+		switch {
+		case o == Ack:
+			done = append(done, m.ID)
+			delete(c.reported, m.ID)
+		case o == Retry && c.cfg.Delay != nil:
+			retries = append(retries, m)
+		default:
+			if _, seen := c.reported[m.ID]; !seen {
 				if len(c.reported) >= maxReported {
 					clear(c.reported)
 				}
-				c.reported[batch[i].ID] = struct{}{}
-				c.log.Warn("message left pending", "id", batch[i].ID)
+				c.reported[m.ID] = struct{}{}
+				c.log.Warn("message left pending", "id", m.ID)
 			}
+		}
+	}
+	if len(retries) > 0 {
+		if err := c.delay(ctx, retries); err != nil {
+			return err
 		}
 	}
 	if len(done) > 0 {
 		args := append([]any{c.cfg.Group}, done...)
 		if err := c.ack.Run(ctx, c.rdb, []string{c.cfg.Stream}, args...).Err(); err != nil {
-			return res, fmt.Errorf("ack %d entries: %w", len(done), err)
+			return fmt.Errorf("ack %d entries: %w", len(done), err)
 		}
 	}
-	return res, nil
+	return nil
 }
+
+// delay moves messages to the delay queue, each with its attempt count
+// raised, scheduled after its backoff.
+func (c *Consumer) delay(ctx context.Context, msgs []Message) error {
+	pipe := c.rdb.Pipeline()
+	now := time.Now()
+	for _, m := range msgs {
+		fields := make(map[string]string, len(m.Values)+1)
+		for k, v := range m.Values {
+			fields[k] = fmt.Sprint(v)
+		}
+		fields[AttemptField] = strconv.Itoa(m.Attempt + 1)
+		due := now.Add(c.cfg.RetryBackoff(m.Attempt))
+		c.retry.Eval(ctx, pipe, []string{c.cfg.Stream, c.cfg.Delay.Key()}, c.cfg.Group, m.ID, due.UnixMilli(), Payload(fields))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("delay %d entries: %w", len(msgs), err)
+	}
+	return nil
+}
+
+// keepalive claims the batch's entries to this consumer again every
+// ReclaimIdle/3 while the handler runs, resetting their idle time, so no
+// other consumer reclaims live work. JUSTID claims do not count as
+// deliveries.
+func (c *Consumer) keepalive(ctx context.Context, batch []Message) (stop func()) {
+	ids := make([]string, len(batch))
+	for i, m := range batch {
+		ids[i] = m.ID
+	}
+	kctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(c.cfg.ReclaimIdle / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-kctx.Done():
+				return
+			case <-t.C:
+				err := c.rdb.XClaimJustID(kctx, &redis.XClaimArgs{
+					Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer, Messages: ids,
+				}).Err()
+				if err != nil && kctx.Err() == nil {
+					c.log.Warn("keeping batch entries fresh failed", "err", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// maxReported bounds the memory of logged pending ids.
+const maxReported = 10_000
 
 // sleep waits d or until ctx is done; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -250,6 +435,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func ConsumerName() string {
 	host, _ := os.Hostname()
 	var b [4]byte
-	_, _ = rand.Read(b[:])
+	_, _ = crand.Read(b[:])
 	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "host"), os.Getpid(), hex.EncodeToString(b[:]))
 }

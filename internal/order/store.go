@@ -36,6 +36,8 @@ type DeadLetter struct {
 	Reason    string `gorm:"column:reason"`
 	Payload   string `gorm:"column:payload"`
 	CreatedAt time.Time
+	// ReplayedAt is set when an operator sent the order through again.
+	ReplayedAt *time.Time `gorm:"column:replayed_at"`
 }
 
 // TableName is the table of sql/*/0001_init.sql.

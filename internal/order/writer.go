@@ -11,25 +11,53 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"seckill/internal/mq"
 	"seckill/internal/voucher"
+	"seckill/lua"
 )
 
 // Reasons a message becomes a dead letter instead of an order.
 const (
+	ReasonUndecodable    = "undecodable"
 	ReasonUnknownVoucher = "unknown_voucher"
 	ReasonOutOfStock     = "out_of_stock"
 	ReasonDuplicateBuyer = "duplicate_buyer"
+	// ReasonDeliveryLimit: delivered more than MaxDeliveries times (its
+	// consumers kept dying on it).
+	ReasonDeliveryLimit = "delivery_limit"
+	// ReasonAttemptLimit: its buyer lock was held elsewhere on every one
+	// of MaxAttempts tries.
+	ReasonAttemptLimit = "attempt_limit"
 )
+
+// restocks says which dead letters give their unit back to the Redis
+// stock: those whose unit MySQL still has. An order refused for lack of
+// MySQL stock, or for an unknown voucher, has no unit to give back.
+func restocks(reason string) bool {
+	return reason == ReasonDeliveryLimit || reason == ReasonAttemptLimit || reason == ReasonDuplicateBuyer
+}
 
 // WriterConfig tunes the Writer.
 type WriterConfig struct {
 	// Attempts bounds how often a transaction that hit a deadlock or lock
 	// wait timeout is tried again within one batch, default 3.
 	Attempts int
+	// Locks, when set, are taken per buyer around the write; a buyer whose
+	// lock is held elsewhere is retried later through the delay queue.
+	Locks *Locks
+	// KeyPrefix names the buyer locks (the Redis key prefix).
+	KeyPrefix string
+	// MaxDeliveries: a message delivered more often is dead-lettered.
+	// Default 5.
+	MaxDeliveries int64
+	// MaxAttempts: a message whose lock was held on this many tries is
+	// dead-lettered. Default 8.
+	MaxAttempts int
 	// AfterCommit, when set, runs after a batch committed and before it is
 	// acknowledged: the hook fault tests use for a deterministic crash.
 	AfterCommit func()
@@ -39,76 +67,146 @@ type WriterConfig struct {
 // orders in one transaction. Every message is idempotent: an order already
 // written, or already dead-lettered, counts as done and changes nothing.
 type Writer struct {
-	db   *gorm.DB
-	rdb  redis.UniversalClient
-	keys voucher.Keys
-	cfg  WriterConfig
-	log  *slog.Logger
+	db      *gorm.DB
+	rdb     redis.UniversalClient
+	keys    voucher.Keys
+	cfg     WriterConfig
+	log     *slog.Logger
+	release *redis.Script
 }
 
 // NewWriter returns a Writer; it owns none of its clients.
 func NewWriter(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, cfg WriterConfig, log *slog.Logger) *Writer {
 	cfg.Attempts = cmp.Or(cfg.Attempts, 3)
-	return &Writer{db: db, rdb: rdb, keys: keys, cfg: cfg, log: log}
+	cfg.MaxDeliveries = cmp.Or(cfg.MaxDeliveries, 5)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 8)
+	return &Writer{db: db, rdb: rdb, keys: keys, cfg: cfg, log: log, release: lua.Release()}
 }
 
+// item is one message on its way: decoded, and with the reason it is
+// dead-lettered when it cannot become an order.
 type item struct {
-	msg mq.Message
-	ord voucher.Message
+	msg    mq.Message
+	ord    voucher.Message
+	bad    bool   // did not decode
+	reason string // set when the item is to be dead-lettered
 }
 
-// Handle writes the batch. Messages that do not decode are left pending.
+// Handle writes the batch. Each message ends as an order, a dead letter
+// (with its reservation given back) or, when its buyer lock is held
+// elsewhere, a retry through the delay queue.
 func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
 	outcomes := make([]mq.Outcome, len(batch))
 	items := make([]item, 0, len(batch))
-	for i, m := range batch {
+	var lockKeys []string
+	var lockIdx []int
+	for _, m := range batch {
+		it := item{msg: m}
 		o, err := voucher.Decode(m.Values)
-		if err != nil {
-			outcomes[i] = mq.LeavePending
-			continue
+		switch {
+		case err != nil:
+			it.bad, it.reason = true, ReasonUndecodable
+		case m.Deliveries > w.cfg.MaxDeliveries:
+			it.ord, it.reason = o, ReasonDeliveryLimit
+		default:
+			it.ord = o
+			if w.cfg.Locks != nil {
+				lockKeys = append(lockKeys, lockKey(w.cfg.KeyPrefix, o.VoucherID, o.UserID))
+				lockIdx = append(lockIdx, len(items))
+			}
 		}
-		items = append(items, item{msg: m, ord: o})
+		items = append(items, it)
 	}
-	if len(items) == 0 {
+
+	var held []*redsync.Mutex
+	if len(lockKeys) > 0 {
+		var err error
+		held, err = w.cfg.Locks.tryAll(ctx, lockKeys)
+		if err != nil {
+			return nil, err
+		}
+		defer w.cfg.Locks.release(context.WithoutCancel(ctx), held)
+		for j, m := range held {
+			if m != nil {
+				continue
+			}
+			i := lockIdx[j]
+			if items[i].msg.Attempt+1 >= w.cfg.MaxAttempts {
+				items[i].reason = ReasonAttemptLimit
+			} else {
+				outcomes[i] = mq.Retry
+			}
+		}
+		stop := w.cfg.Locks.watch(ctx, held)
+		defer stop()
+	}
+
+	work := make([]*item, 0, len(items))
+	for i := range items {
+		if outcomes[i] != mq.Retry {
+			work = append(work, &items[i])
+		}
+	}
+	if len(work) == 0 {
 		return outcomes, nil
 	}
 	var err error
 	for attempt := 1; attempt <= w.cfg.Attempts; attempt++ {
-		err = w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(tx, items) })
+		err = w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(tx, work) })
 		if err == nil || !isRetryable(err) {
 			break
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("write %d orders: %w", len(items), err)
+		return nil, fmt.Errorf("write %d orders: %w", len(work), err)
 	}
 	if w.cfg.AfterCommit != nil {
 		w.cfg.AfterCommit()
 	}
-	w.forgetPending(ctx, items)
-	return outcomes, nil // every decoded message is Ack (the zero Outcome)
+	// Give back the reservations of dead letters before the ack: after a
+	// crash here the redelivery finds the dead letter and gives back again,
+	// which the script makes a no-op.
+	if err := w.giveBack(ctx, work); err != nil {
+		return nil, err
+	}
+	w.forgetPending(ctx, work)
+	return outcomes, nil
 }
 
 // write records every item as an order or a dead letter. The fast path
 // does the whole batch in a few statements; when any guard trips (a
 // duplicate, a stock guard) it is rolled back and every item goes the
-// careful way, one savepoint each.
-func (w *Writer) write(tx *gorm.DB, items []item) error {
+// careful way, one savepoint each. Items already written or dead-lettered
+// (a redelivery) change nothing.
+func (w *Writer) write(tx *gorm.DB, items []*item) error {
 	fresh, err := w.unseen(tx, items)
-	if err != nil || len(fresh) == 0 {
+	if err != nil {
 		return err
+	}
+	var orders []*item
+	for _, it := range fresh {
+		if it.reason != "" {
+			if err := w.deadLetter(tx, it); err != nil {
+				return err
+			}
+			continue
+		}
+		orders = append(orders, it)
+	}
+	if len(orders) == 0 {
+		return nil
 	}
 	if err := tx.SavePoint("fast").Error; err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
-	ok, err := w.fast(tx, fresh)
+	ok, err := w.fast(tx, orders)
 	if err != nil || ok {
 		return err
 	}
 	if err := tx.RollbackTo("fast").Error; err != nil {
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
-	for i, it := range fresh {
+	for i, it := range orders {
 		if err := w.one(tx, it, "m"+strconv.Itoa(i)); err != nil {
 			return err
 		}
@@ -116,41 +214,81 @@ func (w *Writer) write(tx *gorm.DB, items []item) error {
 	return nil
 }
 
-// unseen drops the items whose order id is already an order or a dead
-// letter: a redelivery after a crash between commit and ack.
-func (w *Writer) unseen(tx *gorm.DB, items []item) ([]item, error) {
-	ids := make([]int64, len(items))
-	for i, it := range items {
-		ids[i] = it.ord.OrderID
+// unseen returns the items not yet written: not an order, not a live dead
+// letter. Items already dead-lettered get that reason back, so their
+// reservation is given back again (a no-op if it was).
+func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
+	var ids []int64
+	for _, it := range items {
+		if !it.bad {
+			ids = append(ids, it.ord.OrderID)
+		}
+	}
+	if len(ids) == 0 {
+		return w.unseenBad(tx, items)
 	}
 	var done []int64
 	if err := tx.Raw("SELECT id FROM orders WHERE id IN ?", ids).Scan(&done).Error; err != nil {
 		return nil, fmt.Errorf("find written orders: %w", err)
 	}
-	var dead []int64
-	if err := tx.Raw("SELECT order_id FROM dead_letters WHERE order_id IN ?", ids).Scan(&dead).Error; err != nil {
+	var dead []struct {
+		OrderID int64
+		Reason  string
+	}
+	if err := tx.Raw("SELECT order_id, reason FROM dead_letters WHERE order_id IN ? AND replayed_at IS NULL", ids).Scan(&dead).Error; err != nil {
 		return nil, fmt.Errorf("find dead letters: %w", err)
 	}
-	done = append(done, dead...)
-	seen := make(map[int64]bool, len(done))
+	written := make(map[int64]bool, len(done))
 	for _, id := range done {
-		seen[id] = true
+		written[id] = true
 	}
-	fresh := items[:0:0]
+	deadReason := make(map[int64]string, len(dead))
+	for _, d := range dead {
+		deadReason[d.OrderID] = d.Reason
+	}
+	var fresh []*item
 	for _, it := range items {
-		if !seen[it.ord.OrderID] {
+		if it.bad {
+			continue
+		}
+		id := it.ord.OrderID
+		switch {
+		case written[id]:
+			it.reason = "" // an order: nothing to give back
+		case deadReason[id] != "":
+			it.reason = deadReason[id]
+		default:
 			fresh = append(fresh, it)
-			seen[it.ord.OrderID] = true // a batch never writes one order twice
+			written[id] = true // a batch never writes one order twice
 		}
 	}
-	return fresh, nil
+	bad, err := w.unseenBad(tx, items)
+	return append(fresh, bad...), err
+}
+
+// unseenBad returns the undecodable items without a dead letter yet.
+func (w *Writer) unseenBad(tx *gorm.DB, items []*item) ([]*item, error) {
+	var out []*item
+	for _, it := range items {
+		if !it.bad {
+			continue
+		}
+		var n int64
+		if err := tx.Raw("SELECT COUNT(*) FROM dead_letters WHERE stream = ? AND message_id = ?", it.msg.Stream, it.msg.ID).Scan(&n).Error; err != nil {
+			return nil, fmt.Errorf("find dead letter: %w", err)
+		}
+		if n == 0 {
+			out = append(out, it)
+		}
+	}
+	return out, nil
 }
 
 // fast decrements each voucher's stock by its count in the batch, in voucher
 // id order so concurrent batches lock rows in one order, then inserts every
 // order in one statement. It reports false, with no error, when a guard
 // tripped and the batch must go the careful way.
-func (w *Writer) fast(tx *gorm.DB, items []item) (bool, error) {
+func (w *Writer) fast(tx *gorm.DB, items []*item) (bool, error) {
 	counts := map[int64]int{}
 	for _, it := range items {
 		counts[it.ord.VoucherID]++
@@ -187,7 +325,7 @@ func (w *Writer) fast(tx *gorm.DB, items []item) (bool, error) {
 
 // one writes a single item under its own savepoint: the order, or the dead
 // letter that says why it cannot be one.
-func (w *Writer) one(tx *gorm.DB, it item, sp string) error {
+func (w *Writer) one(tx *gorm.DB, it *item, sp string) error {
 	if err := tx.SavePoint(sp).Error; err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
@@ -202,11 +340,11 @@ func (w *Writer) one(tx *gorm.DB, it item, sp string) error {
 		if err := tx.Raw("SELECT COUNT(*) FROM vouchers WHERE id = ?", o.VoucherID).Scan(&n).Error; err != nil {
 			return fmt.Errorf("find voucher %d: %w", o.VoucherID, err)
 		}
-		reason := ReasonOutOfStock
+		it.reason = ReasonOutOfStock
 		if n == 0 {
-			reason = ReasonUnknownVoucher
+			it.reason = ReasonUnknownVoucher
 		}
-		return w.deadLetter(tx, it, reason)
+		return w.deadLetter(tx, it)
 	}
 	err := tx.Create(&Order{ID: o.OrderID, UserID: o.UserID, VoucherID: o.VoucherID, AcceptedAt: o.AcceptedAt, CreatedAt: now}).Error
 	if err == nil {
@@ -225,32 +363,68 @@ func (w *Writer) one(tx *gorm.DB, it item, sp string) error {
 	if n == 1 {
 		return nil // written by a concurrent batch: done
 	}
-	return w.deadLetter(tx, it, ReasonDuplicateBuyer)
+	it.reason = ReasonDuplicateBuyer
+	return w.deadLetter(tx, it)
 }
 
 // deadLetter records why an item is not an order. The caller's savepoint
-// must have undone any write for the item.
-func (w *Writer) deadLetter(tx *gorm.DB, it item, reason string) error {
+// must have undone any write for the item. A replayed dead letter that
+// fails again is live again, with the new reason.
+func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 	payload, _ := json.Marshal(it.msg.Values)
-	o := it.ord
 	d := DeadLetter{
-		Stream: it.msg.Stream, MessageID: it.msg.ID, OrderID: &o.OrderID, UserID: &o.UserID, VoucherID: &o.VoucherID,
-		Reason: reason, Payload: string(payload), CreatedAt: time.Now().UTC(),
+		Stream: it.msg.Stream, MessageID: it.msg.ID, Reason: it.reason, Payload: string(payload), CreatedAt: time.Now().UTC(),
 	}
-	err := tx.Create(&d).Error
+	if !it.bad {
+		o := it.ord
+		d.OrderID, d.UserID, d.VoucherID = &o.OrderID, &o.UserID, &o.VoucherID
+	}
+	err := tx.Clauses(clause.OnConflict{
+		Columns:   []clause.Column{{Name: "order_id"}},
+		DoUpdates: clause.Assignments(map[string]any{"reason": it.reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID}),
+	}).Create(&d).Error
 	if err != nil && !isDuplicate(err) {
-		return fmt.Errorf("dead-letter order %d: %w", o.OrderID, err)
+		return fmt.Errorf("dead-letter message %s: %w", it.msg.ID, err)
 	}
-	w.log.Warn("order dead-lettered", "order_id", o.OrderID, "voucher_id", o.VoucherID, "reason", reason)
+	w.log.Warn("message dead-lettered", "message_id", it.msg.ID, "order_id", it.ord.OrderID, "reason", it.reason)
+	return nil
+}
+
+// giveBack returns the Redis reservation of every dead-lettered item.
+func (w *Writer) giveBack(ctx context.Context, items []*item) error {
+	pipe := w.rdb.Pipeline()
+	n := 0
+	for _, it := range items {
+		if it.reason == "" || it.bad {
+			continue
+		}
+		o := it.ord
+		restock := "0"
+		if restocks(it.reason) {
+			restock = "1"
+		}
+		keys := []string{w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(w.keys.Shard(o.VoucherID))}
+		w.release.Eval(ctx, pipe, keys, o.UserID, o.OrderID, restock)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("give back %d reservations: %w", n, err)
+	}
 	return nil
 }
 
 // forgetPending drops written orders from the pending index. Best effort:
 // the status route looks at the database after the index, so a stale entry
 // is only memory.
-func (w *Writer) forgetPending(ctx context.Context, items []item) {
+func (w *Writer) forgetPending(ctx context.Context, items []*item) {
 	byShard := map[int][]string{}
 	for _, it := range items {
+		if it.bad {
+			continue
+		}
 		s := w.keys.Shard(it.ord.VoucherID)
 		byShard[s] = append(byShard[s], strconv.FormatInt(it.ord.OrderID, 10))
 	}

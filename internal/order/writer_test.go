@@ -108,17 +108,25 @@ func TestWriterBatchAndReplay(t *testing.T) {
 	}
 }
 
-func TestWriterPoisonMessageLeftPending(t *testing.T) {
+func TestWriterPoisonMessageDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := newWriterEnv(t)
 	v := e.voucher(t, 5)
 	poison := mq.Message{Stream: "s", ID: "1-9", Values: map[string]any{"v": "1", "order": "x"}}
-	out := handle(t, e.w, []mq.Message{msg(1, 601, 1, v), poison, msg(2, 602, 2, v)})
-	if out[0] != mq.Ack || out[1] != mq.LeavePending || out[2] != mq.Ack {
-		t.Fatalf("outcomes %v", out)
-	}
-	if s, o, _ := e.counts(t, v); s != 3 || o != 2 {
-		t.Fatalf("stock %d orders %d; want 3 2", s, o)
+	batch := []mq.Message{msg(1, 601, 1, v), poison, msg(2, 602, 2, v)}
+	for range 2 { // the second time is a redelivery: nothing changes
+		for _, o := range handle(t, e.w, batch) {
+			if o != mq.Ack {
+				t.Fatalf("outcome %v, want Ack", o)
+			}
+		}
+		if s, o, _ := e.counts(t, v); s != 3 || o != 2 {
+			t.Fatalf("stock %d orders %d; want 3 2", s, o)
+		}
+		var dead []DeadLetter
+		if err := e.db.Where("message_id = ?", "1-9").Find(&dead).Error; err != nil || len(dead) != 1 || dead[0].Reason != ReasonUndecodable {
+			t.Fatalf("dead letters %+v, %v", dead, err)
+		}
 	}
 }
 

@@ -79,7 +79,7 @@ func Check(ctx context.Context, db *gorm.DB, rdb redis.UniversalClient, keys vou
 	}
 	r.Orders = len(orders)
 	var dead []row
-	if err := db.WithContext(ctx).Raw("SELECT order_id AS id, user_id FROM dead_letters WHERE voucher_id = ?", in.VoucherID).Scan(&dead).Error; err != nil {
+	if err := db.WithContext(ctx).Raw("SELECT order_id AS id, user_id FROM dead_letters WHERE voucher_id = ? AND replayed_at IS NULL", in.VoucherID).Scan(&dead).Error; err != nil {
 		return r, fmt.Errorf("read dead letters: %w", err)
 	}
 	r.DeadLetters = len(dead)

@@ -53,3 +53,7 @@ func (k Keys) Stream(shard int) string { return k.Tag(shard) + ":orders" }
 // Pending indexes a shard's accepted orders not yet written to MySQL:
 // order id -> "user id:voucher id".
 func (k Keys) Pending(shard int) string { return k.Tag(shard) + ":pending" }
+
+// Delayed is a shard's delay queue: orders waiting to go back onto the
+// shard's stream (a buyer lock was held elsewhere).
+func (k Keys) Delayed(shard int) string { return k.Tag(shard) + ":delayed" }

@@ -1,0 +1,133 @@
+package order
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+)
+
+// Locks is the per-buyer lock the worker holds while it writes a buyer's
+// order: the one-order-per-user lock of the classic design. It sits in front
+// of the database's unique key, which stays the real guarantee (a lock can
+// expire under a pause). With several independent Redis nodes it is a
+// Redlock: a lock is held when a majority granted it.
+type Locks struct {
+	rs  *redsync.Redsync
+	ttl time.Duration
+	log *slog.Logger
+}
+
+// NewLocks returns the locks on the given nodes (one, or several
+// independent ones). ttl bounds how long a crashed holder blocks a buyer;
+// the watchdog extends it while a write runs.
+func NewLocks(nodes []redis.UniversalClient, ttl time.Duration, log *slog.Logger) *Locks {
+	pools := make([]rsredis.Pool, len(nodes))
+	for i, n := range nodes {
+		pools[i] = goredis.NewPool(n)
+	}
+	return &Locks{rs: redsync.New(pools...), ttl: cmp.Or(ttl, 10*time.Second), log: log}
+}
+
+// errLockTaken means another worker holds the lock.
+var errLockTaken = errors.New("lock held elsewhere")
+
+// tryAll tries each lock once, without waiting, all at once. held[i] is
+// nil when key i is held elsewhere. An error means a node failed and no
+// conclusion can be drawn; whatever was taken is released.
+func (l *Locks) tryAll(ctx context.Context, keys []string) ([]*redsync.Mutex, error) {
+	held := make([]*redsync.Mutex, len(keys))
+	errs := make([]error, len(keys))
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			m := l.rs.NewMutex(k, redsync.WithExpiry(l.ttl), redsync.WithTries(1), redsync.WithFailFast(true))
+			err := m.TryLockContext(ctx)
+			switch {
+			case err == nil:
+				held[i] = m
+			case taken(err):
+				errs[i] = errLockTaken
+			default:
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, errLockTaken) {
+			l.release(ctx, held)
+			return nil, fmt.Errorf("take buyer locks: %w", err)
+		}
+	}
+	return held, nil
+}
+
+// taken reports a refusal because someone holds the lock, as opposed to a
+// node that could not be asked.
+func taken(err error) bool {
+	var t *redsync.ErrTaken
+	var nt *redsync.ErrNodeTaken
+	return errors.As(err, &t) || errors.As(err, &nt) || errors.Is(err, redsync.ErrFailed)
+}
+
+// watch extends the held locks every ttl/3 until stop is called.
+func (l *Locks) watch(ctx context.Context, held []*redsync.Mutex) (stop func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(l.ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			for _, m := range held {
+				if m == nil {
+					continue
+				}
+				if ok, err := m.ExtendContext(wctx); !ok && wctx.Err() == nil {
+					// The write goes on: the database's keys keep it
+					// correct without the lock.
+					l.log.Warn("buyer lock could not be extended", "lock", m.Name(), "err", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// release unlocks what is held. A lock that expired and was taken by
+// someone else is left alone: redsync deletes only its own value.
+func (l *Locks) release(ctx context.Context, held []*redsync.Mutex) {
+	var wg sync.WaitGroup
+	for _, m := range held {
+		if m == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := m.UnlockContext(ctx); err != nil && !errors.Is(err, redsync.ErrLockAlreadyExpired) {
+				l.log.Debug("buyer lock not released; it expires", "lock", m.Name(), "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
