@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# cluster-up.sh: seckill as it runs in production, on this machine's loopback,
+# from the installed binaries: redis-server (AOF, fsync always, noeviction),
+# mariadbd (its own datadir), two or more API instances and nginx in front.
+# Prints the URL and an admin token; scripts/cluster-down.sh stops it.
+#
+#   scripts/cluster-up.sh           start the cluster
+#   scripts/cluster-up.sh worker    add an instance with SECKILL_ROLE=worker to a running cluster
+#
+# State (pids, logs, data, cluster.env) lives in SECKILL_CLUSTER_DIR, default
+# .cluster/ in the repository; data is kept across down/up unless
+# cluster-down.sh --purge. Settings, all optional:
+#   SECKILL_CLUSTER_INSTANCES    API instances (2)
+#   SECKILL_CLUSTER_HTTP_PORT    nginx (18080)
+#   SECKILL_CLUSTER_API_PORT     first instance's port; the others follow (18081)
+#   SECKILL_CLUSTER_REDIS_PORT   redis-server (16379)
+#   SECKILL_CLUSTER_MYSQL_PORT   mariadbd (13306)
+#   SECKILL_CLUSTER_WATCH_PID    stop the cluster when this process exits (tests)
+#   SECKILL_API_BIN              use this api binary instead of building one
+#   SECKILL_NGINX_PURCHASE_RATE, SECKILL_NGINX_PURCHASE_BURST, SECKILL_NGINX_PROXY_TIMEOUT
+#                                nginx limits (20r/s, 40, 5s; see nginx/seckill.conf.template).
+#                                A load test from one address needs a far higher rate.
+# Every other SECKILL_* variable in the environment (SECKILL_ROLE,
+# SECKILL_LOG_LEVEL, SECKILL_WORKER_BATCH, ...) reaches the instances.
+set -euo pipefail
+export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${SECKILL_CLUSTER_DIR:-$root/.cluster}
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+run=$dir/run
+logs=$dir/log
+
+instances=${SECKILL_CLUSTER_INSTANCES:-2}
+http_port=${SECKILL_CLUSTER_HTTP_PORT:-18080}
+api_port=${SECKILL_CLUSTER_API_PORT:-18081}
+redis_port=${SECKILL_CLUSTER_REDIS_PORT:-16379}
+mysql_port=${SECKILL_CLUSTER_MYSQL_PORT:-13306}
+
+say() { printf 'cluster: %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found; scripts/deps.sh installs it"; }
+
+# alive NAME: the process in run/NAME.pid runs and is still the program we
+# started (its pid was not reused).
+alive() {
+  local f=$run/$1.pid pid exe
+  [ -f "$f" ] || return 1
+  read -r pid exe <"$f"
+  [ -n "$pid" ] && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$exe" ]
+}
+
+# start NAME LOG PROGRAM ARGS...: runs PROGRAM in its own session (a Ctrl-C in
+# this terminal does not reach it), output to LOG, and records its pid.
+start() {
+  local name=$1 log=$2 prog
+  shift 2
+  prog=$(readlink -f "$(command -v "$1")")
+  setsid "$@" </dev/null >>"$log" 2>&1 &
+  echo "$! $prog" >"$run/$name.pid"
+}
+
+# wait_for WHAT SECONDS NAME COMMAND...: polls COMMAND until it succeeds,
+# failing early if process NAME exited.
+wait_for() {
+  local what=$1 secs=$2 name=$3
+  shift 3
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    kill -0 "$(cut -d' ' -f1 "$run/$name.pid")" 2>/dev/null || die "$what exited while starting; see $logs/$name.log"
+    [ $SECONDS -lt $deadline ] || die "$what not ready after ${secs}s; see $logs/$name.log"
+    sleep 0.1
+  done
+}
+
+# http_ok PORT PATH: GET answers 200 (bash only, no curl needed).
+http_ok() {
+  local line
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+  printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3
+  IFS= read -r -t 2 line <&3 || { exec 3>&-; return 1; }
+  exec 3>&-
+  [[ $line == "HTTP/1."?" 200"* ]]
+}
+
+redis_ok() {
+  local line
+  exec 3<>"/dev/tcp/127.0.0.1/$redis_port" || return 1
+  printf 'PING\r\n' >&3
+  IFS= read -r -t 2 line <&3 || { exec 3>&-; return 1; }
+  exec 3>&-
+  [ "$line" = $'+PONG\r' ]
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# instance_env: the settings every instance gets.
+instance_env() {
+  export SECKILL_REDIS_URL="redis://127.0.0.1:$redis_port/0"
+  export SECKILL_MYSQL_DSN="root@tcp(127.0.0.1:$mysql_port)/seckill"
+  SECKILL_TOKEN_SECRET=$(cat "$dir/token-secret")
+  export SECKILL_TOKEN_SECRET
+}
+
+if [ "${1:-}" = "worker" ]; then
+  [ -f "$dir/cluster.env" ] && alive redis || die "no cluster runs in $dir; start one with scripts/cluster-up.sh"
+  set -a
+  # shellcheck disable=SC1091
+  . "$dir/cluster.env"
+  set +a
+  n=1
+  while [ -f "$run/worker-$n.pid" ]; do n=$((n + 1)); done
+  # At info level, so that its start can be seen in its log.
+  SECKILL_ROLE=worker SECKILL_LOG_LEVEL=info start "worker-$n" "$logs/worker-$n.log" "$dir/bin/api" serve
+  wait_for "worker-$n" 30 "worker-$n" grep -q 'worker started' "$logs/worker-$n.log"
+  say "worker-$n started (pid $(cut -d' ' -f1 "$run/worker-$n.pid"))"
+  exit 0
+fi
+
+need redis-server
+need mariadbd
+need mariadb-install-db
+need mariadb
+need nginx
+mkdir -p "$run" "$logs" "$dir/redis" "$dir/mysql" "$dir/nginx/logs" "$dir/nginx/temp" "$dir/bin"
+for name in nginx redis mariadb; do
+  alive "$name" && die "a cluster already runs in $dir (scripts/cluster-down.sh stops it)"
+done
+ports=("$http_port" "$redis_port" "$mysql_port")
+for i in $(seq 0 $((instances - 1))); do ports+=($((api_port + i))); done
+for p in "${ports[@]}"; do
+  port_free "$p" || die "port $p is taken; choose others with SECKILL_CLUSTER_*_PORT"
+done
+
+# On any failure, stop what was started.
+trap 'say "start failed; stopping what was started"; SECKILL_CLUSTER_DIR=$dir "$root/scripts/cluster-down.sh" >&2 || true' ERR
+
+if [ -n "${SECKILL_API_BIN:-}" ]; then
+  cp "$SECKILL_API_BIN" "$dir/bin/api"
+else
+  need go
+  say "building the api binary"
+  (cd "$root" && go build -o "$dir/bin/api" ./cmd/api)
+fi
+if [ ! -s "$dir/token-secret" ]; then
+  (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/token-secret")
+fi
+
+say "redis-server on 127.0.0.1:$redis_port (appendonly, fsync always, noeviction)"
+start redis "$logs/redis.log" redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir/redis" \
+  --daemonize no --appendonly yes --appendfsync always --maxmemory-policy noeviction --save ""
+wait_for redis-server 30 redis redis_ok
+
+root_user=()
+[ "$(id -u)" -eq 0 ] && root_user=(--user=root) # mariadbd refuses root otherwise
+common=(--no-defaults "--datadir=$dir/mysql/data" --skip-name-resolve --innodb-log-file-size=64M "${root_user[@]}")
+if [ ! -d "$dir/mysql/data/mysql" ]; then
+  say "creating the mariadb datadir"
+  mariadb-install-db "${common[@]}" --auth-root-authentication-method=normal --skip-test-db \
+    </dev/null >"$logs/mariadb-install.log" 2>&1 || die "mariadb-install-db failed; see $logs/mariadb-install.log"
+fi
+say "mariadbd on 127.0.0.1:$mysql_port"
+# The socket path is relative to the datadir: a deep absolute path can pass
+# the 108-byte limit of socket names.
+start mariadb "$logs/mariadb.log" mariadbd "${common[@]}" --port="$mysql_port" --bind-address=127.0.0.1 \
+  --socket=mysqld.sock --pid-file="$dir/mysql/mariadbd.pid" --skip-log-bin \
+  --innodb-buffer-pool-size=256M --innodb-flush-log-at-trx-commit=1 --max-connections=500 \
+  --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci
+mysql_cli=(mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$mysql_port" -u root)
+wait_for mariadbd 60 mariadb "${mysql_cli[@]}" -e 'SELECT 1'
+"${mysql_cli[@]}" -e 'CREATE DATABASE IF NOT EXISTS seckill CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci'
+
+instance_env
+urls=()
+upstreams=""
+for i in $(seq 1 "$instances"); do
+  port=$((api_port + i - 1))
+  say "api-$i on 127.0.0.1:$port"
+  SECKILL_ADDR="127.0.0.1:$port" start "api-$i" "$logs/api-$i.log" "$dir/bin/api" serve
+  urls+=("http://127.0.0.1:$port")
+  upstreams+="server 127.0.0.1:$port max_fails=1 fail_timeout=2s; "
+done
+for i in $(seq 1 "$instances"); do
+  wait_for "api-$i" 60 "api-$i" http_ok $((api_port + i - 1)) /readyz
+done
+
+say "nginx on 127.0.0.1:$http_port"
+cp "$root/nginx/nginx.conf" "$dir/nginx/nginx.conf"
+sed -e "s|\${SECKILL_NGINX_LISTEN}|127.0.0.1:$http_port|g" \
+  -e "s|\${SECKILL_UPSTREAM_SERVERS}|$upstreams|g" \
+  -e "s|\${SECKILL_NGINX_PURCHASE_RATE}|${SECKILL_NGINX_PURCHASE_RATE:-20r/s}|g" \
+  -e "s|\${SECKILL_NGINX_PURCHASE_BURST}|${SECKILL_NGINX_PURCHASE_BURST:-40}|g" \
+  -e "s|\${SECKILL_NGINX_PROXY_TIMEOUT}|${SECKILL_NGINX_PROXY_TIMEOUT:-5s}|g" \
+  -e "s|\${SECKILL_NGINX_ACCESS_LOG}|logs/access.log|g" \
+  "$root/nginx/seckill.conf.template" >"$dir/nginx/seckill.conf"
+if grep -n '\${[A-Z_]*}' "$dir/nginx/seckill.conf" >&2; then die "unfilled placeholders in $dir/nginx/seckill.conf"; fi
+nginx_args=(-p "$dir/nginx/" -e logs/error.log -c "$dir/nginx/nginx.conf")
+nginx "${nginx_args[@]}" -t -q >"$logs/nginx.log" 2>&1 || die "nginx -t failed; see $logs/nginx.log"
+start nginx "$logs/nginx.log" nginx "${nginx_args[@]}" -g 'daemon off;'
+wait_for nginx 30 nginx http_ok "$http_port" /readyz
+
+admin=$("$dir/bin/api" token --user 1 --admin --ttl 24h)
+{
+  echo "# written by scripts/cluster-up.sh; source it: set -a; . $dir/cluster.env; set +a"
+  echo "SECKILL_URL='http://127.0.0.1:$http_port'"
+  echo "SECKILL_API_URLS='${urls[*]}'"
+  echo "SECKILL_ADMIN_TOKEN='$admin'"
+  echo "SECKILL_TOKEN_SECRET='$SECKILL_TOKEN_SECRET'"
+  echo "SECKILL_REDIS_URL='$SECKILL_REDIS_URL'"
+  echo "SECKILL_MYSQL_DSN='$SECKILL_MYSQL_DSN'"
+  echo "SECKILL_KEY_PREFIX='${SECKILL_KEY_PREFIX:-seckill}'"
+  echo "SECKILL_SHARDS='${SECKILL_SHARDS:-1}'"
+} >"$dir/cluster.env"
+chmod 600 "$dir/cluster.env"
+
+if [ -n "${SECKILL_CLUSTER_WATCH_PID:-}" ]; then
+  # Tear everything down once the watched process is gone, even if it died
+  # without running cluster-down.sh (a test binary that was killed).
+  start watchdog "$logs/watchdog.log" bash -c \
+    'while kill -0 "$1" 2>/dev/null; do sleep 1; done; SECKILL_CLUSTER_DIR="$2" exec "$3/scripts/cluster-down.sh"' \
+    watchdog "$SECKILL_CLUSTER_WATCH_PID" "$dir" "$root"
+fi
+trap - ERR
+
+cat <<EOF
+
+seckill cluster is up: nginx in front of $instances instances, Redis and MariaDB on loopback.
+
+  URL          http://127.0.0.1:$http_port
+  instances    ${urls[*]}
+  admin token  $admin
+  settings     $dir/cluster.env   (set -a; . $dir/cluster.env; set +a)
+  logs         $logs/
+
+  stop with    scripts/cluster-down.sh  (--purge also deletes the data)
+EOF
