@@ -1,0 +1,140 @@
+// Command ceiling is the least a Gin server can do per purchase with
+// seckill's design: one route that runs the same purchase script
+// (seckill/lua) on the same keys (seckill/internal/voucher) with go-redis.
+// No token check, no id lease, no access log, no JSON error mapping. The
+// load generator's bench compares an instance against it: the gap is the
+// cost of everything else an instance does.
+//
+//	go run ./loadtest/ceiling --addr 127.0.0.1:18090 --redis redis://127.0.0.1:16379/0
+//
+// It takes POST /api/v1/vouchers (any body; puts a voucher with the given
+// stock on sale in Redis only) and POST /api/v1/vouchers/{id}/orders, whose
+// buyer is the X-Loadtest-User header the load generator sends. Its keys live
+// under a prefix of their own, so it can share the cluster's Redis.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/voucher"
+	"seckill/lua"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args, os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "ceiling:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("ceiling", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:18090", "listen address")
+	redisURL := fs.String("redis", getenv("SECKILL_REDIS_URL"), "Redis (SECKILL_REDIS_URL)")
+	pool := fs.Int("pool", 256, "Redis connections, as SECKILL_REDIS_POOL")
+	prefix := fs.String("key-prefix", fmt.Sprintf("ceiling%d", time.Now().UnixNano()), "key prefix (a fresh one per start)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	opt, err := redis.ParseURL(*redisURL)
+	if err != nil {
+		return fmt.Errorf("--redis: %w", err)
+	}
+	opt.PoolSize = *pool
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	log := slog.New(slog.NewTextHandler(stdout, nil))
+
+	keys := voucher.NewKeys(*prefix, 1)
+	state := voucher.NewState(rdb, keys)
+	if err := state.MarkReady(ctx, 0); err != nil {
+		return err
+	}
+	script := lua.Purchase()
+	var vouchers, orders atomic.Int64
+
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "up"}) })
+	r.POST("/api/v1/vouchers", func(c *gin.Context) {
+		var req struct {
+			Stock int `json:"stock"`
+		}
+		if err := json.NewDecoder(c.Request.Body).Decode(&req); err != nil || req.Stock <= 0 {
+			c.JSON(http.StatusBadRequest, gin.H{"code": "bad_request", "message": "want {\"stock\": n}"})
+			return
+		}
+		v := voucher.Voucher{ID: vouchers.Add(1), Stock: req.Stock, TotalStock: req.Stock,
+			BeginAt: time.Now().Add(-time.Minute), EndAt: time.Now().Add(24 * time.Hour)}
+		if _, err := state.Load(c.Request.Context(), v, nil); err != nil {
+			c.JSON(http.StatusServiceUnavailable, gin.H{"code": "unavailable", "message": err.Error()})
+			return
+		}
+		c.JSON(http.StatusCreated, gin.H{"voucher": gin.H{"id": v.ID}, "redis_ready": true})
+	})
+	r.POST("/api/v1/vouchers/:id/orders", func(c *gin.Context) {
+		vid, _ := strconv.ParseInt(c.Param("id"), 10, 64)
+		user, err := strconv.ParseInt(c.GetHeader("X-Loadtest-User"), 10, 64)
+		if err != nil || user <= 0 {
+			user = orders.Load() + 1
+		}
+		n := orders.Add(1)
+		res, err := script.Run(c.Request.Context(), rdb,
+			[]string{keys.Ready(0), keys.State(vid), keys.Buyers(vid), keys.Stream(0), keys.Pending(0)},
+			vid, user, n).Slice()
+		if err != nil || len(res) != 2 {
+			c.JSON(http.StatusServiceUnavailable, gin.H{"code": "unavailable", "message": "purchase script failed"})
+			return
+		}
+		switch res[0] {
+		case int64(0), int64(1):
+			c.JSON(http.StatusAccepted, gin.H{"order_id": strconv.FormatInt(n, 10), "status": "pending"})
+		case int64(3):
+			c.JSON(http.StatusConflict, gin.H{"code": "sold_out", "message": "sold out"})
+		default:
+			c.JSON(http.StatusConflict, gin.H{"code": fmt.Sprint("code_", res[0]), "message": "refused"})
+		}
+	})
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
+	log.Info("ceiling server listening", "addr", ln.Addr().String(), "key_prefix", *prefix)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package load
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"seckill/internal/db"
+	"seckill/internal/verify"
+	"seckill/internal/voucher"
+)
+
+// CheckConfig says where the pipeline's state is read after a run.
+type CheckConfig struct {
+	RedisURL  string // SECKILL_REDIS_URL of the deployment
+	MySQLDSN  string // SECKILL_MYSQL_DSN of the deployment
+	KeyPrefix string // SECKILL_KEY_PREFIX, default seckill
+	Shards    int    // SECKILL_SHARDS, default 1
+	Group     string // the workers' consumer group, default order-writers
+	// DrainTimeout bounds the wait for the pipeline to drain, default 2m.
+	DrainTimeout time.Duration
+}
+
+// Report is what the check found after the drain.
+type Report struct {
+	OK           bool     `json:"ok"`
+	Orders       int      `json:"orders"`
+	ExpectOrders string   `json:"expected_orders"`
+	DeadLetters  int      `json:"dead_letters"`
+	DBStock      int      `json:"mysql_stock"`
+	RedisStock   int64    `json:"redis_stock"`
+	Pending      int64    `json:"pending"`
+	StreamLength int64    `json:"stream_length"`
+	Unsure       int      `json:"buyers_with_only_unsure_answers"`
+	DrainSeconds float64  `json:"drain_seconds"`
+	Violations   []string `json:"violations,omitempty"`
+}
+
+// check waits until the pipeline drained (or DrainTimeout passed) and checks
+// the invariants of internal/verify plus the load test's own: orders =
+// min(stock, buyers), no dead letters, answers that agree with each other.
+//
+// A buyer whose purchases got no definite answer (a 502 when an instance
+// died, a timeout) may or may not hold an order: the purchase script may have
+// run. Such an order is allowed when it is the buyer's only one; it is read
+// from MySQL, since the buyer was never told its id.
+func check(ctx context.Context, cc CheckConfig, cfg Config, vid int64, res Result) (Report, error) {
+	cc.Group = cmp.Or(cc.Group, "order-writers")
+	cc.DrainTimeout = cmp.Or(cc.DrainTimeout, 2*time.Minute)
+	g, err := db.OpenMySQL(cc.MySQLDSN, 4)
+	if err != nil {
+		return Report{}, err
+	}
+	defer db.Close(g)
+	opt, err := redis.ParseURL(cc.RedisURL)
+	if err != nil {
+		return Report{}, fmt.Errorf("redis url: %w", err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	keys := voucher.NewKeys(cc.KeyPrefix, cc.Shards)
+
+	in := verify.Input{VoucherID: vid, Accepted: map[int64]int64{}, Group: cc.Group}
+	unsure := map[int64]bool{}
+	var problems []string
+	pressed, definite := 0, 0
+	for i, b := range res.buyers {
+		user := cfg.UserBase + int64(i)
+		if !b.pressed {
+			continue
+		}
+		pressed++
+		switch {
+		case b.accepted != 0:
+			definite++
+			in.Accepted[b.accepted] = user
+			if b.held != 0 && b.held != b.accepted {
+				problems = append(problems, fmt.Sprintf("user %d was accepted with order %d but told it holds order %d", user, b.accepted, b.held))
+			}
+		case b.held != 0:
+			// An earlier purchase whose answer was lost took this order;
+			// the buyer was told its id, so it must land like any other.
+			definite++
+			in.Accepted[b.held] = user
+		case b.indeterminate:
+			unsure[user] = true
+		default:
+			in.Refused = append(in.Refused, user)
+		}
+	}
+
+	start := time.Now()
+	deadline := start.Add(cc.DrainTimeout)
+	lastLog := start
+	var rep verify.Report
+	for {
+		if err := allowUnsure(ctx, g, vid, unsure, in.Accepted); err != nil {
+			return Report{}, err
+		}
+		if rep, err = verify.Check(ctx, g, rdb, keys, in); err != nil {
+			return Report{}, err
+		}
+		if rep.OK() || time.Now().After(deadline) {
+			break
+		}
+		if time.Since(lastLog) >= time.Second {
+			fmt.Fprintf(cfg.Log, "draining: %d orders in MySQL, %d pending, %d in the stream\n", rep.Orders, rep.Pending, rep.StreamLength)
+			lastLog = time.Now()
+		}
+		if !sleepUntil(ctx, time.Now().Add(100*time.Millisecond)) {
+			return Report{}, ctx.Err()
+		}
+	}
+	out := Report{
+		Orders: rep.Orders, DeadLetters: rep.DeadLetters, DBStock: rep.DBStock, RedisStock: rep.RedisStock,
+		Pending: rep.Pending, StreamLength: rep.StreamLength, Unsure: len(unsure),
+		DrainSeconds: time.Since(start).Seconds(), Violations: rep.Violations,
+	}
+	if !rep.OK() {
+		out.Violations = append(out.Violations, fmt.Sprintf("the pipeline did not drain to a consistent state within %s", cc.DrainTimeout))
+	}
+	out.Violations = append(out.Violations, res.problems...)
+	out.Violations = append(out.Violations, problems...)
+	if rep.DeadLetters > 0 {
+		out.Violations = append(out.Violations, fmt.Sprintf("%d dead letters: a clean sale makes none", rep.DeadLetters))
+	}
+
+	// orders = min(stock, distinct buyers), when every answer was definite.
+	// With unsure answers: a sold-out sale still sells exactly its stock.
+	stock := rep.TotalStock
+	want := min(stock, pressed)
+	soldOut := res.Summary.Outcomes["409 sold_out"] > 0
+	switch {
+	case len(unsure) == 0:
+		out.ExpectOrders = fmt.Sprint(want)
+		if rep.Orders != want {
+			out.Violations = append(out.Violations, fmt.Sprintf("%d orders, want min(stock %d, buyers %d) = %d", rep.Orders, stock, pressed, want))
+		}
+	case soldOut:
+		out.ExpectOrders = fmt.Sprint(stock)
+		if rep.Orders != stock {
+			out.Violations = append(out.Violations, fmt.Sprintf("sold out, but %d orders for a stock of %d", rep.Orders, stock))
+		}
+	default:
+		out.ExpectOrders = fmt.Sprintf("%d..%d", definite, want)
+		if rep.Orders < definite || rep.Orders > want {
+			out.Violations = append(out.Violations, fmt.Sprintf("%d orders, want between %d (definitely accepted) and %d", rep.Orders, definite, want))
+		}
+	}
+	out.OK = len(out.Violations) == 0
+	return out, nil
+}
+
+// allowUnsure adds to accepted the orders MySQL holds for buyers whose
+// answers were all unsure.
+func allowUnsure(ctx context.Context, g *gorm.DB, vid int64, unsure map[int64]bool, accepted map[int64]int64) error {
+	if len(unsure) == 0 {
+		return nil
+	}
+	var rows []struct {
+		ID     int64
+		UserID int64
+	}
+	if err := g.WithContext(ctx).Raw("SELECT id, user_id FROM orders WHERE voucher_id = ?", vid).Scan(&rows).Error; err != nil {
+		return fmt.Errorf("read orders: %w", err)
+	}
+	for _, r := range rows {
+		if unsure[r.UserID] {
+			if _, known := accepted[r.ID]; !known {
+				accepted[r.ID] = r.UserID
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,289 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// kind is what an answer means for the buyer's order.
+type kind int
+
+const (
+	accepted      kind = iota // 202: an order was taken
+	refused                   // a definite no: nothing was taken
+	indeterminate             // the purchase may or may not have run
+)
+
+// classify names an answer for the outcome counts and says what it means.
+// A 5xx or a transport error is indeterminate: the purchase script may have
+// run before the instance died or the reply was lost. 503 not_ready is the
+// script's own refusal, so it is definite.
+func classify(status int, code string, err error) (string, kind) {
+	if err != nil {
+		return "error " + errorClass(err), indeterminate
+	}
+	key := strconv.Itoa(status)
+	if code != "" {
+		key += " " + code
+	}
+	switch {
+	case status == http.StatusAccepted:
+		return "202 accepted", accepted
+	case status == http.StatusServiceUnavailable && code == "not_ready":
+		return key, refused
+	case status >= 500:
+		return key, indeterminate
+	}
+	return key, refused
+}
+
+func errorClass(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection_refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection_reset"
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "other"
+}
+
+// firer sends purchases and keeps what came back, per buyer.
+type firer struct {
+	cfg     Config
+	client  *http.Client
+	tokens  []string
+	voucher int64
+
+	locks  [64]sync.Mutex // stripes over buyers: repeats of one buyer run concurrently
+	buyers []buyer
+
+	mu       sync.Mutex
+	problemL []string
+}
+
+func (f *firer) problem(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.problemL) < 20 {
+		f.problemL = append(f.problemL, fmt.Sprintf(format, args...))
+	}
+}
+
+func (f *firer) problems() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.problemL)
+}
+
+// counters are read by the progress line while the workers run.
+type counters struct {
+	sent, done, accepted, soldOut, other, errs atomic.Int64
+}
+
+// worker's own figures, merged at the end.
+type tally struct {
+	latencies []time.Duration
+	outcomes  map[string]int
+}
+
+// fire sends one purchase per schedule entry with cfg.Concurrency workers
+// and returns the figures of this phase.
+func (f *firer) fire(ctx context.Context, sched []int32, midway func()) (Summary, error) {
+	cfg := f.cfg
+	deadline := time.Now().Add(cfg.Duration)
+	var next atomic.Int64
+	var cnt counters
+	half := int64(len(sched) / 2)
+	tallies := make([]tally, cfg.Concurrency)
+	url := cfg.URL + "/api/v1/vouchers/" + itoa(f.voucher) + "/orders"
+
+	start := time.Now()
+	stopProgress := f.progress(&cnt, len(sched), start)
+	var wg sync.WaitGroup
+	for w := range cfg.Concurrency {
+		tallies[w] = tally{latencies: make([]time.Duration, 0, len(sched)/cfg.Concurrency+1), outcomes: map[string]int{}}
+		wg.Add(1)
+		go func(t *tally) {
+			defer wg.Done()
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				i := next.Add(1) - 1
+				if i >= int64(len(sched)) {
+					return
+				}
+				if i == half && midway != nil {
+					go midway()
+				}
+				at := time.Now()
+				if cfg.Rate > 0 {
+					// Open loop: the purchase is due at its slot, and its
+					// latency counts from there even if we are late.
+					at = start.Add(time.Duration(float64(i) / cfg.Rate * float64(time.Second)))
+					if !sleepUntil(ctx, at) {
+						return
+					}
+				}
+				cnt.sent.Add(1)
+				u := sched[i]
+				status, code, order, err := f.purchase(ctx, url, f.tokens[u], cfg.UserBase+int64(u))
+				t.latencies = append(t.latencies, time.Since(at))
+				key, k := classify(status, code, err)
+				t.outcomes[key]++
+				f.record(u, k, code, order)
+				cnt.done.Add(1)
+				switch {
+				case k == accepted:
+					cnt.accepted.Add(1)
+				case code == "sold_out":
+					cnt.soldOut.Add(1)
+				case err != nil:
+					cnt.errs.Add(1)
+				default:
+					cnt.other.Add(1)
+				}
+			}
+		}(&tallies[w])
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stopProgress()
+	if err := ctx.Err(); err != nil {
+		return Summary{}, err
+	}
+
+	sum := Summary{Concurrency: cfg.Concurrency, Rate: cfg.Rate, Outcomes: map[string]int{}, Seconds: elapsed.Seconds()}
+	var all []time.Duration
+	for _, t := range tallies {
+		all = append(all, t.latencies...)
+		for k, n := range t.outcomes {
+			sum.Outcomes[k] += n
+		}
+	}
+	sum.Requests = len(all)
+	if sum.Requests < len(sched) {
+		fmt.Fprintf(cfg.Log, "stopped after %s: %d of %d purchases sent\n", cfg.Duration, sum.Requests, len(sched))
+	}
+	sum.RPS = float64(sum.Requests) / elapsed.Seconds()
+	sum.Latency = latencyOf(all)
+	return sum, nil
+}
+
+// purchase sends one purchase and reads the answer's code and order id.
+func (f *firer) purchase(ctx context.Context, url, token string, user int64) (int, string, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return 0, "", 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	// The ceiling server (loadtest/ceiling) takes the buyer from here; the
+	// service ignores it and reads the token.
+	req.Header.Set("X-Loadtest-User", strconv.FormatInt(user, 10))
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return 0, "", 0, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Code    string `json:"code"`
+		OrderID string `json:"order_id"`
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if err != nil {
+		return 0, "", 0, err
+	}
+	_ = json.Unmarshal(b, &body)
+	order, _ := strconv.ParseInt(body.OrderID, 10, 64)
+	return resp.StatusCode, body.Code, order, nil
+}
+
+// record keeps what buyer u learned, and notes answers that contradict each
+// other: two acceptances, or an already_purchased naming another order.
+func (f *firer) record(u int32, k kind, code string, order int64) {
+	l := &f.locks[int(u)%len(f.locks)]
+	l.Lock()
+	defer l.Unlock()
+	b := &f.buyers[u]
+	b.pressed = true
+	user := f.cfg.UserBase + int64(u)
+	switch {
+	case k == accepted:
+		b.accepts++
+		if b.accepts > 1 {
+			f.problem("user %d was accepted twice (orders %d and %d)", user, b.accepted, order)
+		}
+		if order <= 0 {
+			f.problem("user %d: a 202 without an order id", user)
+		}
+		if b.accepted == 0 {
+			b.accepted = order
+		}
+	case code == "already_purchased":
+		if order > 0 && b.held != 0 && b.held != order {
+			f.problem("user %d: already_purchased named orders %d and %d", user, b.held, order)
+		}
+		if order > 0 {
+			b.held = order
+		}
+	case k == indeterminate:
+		b.indeterminate = true
+	}
+}
+
+// progress prints a line every cfg.Progress until the returned func is called.
+func (f *firer) progress(c *counters, total int, start time.Time) func() {
+	if f.cfg.Progress < 0 {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(f.cfg.Progress)
+		defer t.Stop()
+		last, lastAt := int64(0), start
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				d := c.done.Load()
+				fmt.Fprintf(f.cfg.Log, "%6.1fs  %d/%d done  %6.0f/s  accepted %d  sold_out %d  other %d  errors %d\n",
+					now.Sub(start).Seconds(), d, total, float64(d-last)/now.Sub(lastAt).Seconds(),
+					c.accepted.Load(), c.soldOut.Load(), c.other.Load(), c.errs.Load())
+				last, lastAt = d, now
+			}
+		}
+	}()
+	return func() { close(stop); <-done }
+}
+
+func sleepUntil(ctx context.Context, at time.Time) bool {
+	d := time.Until(at)
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

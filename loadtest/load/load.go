@@ -1,0 +1,257 @@
+// Package load fires purchases at a seckill deployment and checks what became
+// of them: it creates a voucher (or uses one), mints a token per buyer, sends
+// the purchases at a chosen concurrency and rate, summarises the answers and
+// their latency, then waits for the order pipeline to drain and checks the
+// invariants against MySQL and Redis directly. The loadtest command and the
+// cluster's end-to-end test drive it.
+package load
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"seckill/internal/auth"
+)
+
+// Config is one load run. Zero values take the defaults noted.
+type Config struct {
+	URL string // base URL: nginx or one instance, e.g. http://127.0.0.1:18080
+
+	VoucherID int64 // 0: create a voucher with Stock
+	Stock     int   // stock of the created voucher, default 500
+
+	Users    int     // distinct buyers, default 2000
+	Requests int     // purchases in all, default Users; the rest are repeats by the same buyers
+	Warmup   int     // purchases sent first and left out of the figures (new buyers too)
+	UserBase int64   // first buyer's user id, default 100000
+	Seed     uint64  // order of the purchases, default 1
+	Rate     float64 // purchases per second; 0: as fast as Concurrency allows (closed loop)
+
+	Concurrency int           // connections and purchases in flight, default 64
+	Duration    time.Duration // bound on firing, default 10 minutes
+	Timeout     time.Duration // per request, default 10s
+
+	Secret     string   // SECKILL_TOKEN_SECRET, to mint tokens
+	AdminToken string   // for creating the voucher; default: minted from Secret
+	Tokens     []string // tokens of users UserBase.. (reused across runs); default: minted
+
+	Progress time.Duration // progress line interval, default 1s; negative: none
+	Log      io.Writer     // progress lines and notes; default io.Discard
+
+	// Midway runs once, in its own goroutine, when half of the purchases
+	// were sent: a fault test kills an instance there.
+	Midway func()
+
+	// Check, when set, is where the pipeline is verified after the run.
+	Check *CheckConfig
+}
+
+func (c *Config) defaults() error {
+	c.Stock = cmp.Or(c.Stock, 500)
+	c.Users = cmp.Or(c.Users, 2000)
+	c.Requests = cmp.Or(c.Requests, c.Users)
+	c.UserBase = cmp.Or(c.UserBase, 100_000)
+	c.Seed = cmp.Or(c.Seed, 1)
+	c.Concurrency = cmp.Or(c.Concurrency, 64)
+	c.Duration = cmp.Or(c.Duration, 10*time.Minute)
+	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
+	c.Progress = cmp.Or(c.Progress, time.Second)
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	c.URL = strings.TrimRight(c.URL, "/")
+	switch {
+	case c.URL == "":
+		return errors.New("no target URL")
+	case c.Users < 1 || c.Requests < 1 || c.Concurrency < 1 || c.Warmup < 0:
+		return errors.New("users, requests and concurrency must be positive")
+	case c.Warmup+c.Requests < c.Users:
+		// Fine: only the first Requests users press.
+	}
+	if len(c.Tokens) == 0 && c.Secret == "" {
+		return errors.New("no token secret to mint buyer tokens (SECKILL_TOKEN_SECRET)")
+	}
+	return nil
+}
+
+// Result is what a run saw; Summary is its printable part.
+type Result struct {
+	Summary Summary
+	// Answers per buyer, for the check.
+	buyers []buyer
+	// Problems the client itself saw: a buyer accepted twice, an
+	// already_purchased naming another order than the one accepted.
+	problems []string
+}
+
+// buyer is what one user's purchases got back.
+type buyer struct {
+	accepted      int64 // order id of a 202, 0 if none
+	accepts       int   // how many 202s
+	held          int64 // order id an already_purchased named
+	indeterminate bool  // a purchase may have run without the buyer knowing (5xx, transport error)
+	pressed       bool
+}
+
+// Run creates the voucher if asked, fires the purchases and, with
+// cfg.Check, waits for the drain and checks the invariants.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return Result{}, err
+	}
+	users := min(cfg.Users, cfg.Warmup+cfg.Requests)
+	tokens, err := buyerTokens(cfg, users)
+	if err != nil {
+		return Result{}, err
+	}
+	client := newClient(cfg.Concurrency, cfg.Timeout)
+	defer client.CloseIdleConnections()
+
+	vid := cfg.VoucherID
+	if vid == 0 {
+		if vid, err = CreateVoucher(ctx, client, cfg, cfg.Stock); err != nil {
+			return Result{}, err
+		}
+		fmt.Fprintf(cfg.Log, "created voucher %d with stock %d\n", vid, cfg.Stock)
+	}
+
+	sched := schedule(users, cfg.Warmup+cfg.Requests, cfg.Seed)
+	f := &firer{cfg: cfg, client: client, tokens: tokens, voucher: vid, buyers: make([]buyer, users)}
+	if cfg.Warmup > 0 {
+		fmt.Fprintf(cfg.Log, "warming up with %d purchases\n", cfg.Warmup)
+		if _, err := f.fire(ctx, sched[:cfg.Warmup], nil); err != nil {
+			return Result{}, err
+		}
+	}
+	sum, err := f.fire(ctx, sched[cfg.Warmup:], cfg.Midway)
+	if err != nil {
+		return Result{}, err
+	}
+	sum.Target, sum.VoucherID, sum.Stock, sum.Users = cfg.URL, vid, cfg.Stock, users
+	if cfg.VoucherID != 0 {
+		sum.Stock = 0 // not known to us
+	}
+	res := Result{Summary: sum, buyers: f.buyers, problems: f.problems()}
+	if cfg.Check != nil {
+		rep, err := check(ctx, *cfg.Check, cfg, vid, res)
+		if err != nil {
+			return res, err
+		}
+		res.Summary.Check = &rep
+	}
+	return res, nil
+}
+
+func buyerTokens(cfg Config, users int) ([]string, error) {
+	if len(cfg.Tokens) >= users {
+		return cfg.Tokens[:users], nil
+	}
+	return MintTokens(cfg.Secret, cfg.UserBase, users)
+}
+
+// MintTokens returns bearer tokens for users base .. base+n-1, valid for a day.
+func MintTokens(secret string, base int64, n int) ([]string, error) {
+	signer, err := auth.NewSigner([]byte(secret))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, n)
+	for i := range out {
+		if out[i], err = signer.Mint(auth.Identity{UserID: base + int64(i), Role: auth.RoleUser}, 24*time.Hour); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// schedule returns which buyer sends each purchase: every buyer once (while
+// there are purchases), the rest repeats by random buyers, all shuffled so
+// repeats race with first presses as they do in a stampede.
+func schedule(users, requests int, seed uint64) []int32 {
+	rng := rand.New(rand.NewPCG(seed, 0x5ec1d11))
+	s := make([]int32, requests)
+	for i := range s {
+		if i < users {
+			s[i] = int32(i)
+		} else {
+			s[i] = int32(rng.IntN(users))
+		}
+	}
+	rng.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
+	return s
+}
+
+// newClient is tuned for load: as many idle connections per host as
+// purchases in flight, so no request waits for a new connection.
+func newClient(concurrency int, timeout time.Duration) *http.Client {
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        concurrency + 16,
+			MaxIdleConnsPerHost: concurrency + 16,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+			ForceAttemptHTTP2:   false,
+		},
+	}
+}
+
+// CreateVoucher puts a voucher with the given stock on sale now, for an hour.
+func CreateVoucher(ctx context.Context, client *http.Client, cfg Config, stock int) (int64, error) {
+	admin := cfg.AdminToken
+	if admin == "" {
+		signer, err := auth.NewSigner([]byte(cfg.Secret))
+		if err != nil {
+			return 0, err
+		}
+		if admin, err = signer.Mint(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour); err != nil {
+			return 0, err
+		}
+	}
+	now := time.Now().UTC()
+	body, _ := json.Marshal(map[string]any{
+		"title": "load test " + now.Format(time.RFC3339), "face_value": 100, "stock": stock,
+		"begin_at": now.Add(-time.Minute).Format(time.RFC3339), "end_at": now.Add(time.Hour).Format(time.RFC3339),
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/api/v1/vouchers", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+admin)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("create voucher: %w", err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Voucher struct {
+			ID int64 `json:"id"`
+		} `json:"voucher"`
+		RedisReady bool   `json:"redis_ready"`
+		Code       string `json:"code"`
+		Message    string `json:"message"`
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != http.StatusCreated {
+		return 0, fmt.Errorf("create voucher: status %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	if !out.RedisReady {
+		return 0, fmt.Errorf("create voucher %d: its Redis state was not written (redis_ready false)", out.Voucher.ID)
+	}
+	return out.Voucher.ID, nil
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

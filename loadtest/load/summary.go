@@ -1,0 +1,87 @@
+package load
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Summary is a run's figures; --json writes it as is.
+type Summary struct {
+	Target      string         `json:"target"`
+	VoucherID   int64          `json:"voucher_id"`
+	Stock       int            `json:"stock,omitempty"`
+	Users       int            `json:"users"`
+	Requests    int            `json:"requests"`
+	Concurrency int            `json:"concurrency"`
+	Rate        float64        `json:"rate,omitempty"`
+	Seconds     float64        `json:"seconds"`
+	RPS         float64        `json:"requests_per_second"`
+	Latency     Latency        `json:"latency_ms"`
+	Outcomes    map[string]int `json:"outcomes"`
+	Check       *Report        `json:"check,omitempty"`
+}
+
+// Latency holds percentiles in milliseconds.
+type Latency struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+func latencyOf(d []time.Duration) Latency {
+	if len(d) == 0 {
+		return Latency{}
+	}
+	slices.Sort(d)
+	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+	at := func(p float64) float64 {
+		i := int(p*float64(len(d))+0.5) - 1
+		return ms(d[min(max(i, 0), len(d)-1)])
+	}
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return Latency{P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: ms(d[len(d)-1]), Mean: ms(sum / time.Duration(len(d)))}
+}
+
+// Print writes the summary for a person.
+func (s Summary) Print(w io.Writer) {
+	mode := "closed loop"
+	if s.Rate > 0 {
+		mode = fmt.Sprintf("open loop at %.0f/s", s.Rate)
+	}
+	fmt.Fprintf(w, "\ntarget %s, voucher %d, %d buyers, %d connections, %s\n", s.Target, s.VoucherID, s.Users, s.Concurrency, mode)
+	fmt.Fprintf(w, "  purchases    %d in %.2fs: %.0f/s\n", s.Requests, s.Seconds, s.RPS)
+	fmt.Fprintf(w, "  latency ms   p50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n",
+		s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Latency.Max, s.Latency.Mean)
+	fmt.Fprintf(w, "  answers\n")
+	for _, k := range slices.Sorted(maps.Keys(s.Outcomes)) {
+		fmt.Fprintf(w, "    %-28s %d\n", k, s.Outcomes[k])
+	}
+	if n := s.Outcomes["429 rate_limited"]; n > 0 {
+		fmt.Fprintf(w, "  note: nginx refused %d purchases with 429: it limits purchases per client address, and this\n"+
+			"        load comes from one. For a load test start the cluster with\n"+
+			"        SECKILL_NGINX_PURCHASE_RATE=1000000r/s SECKILL_NGINX_PURCHASE_BURST=1000000 (nginx counts in milliseconds).\n", n)
+	}
+	if s.Check != nil {
+		s.Check.Print(w)
+	}
+}
+
+// Print writes the check's outcome for a person.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "  pipeline     orders %d, dead letters %d, stock %d in MySQL and %d in Redis, pending %d, drained in %.2fs\n",
+		r.Orders, r.DeadLetters, r.DBStock, r.RedisStock, r.Pending, r.DrainSeconds)
+	if r.OK {
+		fmt.Fprintf(w, "  check        OK: every invariant holds\n")
+		return
+	}
+	fmt.Fprintf(w, "  check        FAILED:\n    %s\n", strings.Join(r.Violations, "\n    "))
+}
