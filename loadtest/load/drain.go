@@ -29,8 +29,8 @@ type DrainConfig struct {
 
 // DrainResult is how fast the orders went from the stream into MySQL.
 type DrainResult struct {
-	Orders      int     `json:"orders"`       // written while the clock ran
-	Seconds     float64 `json:"seconds"`      // from the first new order to the last
+	Orders      int     `json:"orders"`  // written while the clock ran
+	Seconds     float64 `json:"seconds"` // from the first new order to the last
 	Rate        float64 `json:"orders_per_second"`
 	WaitSeconds float64 `json:"wait_seconds"` // from the start of the watch to the first new order
 }
