@@ -13,6 +13,7 @@
 #   SECKILL_CLUSTER_INSTANCES    API instances (2)
 #   SECKILL_CLUSTER_HTTP_PORT    nginx (18080)
 #   SECKILL_CLUSTER_API_PORT     first instance's port; the others follow (18081)
+#   SECKILL_CLUSTER_API_PORTS    or each instance's port, space-separated
 #   SECKILL_CLUSTER_REDIS_PORT   redis-server (16379)
 #   SECKILL_CLUSTER_MYSQL_PORT   mariadbd (13306)
 #   SECKILL_CLUSTER_WATCH_PID    stop the cluster when this process exits (tests)
@@ -127,9 +128,12 @@ mkdir -p "$run" "$logs" "$dir/redis" "$dir/mysql" "$dir/nginx/logs" "$dir/nginx/
 for name in nginx redis mariadb; do
   alive "$name" && die "a cluster already runs in $dir (scripts/cluster-down.sh stops it)"
 done
-ports=("$http_port" "$redis_port" "$mysql_port")
-for i in $(seq 0 $((instances - 1))); do ports+=($((api_port + i))); done
-for p in "${ports[@]}"; do
+read -r -a api_ports <<<"${SECKILL_CLUSTER_API_PORTS:-}"
+if [ ${#api_ports[@]} -eq 0 ]; then
+  for i in $(seq 0 $((instances - 1))); do api_ports+=($((api_port + i))); done
+fi
+instances=${#api_ports[@]}
+for p in "$http_port" "$redis_port" "$mysql_port" "${api_ports[@]}"; do
   port_free "$p" || die "port $p is taken; choose others with SECKILL_CLUSTER_*_PORT"
 done
 
@@ -175,14 +179,14 @@ instance_env
 urls=()
 upstreams=""
 for i in $(seq 1 "$instances"); do
-  port=$((api_port + i - 1))
+  port=${api_ports[$((i - 1))]}
   say "api-$i on 127.0.0.1:$port"
   SECKILL_ADDR="127.0.0.1:$port" start "api-$i" "$logs/api-$i.log" "$dir/bin/api" serve
   urls+=("http://127.0.0.1:$port")
   upstreams+="server 127.0.0.1:$port max_fails=1 fail_timeout=2s; "
 done
 for i in $(seq 1 "$instances"); do
-  wait_for "api-$i" 60 "api-$i" http_ok $((api_port + i - 1)) /readyz
+  wait_for "api-$i" 60 "api-$i" http_ok "${api_ports[$((i - 1))]}" /readyz
 done
 
 say "nginx on 127.0.0.1:$http_port"

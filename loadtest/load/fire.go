@@ -105,12 +105,11 @@ type tally struct {
 
 // fire sends one purchase per schedule entry with cfg.Concurrency workers
 // and returns the figures of this phase.
-func (f *firer) fire(ctx context.Context, sched []int32, midway func()) (Summary, error) {
+func (f *firer) fire(ctx context.Context, sched []int32, midway func(), midwayAt int) (Summary, error) {
 	cfg := f.cfg
 	deadline := time.Now().Add(cfg.Duration)
 	var next atomic.Int64
 	var cnt counters
-	half := int64(len(sched) / 2)
 	tallies := make([]tally, cfg.Concurrency)
 	url := cfg.URL + "/api/v1/vouchers/" + itoa(f.voucher) + "/orders"
 
@@ -127,7 +126,7 @@ func (f *firer) fire(ctx context.Context, sched []int32, midway func()) (Summary
 				if i >= int64(len(sched)) {
 					return
 				}
-				if i == half && midway != nil {
+				if i == int64(midwayAt) && midway != nil {
 					go midway()
 				}
 				at := time.Now()

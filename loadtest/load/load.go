@@ -49,9 +49,10 @@ type Config struct {
 	Progress time.Duration // progress line interval, default 1s; negative: none
 	Log      io.Writer     // progress lines and notes; default io.Discard
 
-	// Midway runs once, in its own goroutine, when half of the purchases
-	// were sent: a fault test kills an instance there.
-	Midway func()
+	// Midway runs once, in its own goroutine, when MidwayAfter purchases
+	// (default half of them) were sent: a fault test kills an instance there.
+	Midway      func()
+	MidwayAfter int
 
 	// Check, when set, is where the pipeline is verified after the run.
 	Check *CheckConfig
@@ -130,11 +131,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	f := &firer{cfg: cfg, client: client, tokens: tokens, voucher: vid, buyers: make([]buyer, users)}
 	if cfg.Warmup > 0 {
 		fmt.Fprintf(cfg.Log, "warming up with %d purchases\n", cfg.Warmup)
-		if _, err := f.fire(ctx, sched[:cfg.Warmup], nil); err != nil {
+		if _, err := f.fire(ctx, sched[:cfg.Warmup], nil, 0); err != nil {
 			return Result{}, err
 		}
 	}
-	sum, err := f.fire(ctx, sched[cfg.Warmup:], cfg.Midway)
+	sum, err := f.fire(ctx, sched[cfg.Warmup:], cfg.Midway, cmp.Or(cfg.MidwayAfter, cfg.Requests/2))
 	if err != nil {
 		return Result{}, err
 	}
