@@ -246,4 +246,3 @@ func processRuns(pid int) bool {
 	fields := strings.Fields(string(b))
 	return len(fields) > 2 && fields[2] != "Z"
 }
-
