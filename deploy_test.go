@@ -1,0 +1,218 @@
+// Tests of the deployment files at the root of the repository: the
+// Dockerfile and docker-compose.yml, checked without a Docker engine, and
+// their agreement with scripts/cluster-up.sh and the nginx template.
+package seckill
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+const testSecret = "compose-test-secret-0123456789abcdef"
+
+func loadCompose(t *testing.T, env ...string) (*types.Project, error) {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{"docker-compose.yml"},
+		cli.WithWorkingDirectory("."), cli.WithEnv(env), cli.WithName("seckill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opts.LoadProject(context.Background())
+}
+
+func TestComposeFile(t *testing.T) {
+	t.Parallel()
+	p, err := loadCompose(t, "SECKILL_TOKEN_SECRET="+testSecret)
+	if err != nil {
+		t.Fatalf("load docker-compose.yml: %v", err)
+	}
+	want := []string{"api1", "api2", "mysql", "nginx", "redis"}
+	if got := slices.Sorted(slices.Values(p.ServiceNames())); !slices.Equal(got, want) {
+		t.Fatalf("services %v, want %v", got, want)
+	}
+	svc := func(name string) types.ServiceConfig {
+		s, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	needHealthy := func(s types.ServiceConfig, deps ...string) {
+		t.Helper()
+		for _, d := range deps {
+			dep, ok := s.DependsOn[d]
+			if !ok || dep.Condition != types.ServiceConditionHealthy {
+				t.Errorf("%s must wait for %s to be healthy, has %+v", s.Name, d, dep)
+			}
+		}
+	}
+	hasHealthcheck := func(s types.ServiceConfig) {
+		t.Helper()
+		if s.HealthCheck == nil || s.HealthCheck.Disable || len(s.HealthCheck.Test) < 2 {
+			t.Errorf("%s has no health check", s.Name)
+		}
+	}
+
+	redis := svc("redis")
+	hasHealthcheck(redis)
+	cmd := strings.Join(redis.Command, " ")
+	for _, flag := range []string{"--appendonly yes", "--appendfsync always", "--maxmemory-policy noeviction"} {
+		if !strings.Contains(cmd, flag) {
+			t.Errorf("redis command %q lacks %q", cmd, flag)
+		}
+	}
+	if !strings.HasPrefix(redis.Image, "redis:7") {
+		t.Errorf("redis image %q, want redis:7.x", redis.Image)
+	}
+	mysql := svc("mysql")
+	hasHealthcheck(mysql)
+	if !strings.HasPrefix(mysql.Image, "mysql:8") {
+		t.Errorf("mysql image %q, want mysql:8.x", mysql.Image)
+	}
+	if !slices.Contains(mysql.Command, "--innodb-flush-log-at-trx-commit=1") {
+		t.Errorf("mysql command %q does not flush InnoDB at every commit", mysql.Command)
+	}
+	if len(redis.Volumes) == 0 || len(mysql.Volumes) == 0 {
+		t.Error("redis and mysql must keep their data in volumes")
+	}
+
+	var apis []string
+	for _, name := range []string{"api1", "api2"} {
+		s := svc(name)
+		apis = append(apis, name)
+		hasHealthcheck(s)
+		needHealthy(s, "redis", "mysql")
+		if s.Build == nil || s.Build.Context == "" {
+			t.Errorf("%s is not built from the Dockerfile", name)
+		}
+		env := func(k string) string {
+			if v := s.Environment[k]; v != nil {
+				return *v
+			}
+			return ""
+		}
+		if env("SECKILL_TOKEN_SECRET") != testSecret {
+			t.Errorf("%s: SECKILL_TOKEN_SECRET is %q, want the one from the environment", name, env("SECKILL_TOKEN_SECRET"))
+		}
+		if env("SECKILL_REDIS_URL") != "redis://redis:6379/0" || !strings.Contains(env("SECKILL_MYSQL_DSN"), "@tcp(mysql:3306)/seckill") {
+			t.Errorf("%s: stores %q and %q", name, env("SECKILL_REDIS_URL"), env("SECKILL_MYSQL_DSN"))
+		}
+		if len(s.Ports) != 0 {
+			t.Errorf("%s publishes ports %v; only nginx should", name, s.Ports)
+		}
+		if s.StopGracePeriod == nil {
+			t.Errorf("%s: no stop_grace_period for the worker's batch in flight", name)
+		}
+	}
+
+	nginx := svc("nginx")
+	hasHealthcheck(nginx)
+	needHealthy(nginx, apis...)
+	if len(nginx.Ports) != 1 || nginx.Ports[0].Target != 8080 || nginx.Ports[0].Published != "8080" {
+		t.Errorf("nginx ports %+v, want 8080:8080", nginx.Ports)
+	}
+	var mounted bool
+	for _, v := range nginx.Volumes {
+		if v.Target == "/etc/nginx/templates/default.conf.template" && strings.HasSuffix(v.Source, "nginx/seckill.conf.template") {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("nginx does not mount nginx/seckill.conf.template as its template: %+v", nginx.Volumes)
+	}
+	// Every placeholder of the template has a value, and the upstream
+	// names every instance.
+	for _, name := range placeholders(t) {
+		if v := nginx.Environment[name]; v == nil || *v == "" {
+			t.Errorf("nginx environment lacks %s, a placeholder of the template", name)
+		}
+	}
+	if up := nginx.Environment["SECKILL_UPSTREAM_SERVERS"]; up != nil {
+		for _, a := range apis {
+			if !strings.Contains(*up, "server "+a+":8080") {
+				t.Errorf("upstream %q lacks %s", *up, a)
+			}
+		}
+	}
+}
+
+// TestComposeNeedsSecret: without SECKILL_TOKEN_SECRET the project does not
+// load, rather than starting instances that cannot mint or check tokens.
+func TestComposeNeedsSecret(t *testing.T) {
+	t.Parallel()
+	_, err := loadCompose(t)
+	if err == nil || !strings.Contains(err.Error(), "SECKILL_TOKEN_SECRET") {
+		t.Fatalf("loading without SECKILL_TOKEN_SECRET: %v", err)
+	}
+}
+
+func TestDockerfile(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	if n := len(regexp.MustCompile(`(?m)^FROM `).FindAllString(df, -1)); n < 2 {
+		t.Errorf("Dockerfile has %d stages, want a build stage and a runtime stage", n)
+	}
+	for _, want := range []string{"CGO_ENABLED=0", "COPY --from=build", "./cmd/api"} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	users := regexp.MustCompile(`(?m)^USER\s+(\S+)`).FindAllStringSubmatch(df, -1)
+	if len(users) == 0 {
+		t.Fatal("Dockerfile sets no USER: the service would run as root")
+	}
+	if u := users[len(users)-1][1]; u == "root" || u == "0" || strings.HasPrefix(u, "0:") {
+		t.Errorf("Dockerfile runs as %s", u)
+	}
+}
+
+// TestClusterScriptMatchesCompose: the local cluster runs Redis with the same
+// durability flags and fills every placeholder of the nginx template.
+func TestClusterScriptMatchesCompose(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("scripts/cluster-up.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(b)
+	for _, want := range []string{"--appendonly yes", "--appendfsync always", "--maxmemory-policy noeviction", "--innodb-flush-log-at-trx-commit=1"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("cluster-up.sh lacks %q", want)
+		}
+	}
+	for _, name := range placeholders(t) {
+		if !strings.Contains(script, `s|\${`+name+`}|`) {
+			t.Errorf("cluster-up.sh does not fill %s", name)
+		}
+	}
+}
+
+// placeholders lists the ${NAME}s of the nginx template.
+func placeholders(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("nginx/seckill.conf.template")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`\$\{([A-Z0-9_]+)\}`).FindAllStringSubmatch(string(b), -1) {
+		if !slices.Contains(names, m[1]) {
+			names = append(names, m[1])
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("no placeholders found in the nginx template")
+	}
+	return names
+}
