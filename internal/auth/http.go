@@ -1,0 +1,118 @@
+package auth
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"seckill/internal/apierr"
+)
+
+// maxLoginBody bounds the login routes' bodies: a phone and a code.
+const maxLoginBody = 1 << 10
+
+type codeRequest struct {
+	Phone string `json:"phone"`
+}
+
+type loginRequest struct {
+	Phone string `json:"phone"`
+	Code  string `json:"code"`
+}
+
+// decodeJSON reads exactly one JSON object with known fields only.
+func decodeJSON(c *gin.Context, limit int64, dst any) bool {
+	body := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			apierr.Abort(c, http.StatusRequestEntityTooLarge, "body_too_large", "the request body is too large")
+			return false
+		}
+		apierr.BadRequest(c, "the body must be one JSON object with the documented fields")
+		return false
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		apierr.BadRequest(c, "the body must hold exactly one JSON object")
+		return false
+	}
+	return true
+}
+
+// RequestCode is POST /api/v1/auth/code {"phone"}: it sends a code and
+// answers 202 with how long it lives and when another may be asked for.
+// The code is never in the answer.
+func (l *Login) RequestCode(c *gin.Context) {
+	var req codeRequest
+	if !decodeJSON(c, maxLoginBody, &req) {
+		return
+	}
+	err := l.SendCode(c.Request.Context(), req.Phone)
+	if err == nil {
+		c.JSON(http.StatusAccepted, gin.H{
+			"expires_in":   int(l.cfg.CodeTTL.Seconds()),
+			"resend_after": int(l.cfg.Resend.Seconds()),
+		})
+		return
+	}
+	l.abort(c, err)
+}
+
+// SignIn is POST /api/v1/auth/login {"phone", "code"}: it answers 200 with
+// a bearer token, or 401 for a wrong, expired, used or locked code.
+func (l *Login) SignIn(c *gin.Context) {
+	var req loginRequest
+	if !decodeJSON(c, maxLoginBody, &req) {
+		return
+	}
+	s, err := l.Verify(c.Request.Context(), req.Phone, req.Code)
+	if err == nil {
+		c.JSON(http.StatusOK, gin.H{
+			"token": s.Token, "token_type": "Bearer", "expires_at": s.ExpiresAt,
+			"user_id": s.Identity.UserID, "role": s.Identity.Role, "new_user": s.NewUser,
+		})
+		return
+	}
+	l.abort(c, err)
+}
+
+// abort translates a login error into its answer; unexpected ones are
+// logged here, once.
+func (l *Login) abort(c *gin.Context, err error) {
+	var wait *WaitError
+	var wrong *WrongCodeError
+	switch {
+	case errors.Is(err, ErrBadPhone):
+		apierr.Abort(c, http.StatusUnprocessableEntity, "invalid_phone", "phone must be in international form: + and 8 to 15 digits, such as +8613800138000")
+	case errors.Is(err, ErrBadCode):
+		apierr.Abort(c, http.StatusUnprocessableEntity, "invalid_code", "the code is 6 digits")
+	case errors.As(err, &wait):
+		secs := max(1, int((wait.Wait+time.Second-1)/time.Second))
+		c.Header("Retry-After", strconv.Itoa(secs))
+		msg := "a code was sent a moment ago; wait before asking for another"
+		if wait.Reason == "window" {
+			msg = "too many codes were sent to this phone; try again later"
+		}
+		apierr.Abort(c, http.StatusTooManyRequests, "too_many_requests", msg)
+	case errors.As(err, &wrong):
+		c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{
+			"code": "wrong_code", "message": "the code is wrong", "tries_left": wrong.TriesLeft,
+		})
+	case errors.Is(err, ErrNoCode):
+		apierr.Abort(c, http.StatusUnauthorized, "code_expired", "no valid code for this phone: it expired or was used; ask for a new one")
+	case errors.Is(err, ErrCodeLocked):
+		apierr.Abort(c, http.StatusUnauthorized, "code_locked", "too many wrong codes; ask for a new one")
+	case errors.Is(err, ErrNoSender):
+		apierr.Unavailable(c, "login_unavailable", "phone login is not set up on this server")
+	default:
+		l.log.Error("login step failed", "route", c.FullPath(), "err", err)
+		apierr.Unavailable(c, "unavailable", "login is unavailable; try again shortly")
+	}
+}

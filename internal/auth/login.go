@@ -1,0 +1,219 @@
+package auth
+
+import (
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The login scripts live beside the code that reads their answers; each
+// has a KEYS/ARGV/returns header.
+var (
+	//go:embed send_code.lua
+	sendCodeSrc string
+	//go:embed check_code.lua
+	checkCodeSrc string
+)
+
+// Refusals of a login step; the HTTP edge turns each into a status and code.
+var (
+	ErrBadPhone   = errors.New("phone must be + and 8 to 15 digits")
+	ErrBadCode    = errors.New("code must be 6 digits")
+	ErrNoCode     = errors.New("no active code for this phone")
+	ErrCodeLocked = errors.New("code locked after too many wrong tries")
+	// ErrNoSender means login codes cannot be delivered: no sender is set up.
+	ErrNoSender = errors.New("login codes are not delivered on this server")
+)
+
+// WaitError means a code was refused to protect the phone: wait Wait.
+type WaitError struct {
+	Wait   time.Duration
+	Reason string // resend (too soon) or window (too many codes)
+}
+
+func (e *WaitError) Error() string { return "code refused (" + e.Reason + "): wait " + e.Wait.String() }
+
+// WrongCodeError is a wrong code that did not lock the code yet.
+type WrongCodeError struct{ TriesLeft int }
+
+func (e *WrongCodeError) Error() string { return fmt.Sprintf("wrong code, %d tries left", e.TriesLeft) }
+
+// phoneRE is E.164: a plus, a country code that does not start with 0, and
+// at most 15 digits in all. Keys and rows are built from numbers it passed.
+var phoneRE = regexp.MustCompile(`^\+[1-9][0-9]{7,14}$`)
+var codeRE = regexp.MustCompile(`^[0-9]{6}$`)
+
+// ValidPhone reports whether phone is an E.164 number.
+func ValidPhone(phone string) bool { return phoneRE.MatchString(phone) }
+
+// LoginConfig tunes the code login. Zero fields take the defaults.
+type LoginConfig struct {
+	KeyPrefix string        // Redis key prefix; default "seckill"
+	CodeTTL   time.Duration // how long a code is valid; default 5m
+	Resend    time.Duration // least time between two codes to one phone; default 60s
+	MaxCodes  int           // codes per phone per Window; default 10
+	Window    time.Duration // default 24h
+	MaxTries  int           // wrong tries that lock a code; default 5
+	TokenTTL  time.Duration // lifetime of the token a login gives; default 24h
+	// Admins are the phones whose logins get the admin role.
+	Admins []string
+	// Now is the clock of user rows and tokens' issue; default time.Now.
+	Now func() time.Time
+}
+
+// Login is the phone + one-time code login: codes live in Redis (shared by
+// every instance, stored only as an HMAC), users in the database.
+type Login struct {
+	rdb    redis.UniversalClient
+	users  *Users
+	signer *Signer
+	sender Sender
+	cfg    LoginConfig
+	keys   codeKeys
+	send   *redis.Script
+	check  *redis.Script
+	log    *slog.Logger
+}
+
+// NewLogin returns a Login. sender may be nil: codes are then refused with
+// ErrNoSender. It does not own rdb.
+func NewLogin(rdb redis.UniversalClient, users *Users, signer *Signer, sender Sender, cfg LoginConfig, log *slog.Logger) *Login {
+	cfg.KeyPrefix = cmp.Or(cfg.KeyPrefix, "seckill")
+	cfg.CodeTTL = cmp.Or(cfg.CodeTTL, 5*time.Minute)
+	cfg.Resend = cmp.Or(cfg.Resend, time.Minute)
+	cfg.MaxCodes = cmp.Or(cfg.MaxCodes, 10)
+	cfg.Window = cmp.Or(cfg.Window, 24*time.Hour)
+	cfg.MaxTries = cmp.Or(cfg.MaxTries, 5)
+	cfg.TokenTTL = cmp.Or(cfg.TokenTTL, 24*time.Hour)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Login{
+		rdb: rdb, users: users, signer: signer, sender: sender, cfg: cfg,
+		keys: codeKeys{prefix: cfg.KeyPrefix},
+		send: redis.NewScript(sendCodeSrc), check: redis.NewScript(checkCodeSrc), log: log,
+	}
+}
+
+// digest is what Redis keeps of a code: an HMAC under the token secret, so
+// a copy of Redis does not hand out live codes.
+func (l *Login) digest(phone, code string) string {
+	m := hmac.New(sha256.New, l.signer.secret)
+	m.Write([]byte("login-code\x00" + phone + "\x00" + code))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func newCode() (string, error) {
+	n, err := rand.Int(rand.Reader, big.NewInt(1_000_000))
+	if err != nil {
+		return "", fmt.Errorf("make login code: %w", err)
+	}
+	return fmt.Sprintf("%06d", n.Int64()), nil
+}
+
+// SendCode makes a code for the phone, stores its digest and sends it.
+func (l *Login) SendCode(ctx context.Context, phone string) error {
+	if !ValidPhone(phone) {
+		return ErrBadPhone
+	}
+	if l.sender == nil {
+		return ErrNoSender
+	}
+	code, err := newCode()
+	if err != nil {
+		return err
+	}
+	keys := []string{l.keys.Code(phone), l.keys.Resend(phone), l.keys.Sent(phone)}
+	res, err := l.send.Run(ctx, l.rdb, keys, l.digest(phone, code),
+		l.cfg.CodeTTL.Milliseconds(), l.cfg.Resend.Milliseconds(), l.cfg.MaxCodes, l.cfg.Window.Milliseconds()).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("store login code: %w", err)
+	}
+	if len(res) != 2 {
+		return fmt.Errorf("store login code: %d return values, want 2", len(res))
+	}
+	switch res[0] {
+	case 0:
+	case 1:
+		return &WaitError{Wait: time.Duration(res[1]) * time.Millisecond, Reason: "resend"}
+	case 2:
+		return &WaitError{Wait: time.Duration(res[1]) * time.Millisecond, Reason: "window"}
+	default:
+		return fmt.Errorf("store login code: unknown status %d", res[0])
+	}
+	if err := l.sender.Send(ctx, phone, code); err != nil {
+		// The phone never got it: forget it, and let the user ask again now.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = l.rdb.Del(cctx, l.keys.Code(phone), l.keys.Resend(phone)).Err()
+		return fmt.Errorf("send login code: %w", err)
+	}
+	l.log.Info("login code sent", "phone", MaskPhone(phone))
+	return nil
+}
+
+// Session is what a login gives: a bearer token and who it is for.
+type Session struct {
+	Token     string
+	ExpiresAt time.Time
+	Identity  Identity
+	NewUser   bool
+}
+
+// Verify checks the code, uses it up, finds or creates the user and mints
+// a token. A failure after the code was used up (the database is down)
+// needs a new code.
+func (l *Login) Verify(ctx context.Context, phone, code string) (Session, error) {
+	if !ValidPhone(phone) {
+		return Session{}, ErrBadPhone
+	}
+	if !codeRE.MatchString(code) {
+		return Session{}, ErrBadCode
+	}
+	res, err := l.check.Run(ctx, l.rdb, []string{l.keys.Code(phone)}, l.digest(phone, code), l.cfg.MaxTries).Int64Slice()
+	if err != nil {
+		return Session{}, fmt.Errorf("check login code: %w", err)
+	}
+	if len(res) != 2 {
+		return Session{}, fmt.Errorf("check login code: %d return values, want 2", len(res))
+	}
+	switch res[0] {
+	case 0:
+	case 1:
+		return Session{}, ErrNoCode
+	case 2:
+		return Session{}, &WrongCodeError{TriesLeft: int(res[1])}
+	case 3:
+		return Session{}, ErrCodeLocked
+	default:
+		return Session{}, fmt.Errorf("check login code: unknown status %d", res[0])
+	}
+	now := l.cfg.Now()
+	usr, created, err := l.users.Login(ctx, phone, now)
+	if err != nil {
+		return Session{}, err
+	}
+	id := Identity{UserID: usr.ID, Role: RoleUser}
+	if slices.Contains(l.cfg.Admins, phone) {
+		id.Role = RoleAdmin
+	}
+	tok, err := l.signer.Mint(id, l.cfg.TokenTTL)
+	if err != nil {
+		return Session{}, err
+	}
+	l.log.Info("user logged in", "user_id", id.UserID, "role", id.Role, "new_user", created)
+	return Session{Token: tok, ExpiresAt: now.Add(l.cfg.TokenTTL).UTC(), Identity: id, NewUser: created}, nil
+}
