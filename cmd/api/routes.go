@@ -1,7 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
@@ -9,7 +13,9 @@ import (
 
 	"seckill/internal/auth"
 	"seckill/internal/order"
+	"seckill/internal/ratelimit"
 	"seckill/internal/voucher"
+	"seckill/internal/web"
 )
 
 // deps is what run built and the routes use.
@@ -23,18 +29,98 @@ type deps struct {
 	vouchers *voucher.HTTP
 	orders   *order.HTTP
 	health   *health
+	// stdout is where the console login sender prints codes, outside the
+	// structured log; os.Stdout when nil.
+	stdout io.Writer
 }
 
 // addRoutes lists the whole HTTP surface.
 func addRoutes(r *gin.Engine, d deps) {
+	r.Use(web.Headers())
+	// Only these may say who the client is (X-Forwarded-For): everyone
+	// else would pick their own address for the per-address limits.
+	if err := r.SetTrustedProxies(d.cfg.Web.TrustedProxies); err != nil {
+		panic(fmt.Sprintf("trusted proxies passed validation but gin refused them: %v", err))
+	}
+	lim := newLimits(d.cfg.Web)
+	login := auth.NewLogin(d.rdb, auth.NewUsers(d.db), d.signer, loginSender(d), auth.LoginConfig{
+		KeyPrefix: d.cfg.KeyPrefix, CodeTTL: d.cfg.Web.CodeTTL, Resend: d.cfg.Web.Resend,
+		MaxCodes: d.cfg.Web.MaxCodes, MaxTries: d.cfg.Web.MaxTries, TokenTTL: d.cfg.TokenTTL,
+		Admins: d.cfg.Web.AdminPhones,
+	}, d.log)
+	byAddr := ratelimit.Middleware
+	tokenOnly := d.signer.Middleware()
+
 	r.GET("/healthz", d.health.live)
 	r.GET("/readyz", d.health.ready)
 
-	api := r.Group("/api/v1", d.signer.Middleware())
-	api.GET("/vouchers", d.vouchers.List)
-	api.GET("/vouchers/:id", d.vouchers.Show)
+	if d.cfg.Web.Page {
+		site, err := web.New()
+		if err != nil {
+			panic(err) // the files are compiled in: only a broken build lands here
+		}
+		r.GET("/", site.Page)
+		r.HEAD("/", site.Page)
+		r.GET("/static/*file", site.Static)
+		r.HEAD("/static/*file", site.Static)
+	}
+
+	r.POST("/api/v1/auth/code", byAddr(lim.codeIP, clientAddr), login.RequestCode)
+	r.POST("/api/v1/auth/login", byAddr(lim.loginIP, clientAddr), login.SignIn)
+
+	// The sale is public, so the page shows it before a login.
+	r.GET("/api/v1/vouchers", d.vouchers.List)
+	r.GET("/api/v1/vouchers/:id", d.vouchers.Show)
+
+	// The address limit runs before the token is checked, so a flood costs
+	// no signature checks; the user limit needs the token's user.
+	r.POST("/api/v1/vouchers/:id/orders", byAddr(lim.purchaseIP, clientAddr), tokenOnly,
+		ratelimit.Middleware(lim.purchaseUser, userKey), d.vouchers.Purchase)
+
+	api := r.Group("/api/v1", tokenOnly)
 	api.POST("/vouchers", auth.RequireAdmin(), d.vouchers.Create)
-	api.POST("/vouchers/:id/orders", d.vouchers.Purchase)
 	api.GET("/orders/:id", d.orders.Show)
 	api.GET("/users/me/orders", d.orders.Mine)
+}
+
+// limits are the in-process token buckets; nil ones allow everything.
+type limits struct {
+	purchaseUser, purchaseIP, codeIP, loginIP *ratelimit.Limiter
+}
+
+func newLimits(w webConfig) limits {
+	if !w.RateLimit {
+		return limits{}
+	}
+	return limits{
+		purchaseUser: ratelimit.New(w.PurchaseUser, nil),
+		purchaseIP:   ratelimit.New(w.PurchaseIP, nil),
+		codeIP:       ratelimit.New(w.CodeIP, nil),
+		loginIP:      ratelimit.New(w.LoginIP, nil),
+	}
+}
+
+func clientAddr(c *gin.Context) string { return c.ClientIP() }
+
+func userKey(c *gin.Context) string {
+	if id := auth.From(c).UserID; id > 0 {
+		return strconv.FormatInt(id, 10)
+	}
+	return ""
+}
+
+// loginSender is the configured delivery of login codes; nil (codes are
+// refused with 503 login_unavailable) when it is off.
+func loginSender(d deps) auth.Sender {
+	switch d.cfg.Web.LoginSender {
+	case "console":
+		w := d.stdout
+		if w == nil {
+			w = os.Stdout
+		}
+		return &auth.ConsoleSender{W: w}
+	case "file":
+		return &auth.OutboxSender{Path: d.cfg.Web.LoginOutbox}
+	}
+	return nil
 }

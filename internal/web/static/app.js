@@ -1,0 +1,467 @@
+// seckill's shop page. Plain JavaScript, no build step, no inline script
+// (the page's CSP forbids it). Every text from the server goes into the
+// page through textContent, never as markup. URLs are relative, so the page
+// works at any path behind a proxy.
+(function () {
+  "use strict";
+
+  var API = new URL("api/v1/", document.baseURI).toString();
+  var SESSION_KEY = "seckill.session";
+  var LIST_EVERY_MS = 2000;
+  var ORDER_EVERY_MS = 500;
+  var ORDER_GIVE_UP_MS = 60000;
+
+  var $ = function (id) { return document.getElementById(id); };
+  var state = {
+    session: loadSession(),
+    vouchers: [],      // as the server listed them
+    cards: new Map(),  // voucher id -> card elements
+    skewMs: 0,         // server clock minus ours
+    listTimer: 0,
+  };
+
+  // ---- session ---------------------------------------------------------
+
+  function loadSession() {
+    try {
+      var s = JSON.parse(localStorage.getItem(SESSION_KEY) || "null");
+      if (s && s.token && Date.parse(s.expires_at) > Date.now()) { return s; }
+    } catch (e) { /* a broken entry is no session */ }
+    localStorage.removeItem(SESSION_KEY);
+    return null;
+  }
+
+  function saveSession(s) {
+    state.session = s;
+    if (s) { localStorage.setItem(SESSION_KEY, JSON.stringify(s)); } else { localStorage.removeItem(SESSION_KEY); }
+    renderSession();
+  }
+
+  function renderSession() {
+    var s = state.session;
+    $("login-panel").hidden = !!s;
+    $("logout").hidden = !s;
+    $("who").textContent = s ? (s.phone + (s.role === "admin" ? " · admin" : "")) : "";
+    $("orders-panel").hidden = !s;
+    $("admin-panel").hidden = !(s && s.role === "admin");
+    if (s) { loadOrders(); } else { $("orders").replaceChildren(); }
+    renderCards();
+  }
+
+  // ---- talking to the API ---------------------------------------------
+
+  // call sends a request and resolves to {status, body, retryAfter}; a
+  // network failure resolves to status 0.
+  function call(method, path, body) {
+    var headers = { "Accept": "application/json" };
+    if (body !== undefined) { headers["Content-Type"] = "application/json"; }
+    if (state.session) { headers["Authorization"] = "Bearer " + state.session.token; }
+    var sent = Date.now();
+    return fetch(API + path, {
+      method: method, headers: headers, cache: "no-store", credentials: "omit",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    }).then(function (resp) {
+      noteClock(resp, sent);
+      return resp.json().catch(function () { return {}; }).then(function (b) {
+        var r = { status: resp.status, body: b || {}, retryAfter: parseInt(resp.headers.get("Retry-After") || "0", 10) };
+        if (r.status === 401 && state.session && path.indexOf("auth/") !== 0) {
+          saveSession(null);
+          notice("Your session ended; please log in again.", "bad");
+        }
+        return r;
+      });
+    }, function () {
+      return { status: 0, body: { code: "network", message: "network error" }, retryAfter: 0 };
+    });
+  }
+
+  // noteClock estimates the server's clock from its Date header, so the
+  // countdowns follow the server, not a phone whose clock is off.
+  function noteClock(resp, sent) {
+    var d = Date.parse(resp.headers.get("Date") || "");
+    if (isNaN(d)) { return; }
+    var mid = (sent + Date.now()) / 2;
+    var skew = d + 500 - mid; // Date has whole seconds: take the middle
+    if (Math.abs(skew - state.skewMs) > 1500) { state.skewMs = skew; }
+  }
+
+  function now() { return Date.now() + state.skewMs; }
+
+  var MESSAGES = {
+    sold_out: ["Sold out.", "bad"],
+    not_started: ["The sale has not started yet.", "warn"],
+    ended: ["The sale has ended.", "bad"],
+    too_many_requests: ["Too many requests; try again in a moment.", "warn"],
+    not_ready: ["The sale is being prepared; try again in a moment.", "warn"],
+    unavailable: ["The shop is busy right now; try again in a moment.", "warn"],
+    voucher_not_found: ["This voucher no longer exists.", "bad"],
+    unauthorized: ["Please log in first.", "warn"],
+    network: ["Network error: check your connection and try again.", "bad"],
+  };
+
+  function explain(r) {
+    var code = r.body.code;
+    var m = MESSAGES[code];
+    if (code === "too_many_requests" && r.retryAfter > 0) {
+      return ["Too many requests; try again in " + r.retryAfter + " s.", "warn"];
+    }
+    if (m) { return m; }
+    if (r.status >= 500 || r.status === 0) { return ["Something went wrong; try again in a moment.", "bad"]; }
+    return [r.body.message || ("Error " + r.status), "bad"];
+  }
+
+  function say(el, text, kind) {
+    el.textContent = text;
+    el.className = el.className.replace(/\b(ok|warn|bad)\b/g, "").trim() + (kind ? " " + kind : "");
+  }
+
+  function notice(text, kind) {
+    var n = $("notice");
+    n.textContent = text;
+    n.className = "notice" + (kind ? " " + kind : "");
+    n.hidden = !text;
+  }
+
+  // ---- login --------------------------------------------------------------
+
+  function normalPhone(v) { return v.replace(/[\s\-().]/g, ""); }
+
+  var resendTimer = 0;
+  function holdResend(secs) {
+    var btn = $("send-code");
+    clearInterval(resendTimer);
+    var until = Date.now() + secs * 1000;
+    var tick = function () {
+      var left = Math.ceil((until - Date.now()) / 1000);
+      if (left <= 0) {
+        clearInterval(resendTimer);
+        btn.disabled = false;
+        btn.textContent = "Send code";
+        return;
+      }
+      btn.disabled = true;
+      btn.textContent = "Resend in " + left + "s";
+    };
+    tick();
+    resendTimer = setInterval(tick, 500);
+  }
+
+  $("code-form").addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var phone = normalPhone($("phone").value);
+    var msg = $("login-msg");
+    if (!/^\+[1-9][0-9]{7,14}$/.test(phone)) {
+      say(msg, "Enter your phone with its country code, such as +8613800138000.", "bad");
+      return;
+    }
+    $("send-code").disabled = true;
+    call("POST", "auth/code", { phone: phone }).then(function (r) {
+      if (r.status === 202) {
+        say(msg, "Code sent to " + phone + ". It is valid for " + Math.round(r.body.expires_in / 60) + " minutes.", "ok");
+        $("login-form").hidden = false;
+        $("code").focus();
+        holdResend(r.body.resend_after || 60);
+        return;
+      }
+      $("send-code").disabled = false;
+      var e = explain(r);
+      if (r.body.code === "invalid_phone") { e = [r.body.message, "bad"]; }
+      say(msg, e[0], e[1]);
+      if (r.status === 429 && r.retryAfter > 0) { holdResend(r.retryAfter); }
+    });
+  });
+
+  $("login-form").addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var phone = normalPhone($("phone").value);
+    var code = $("code").value.trim();
+    var msg = $("login-msg");
+    if (!/^[0-9]{6}$/.test(code)) {
+      say(msg, "The code is 6 digits.", "bad");
+      return;
+    }
+    $("login").disabled = true;
+    call("POST", "auth/login", { phone: phone, code: code }).then(function (r) {
+      $("login").disabled = false;
+      if (r.status === 200) {
+        $("code").value = "";
+        $("login-form").hidden = true;
+        say(msg, "", "");
+        saveSession({ token: r.body.token, role: r.body.role, user_id: r.body.user_id, expires_at: r.body.expires_at, phone: phone });
+        notice("", "");
+        return;
+      }
+      var text;
+      switch (r.body.code) {
+        case "wrong_code": text = "Wrong code; " + r.body.tries_left + " tries left."; break;
+        case "code_expired": text = "That code expired or was used; ask for a new one."; break;
+        case "code_locked": text = "Too many wrong codes; ask for a new one."; break;
+        default: text = explain(r)[0];
+      }
+      say(msg, text, "bad");
+    });
+  });
+
+  $("logout").addEventListener("click", function () {
+    saveSession(null);
+    notice("", "");
+  });
+
+  // ---- the sale -----------------------------------------------------------
+
+  function money(cents) {
+    return "¥" + (cents / 100).toFixed(cents % 100 === 0 ? 0 : 2);
+  }
+
+  function span(ms) {
+    var s = Math.max(0, Math.floor(ms / 1000));
+    var d = Math.floor(s / 86400); s -= d * 86400;
+    var h = Math.floor(s / 3600); s -= h * 3600;
+    var m = Math.floor(s / 60); s -= m * 60;
+    var pad = function (n) { return (n < 10 ? "0" : "") + n; };
+    return (d > 0 ? d + "d " : "") + pad(h) + ":" + pad(m) + ":" + pad(s);
+  }
+
+  function loadVouchers() {
+    return call("GET", "vouchers?limit=50").then(function (r) {
+      if (r.status !== 200) {
+        var e = explain(r);
+        notice("Cannot load the sale: " + e[0], "bad");
+        return;
+      }
+      if ($("notice").textContent.indexOf("Cannot load the sale") === 0) { notice("", ""); }
+      var first = !state.loaded;
+      state.loaded = true;
+      state.vouchers = r.body.vouchers || [];
+      renderCards();
+      if (first && state.session) { loadOrders(); } // now with titles
+    });
+  }
+
+  function pollVouchers() {
+    clearTimeout(state.listTimer);
+    var next = function () { state.listTimer = setTimeout(pollVouchers, LIST_EVERY_MS); };
+    if (document.visibilityState === "hidden") { next(); return; }
+    loadVouchers().then(next, next);
+  }
+
+  function card(v) {
+    var c = state.cards.get(v.id);
+    if (c) { return c; }
+    var li = $("voucher-tpl").content.firstElementChild.cloneNode(true);
+    c = {
+      li: li, title: li.querySelector(".v-title"), face: li.querySelector(".v-face"),
+      bar: li.querySelector(".v-bar span"), left: li.querySelector(".v-left"),
+      when: li.querySelector(".v-when"), grab: li.querySelector(".grab"), msg: li.querySelector(".v-msg"),
+      busy: false, holdUntil: 0,
+    };
+    li.dataset.voucherId = String(v.id);
+    c.grab.addEventListener("click", function () { grab(v.id); });
+    state.cards.set(v.id, c);
+    return c;
+  }
+
+  function renderCards() {
+    var list = $("vouchers");
+    var seen = new Set();
+    state.vouchers.forEach(function (v, i) {
+      var c = card(v);
+      seen.add(v.id);
+      if (list.children[i] !== c.li) { list.insertBefore(c.li, list.children[i] || null); }
+      c.v = v;
+      c.title.textContent = v.title;
+      c.face.textContent = money(v.face_value);
+      var pct = v.total_stock > 0 ? Math.round(100 * v.stock / v.total_stock) : 0;
+      c.bar.style.width = pct + "%";
+      c.left.textContent = v.stock + " of " + v.total_stock + " left";
+      tickCard(c);
+    });
+    state.cards.forEach(function (c, id) {
+      if (!seen.has(id)) { c.li.remove(); state.cards.delete(id); }
+    });
+    $("vouchers-empty").hidden = state.vouchers.length > 0;
+  }
+
+  // phase is upcoming, on_sale, sold_out or ended, by the server's clock.
+  function phase(v) {
+    var t = now();
+    if (t < Date.parse(v.begin_at)) { return "upcoming"; }
+    if (t >= Date.parse(v.end_at)) { return "ended"; }
+    if (v.stock <= 0) { return "sold_out"; }
+    return "on_sale";
+  }
+
+  function tickCard(c) {
+    var v = c.v;
+    var p = phase(v);
+    c.li.className = "voucher " + p.replace("_", "");
+    c.li.dataset.phase = p;
+    var t = now();
+    var label = "Grab";
+    switch (p) {
+      case "upcoming":
+        c.when.textContent = "Starts in " + span(Date.parse(v.begin_at) - t);
+        label = "Not started";
+        break;
+      case "ended":
+        c.when.textContent = "Sale ended";
+        label = "Ended";
+        break;
+      case "sold_out":
+        c.when.textContent = "Ends in " + span(Date.parse(v.end_at) - t);
+        label = "Sold out";
+        break;
+      default:
+        c.when.textContent = "Ends in " + span(Date.parse(v.end_at) - t);
+    }
+    var waiting = c.holdUntil > Date.now();
+    c.grab.disabled = p !== "on_sale" || c.busy || waiting;
+    c.grab.textContent = c.busy ? "Grabbing…" : (waiting && p === "on_sale" ? "Wait " + Math.ceil((c.holdUntil - Date.now()) / 1000) + "s" : label);
+  }
+
+  function grab(id) {
+    var c = state.cards.get(id);
+    if (!c || c.busy) { return; }
+    if (!state.session) {
+      say(c.msg, "Log in first to grab this voucher.", "warn");
+      $("phone").focus();
+      return;
+    }
+    c.busy = true;
+    tickCard(c);
+    call("POST", "vouchers/" + id + "/orders").then(function (r) {
+      c.busy = false;
+      if (r.status === 202) {
+        showOrder(c, r.body.order_id, "pending");
+        followOrder(c, r.body.order_id);
+        loadVouchers();
+      } else if (r.body.code === "already_purchased") {
+        say(c.msg, "Already purchased: you hold order " + r.body.order_id + ".", "warn");
+        c.msg.dataset.code = "already_purchased";
+      } else {
+        var e = explain(r);
+        say(c.msg, e[0], e[1]);
+        c.msg.dataset.code = r.body.code || "error";
+        if (r.status === 429 && r.retryAfter > 0) { c.holdUntil = Date.now() + r.retryAfter * 1000; }
+        if (r.body.code === "sold_out" || r.body.code === "ended") { loadVouchers(); }
+      }
+      tickCard(c);
+    });
+  }
+
+  // showOrder writes an order's status on its card; data-seen keeps every
+  // status the card showed, in order.
+  function showOrder(c, orderID, status, reason) {
+    var text = {
+      pending: "Order " + orderID + ": pending, confirming…",
+      created: "Order " + orderID + ": created ✓ the voucher is yours.",
+      failed: "Order " + orderID + ": failed" + (reason ? " (" + reason + ")" : "") + ".",
+    }[status] || ("Order " + orderID + ": " + status);
+    say(c.msg, text, status === "created" ? "ok" : status === "failed" ? "bad" : "warn");
+    c.msg.dataset.code = "order";
+    c.msg.dataset.status = status;
+    var seen = (c.msg.dataset.seen || "").split(",").filter(Boolean);
+    if (seen[seen.length - 1] !== status) { seen.push(status); }
+    c.msg.dataset.seen = seen.join(",");
+  }
+
+  function followOrder(c, orderID) {
+    var until = Date.now() + ORDER_GIVE_UP_MS;
+    var poll = function () {
+      call("GET", "orders/" + orderID).then(function (r) {
+        if (r.status === 200 && r.body.status && r.body.status !== "pending") {
+          showOrder(c, orderID, r.body.status, r.body.reason);
+          loadOrders();
+          return;
+        }
+        if (Date.now() > until) {
+          say(c.msg, "Order " + orderID + " is still being confirmed; see My orders later.", "warn");
+          return;
+        }
+        if (r.status === 401) { return; }
+        setTimeout(poll, ORDER_EVERY_MS);
+      });
+    };
+    setTimeout(poll, ORDER_EVERY_MS);
+  }
+
+  setInterval(function () { state.cards.forEach(tickCard); }, 250);
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState === "visible") { pollVouchers(); }
+  });
+
+  // ---- my orders ---------------------------------------------------------
+
+  function loadOrders() {
+    if (!state.session) { return; }
+    call("GET", "users/me/orders?limit=50").then(function (r) {
+      if (r.status !== 200) { return; }
+      var titles = new Map(state.vouchers.map(function (v) { return [v.id, v.title]; }));
+      var ul = $("orders");
+      var items = (r.body.orders || []).map(function (o) {
+        var li = document.createElement("li");
+        var what = document.createElement("span");
+        what.textContent = (titles.get(o.voucher_id) || ("Voucher " + o.voucher_id)) + " · order " + o.order_id;
+        var st = document.createElement("span");
+        st.className = "st st-" + o.status;
+        st.textContent = o.status + (o.reason ? " (" + o.reason + ")" : "");
+        li.append(what, st);
+        return li;
+      });
+      ul.replaceChildren.apply(ul, items);
+      $("orders-empty").hidden = items.length > 0;
+    });
+  }
+
+  // ---- admin -------------------------------------------------------------
+
+  function localInput(d) {
+    var pad = function (n) { return (n < 10 ? "0" : "") + n; };
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + "T" + pad(d.getHours()) + ":" + pad(d.getMinutes());
+  }
+
+  function resetAdminTimes() {
+    var start = new Date(now());
+    start.setSeconds(0, 0);
+    $("v-begin").value = localInput(start);
+    $("v-end").value = localInput(new Date(start.getTime() + 24 * 3600 * 1000));
+  }
+
+  $("admin-form").addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var msg = $("admin-msg");
+    var title = $("v-title").value.trim();
+    var face = Math.round(parseFloat($("v-face").value) * 100);
+    var stock = Number($("v-stock").value);
+    var begin = new Date($("v-begin").value);
+    var end = new Date($("v-end").value);
+    var problem =
+      !title ? "Enter a title." :
+      !(face >= 0) ? "Enter the face value, such as 10.00." :
+      !(Number.isInteger(stock) && stock > 0) ? "Enter the stock: a whole number above 0." :
+      isNaN(begin) || isNaN(end) ? "Enter when the sale starts and ends." :
+      begin >= end ? "The sale must start before it ends." : "";
+    if (problem) { say(msg, problem, "bad"); return; }
+    $("v-create").disabled = true;
+    call("POST", "vouchers", {
+      title: title, face_value: face, stock: stock, begin_at: begin.toISOString(), end_at: end.toISOString(),
+    }).then(function (r) {
+      $("v-create").disabled = false;
+      if (r.status === 201) {
+        say(msg, "Created voucher " + r.body.voucher.id + ": " + r.body.voucher.title + ".", "ok");
+        $("admin-form").reset();
+        resetAdminTimes();
+        loadVouchers();
+        return;
+      }
+      var e = explain(r);
+      say(msg, r.body.code === "invalid_voucher" ? r.body.message : e[0], "bad");
+    });
+  });
+
+  // ---- start -------------------------------------------------------------
+
+  resetAdminTimes();
+  renderSession();
+  pollVouchers();
+})();

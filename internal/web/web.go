@@ -1,0 +1,121 @@
+// Package web serves the shop's page: plain HTML, CSS and JavaScript
+// embedded in the binary, no build step. The page talks to the JSON API
+// with relative URLs, so it works at any path behind nginx.
+package web
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"seckill/internal/apierr"
+)
+
+//go:embed static
+var files embed.FS
+
+// PageCSP is the page's Content-Security-Policy: scripts and styles only
+// from the page's own files (no inline script, no eval), requests only to
+// its own origin, never framed.
+const PageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// apiCSP is the policy of every other answer: JSON never runs anything.
+const apiCSP = "default-src 'none'; frame-ancestors 'none'"
+
+type asset struct {
+	body  []byte
+	ctype string
+	etag  string
+}
+
+// Site holds the page's files, read once from the binary.
+type Site struct {
+	index  asset
+	assets map[string]asset
+}
+
+// New reads the embedded files.
+func New() (*Site, error) {
+	s := &Site{assets: map[string]asset{}}
+	err := fs.WalkDir(files, "static", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := files.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		ctype := mime.TypeByExtension(path.Ext(p))
+		if ctype == "" {
+			ctype = "application/octet-stream"
+		}
+		s.assets[strings.TrimPrefix(p, "static/")] = asset{body: b, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:12]) + `"`}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read web files: %w", err)
+	}
+	idx, ok := s.assets["index.html"]
+	if !ok {
+		return nil, fmt.Errorf("read web files: no index.html")
+	}
+	s.index = idx
+	return s, nil
+}
+
+// Headers sets the security headers of every answer. The page's handler
+// replaces the CSP with PageCSP; API answers are never stored by caches.
+func Headers() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		h := c.Writer.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Permissions-Policy", "camera=(), microphone=(), geolocation=(), payment=()")
+		h.Set("Content-Security-Policy", apiCSP)
+		if strings.HasPrefix(c.Request.URL.Path, "/api/") {
+			h.Set("Cache-Control", "no-store")
+		}
+		c.Next()
+	}
+}
+
+// Page serves index.html.
+func (s *Site) Page(c *gin.Context) {
+	c.Header("Content-Security-Policy", PageCSP)
+	serve(c, s.index)
+}
+
+// Static serves /static/*file.
+func (s *Site) Static(c *gin.Context) {
+	a, ok := s.assets[strings.TrimPrefix(c.Param("file"), "/")]
+	if !ok {
+		apierr.Abort(c, http.StatusNotFound, "not_found", "no such file")
+		return
+	}
+	serve(c, a)
+}
+
+// serve answers with the file, or 304 when the client holds this version.
+// Every load revalidates (no-cache): the files are small and a deploy
+// must reach phones at once.
+func serve(c *gin.Context, a asset) {
+	c.Header("Cache-Control", "no-cache")
+	c.Header("ETag", a.etag)
+	if match := c.GetHeader("If-None-Match"); match != "" && strings.Contains(match, a.etag) {
+		c.Status(http.StatusNotModified)
+		return
+	}
+	c.Data(http.StatusOK, a.ctype, a.body)
+}

@@ -1,0 +1,118 @@
+package web
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+)
+
+func engine(t *testing.T) *gin.Engine {
+	t.Helper()
+	gin.SetMode(gin.TestMode)
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gin.New()
+	r.Use(Headers())
+	r.GET("/", s.Page)
+	r.GET("/static/*file", s.Static)
+	r.GET("/api/v1/x", func(c *gin.Context) { c.JSON(200, gin.H{}) })
+	return r
+}
+
+func get(r http.Handler, path string, hdr ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, req)
+	return w
+}
+
+func TestPageAndHeaders(t *testing.T) {
+	t.Parallel()
+	r := engine(t)
+	w := get(r, "/")
+	if w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
+		t.Fatalf("page: %d %s", w.Code, w.Header().Get("Content-Type"))
+	}
+	want := map[string]string{
+		"Content-Security-Policy": PageCSP, "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY",
+		"Referrer-Policy": "no-referrer",
+	}
+	for k, v := range want {
+		if got := w.Header().Get(k); got != v {
+			t.Errorf("page %s = %q, want %q", k, got, v)
+		}
+	}
+	for _, must := range []string{"script-src 'self'", "frame-ancestors 'none'"} {
+		if !strings.Contains(PageCSP, must) {
+			t.Errorf("CSP lacks %s", must)
+		}
+	}
+	if strings.Contains(PageCSP, "unsafe") {
+		t.Error("CSP allows unsafe-inline or unsafe-eval")
+	}
+	api := get(r, "/api/v1/x")
+	if api.Header().Get("Cache-Control") != "no-store" || api.Header().Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("api headers: %v", api.Header())
+	}
+}
+
+// TestNoInlineCode: the CSP forbids inline scripts, handlers and style
+// attributes; the page must not need them.
+func TestNoInlineCode(t *testing.T) {
+	t.Parallel()
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(s.index.body)
+	for name, re := range map[string]*regexp.Regexp{
+		"event handler":    regexp.MustCompile(`(?i)\son[a-z]+\s*=`),
+		"style attribute":  regexp.MustCompile(`(?i)\sstyle\s*=`),
+		"javascript: link": regexp.MustCompile(`(?i)javascript:`),
+		"absolute api url": regexp.MustCompile(`["'(]/(api|static)/`),
+	} {
+		if loc := re.FindStringIndex(html); loc != nil {
+			t.Errorf("index.html has an %s: %q", name, html[loc[0]:min(len(html), loc[1]+40)])
+		}
+	}
+	for _, m := range regexp.MustCompile(`(?is)<script([^>]*)>(.*?)</script>`).FindAllStringSubmatch(html, -1) {
+		if !strings.Contains(m[1], "src=") || strings.TrimSpace(m[2]) != "" {
+			t.Errorf("index.html has an inline script: %q", m[0])
+		}
+	}
+	js := string(s.assets["app.js"].body)
+	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"} {
+		if strings.Contains(js, bad) {
+			t.Errorf("app.js uses %s", bad)
+		}
+	}
+}
+
+func TestStatic(t *testing.T) {
+	t.Parallel()
+	r := engine(t)
+	for path, ctype := range map[string]string{"/static/app.js": "javascript", "/static/app.css": "text/css", "/static/favicon.svg": "image/svg+xml"} {
+		w := get(r, path)
+		if w.Code != 200 || !strings.Contains(w.Header().Get("Content-Type"), ctype) {
+			t.Errorf("%s: %d %q", path, w.Code, w.Header().Get("Content-Type"))
+		}
+		if again := get(r, path, "If-None-Match", w.Header().Get("ETag")); again.Code != http.StatusNotModified {
+			t.Errorf("%s with its etag: %d, want 304", path, again.Code)
+		}
+	}
+	for _, path := range []string{"/static/", "/static/nope.js", "/static/../web.go", "/static/%2e%2e/web.go", "/static/index.html/"} {
+		w := get(r, path)
+		if w.Code != 404 || !strings.Contains(w.Body.String(), `"code":"not_found"`) {
+			t.Errorf("%s: %d %s", path, w.Code, w.Body.String())
+		}
+	}
+}
