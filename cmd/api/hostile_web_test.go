@@ -184,10 +184,10 @@ func hostileCases(t *testing.T, vid int64, admin, user string) []hostile {
 		"long title": withField("title", `"`+strings.Repeat("x", 201)+`"`), "no stock": withField("stock", ""),
 		"stock 0": withField("stock", "0"), "stock -1": withField("stock", "-1"), "stock absurd": withField("stock", "2000000000"),
 		"face value negative": withField("face_value", "-1"), "face value absurd": withField("face_value", "9000000000000"),
-		"begin = end": withField("end_at", withField("begin_at", "")[0:0]+`"`+future(-time.Minute)+`"`),
+		"begin = end":     withField("end_at", withField("begin_at", "")[0:0]+`"`+future(-time.Minute)+`"`),
 		"begin after end": withField("begin_at", `"`+future(2*time.Hour)+`"`),
-		"ended": withField("begin_at", `"`+future(-2*time.Hour)+`"`)[0:0] + `{"title":"t","face_value":1,"stock":1,"begin_at":"` + future(-2*time.Hour) + `","end_at":"` + future(-time.Hour) + `"}`,
-		"no end": withField("end_at", ""),
+		"ended":           withField("begin_at", `"`+future(-2*time.Hour)+`"`)[0:0] + `{"title":"t","face_value":1,"stock":1,"begin_at":"` + future(-2*time.Hour) + `","end_at":"` + future(-time.Hour) + `"}`,
+		"no end":          withField("end_at", ""),
 	} {
 		cs = append(cs, hostile{name, "POST", "/api/v1/vouchers", admin, nil, body, 422, "invalid_voucher"})
 	}
