@@ -1,0 +1,288 @@
+package mq
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func waitFor(t *testing.T, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func names(t *testing.T) (stream, delayed string) {
+	p := testenv.Prefix(t)
+	return p + ":{0}:stream", p + ":{0}:delayed"
+}
+
+func TestDelayQueueForwardsOnlyDue(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	stream, key := names(t)
+	q := NewDelayQueue(rdb, key, stream)
+	now := time.UnixMilli(1_900_000_000_000)
+	for i, due := range []time.Time{now.Add(-time.Second), now, now.Add(time.Millisecond)} {
+		if err := q.Schedule(ctx, Payload(map[string]string{"n": fmt.Sprint(i)}), due); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := q.Stats(ctx, now)
+	if err != nil || st.Size != 3 || st.OldestOverdue != time.Second {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+	n, err := q.Forward(ctx, now, 10)
+	if err != nil || n != 2 {
+		t.Fatalf("moved %d, %v; want 2", n, err)
+	}
+	entries, _ := rdb.XRange(ctx, stream, "-", "+").Result()
+	if len(entries) != 2 || entries[0].Values["n"] != "0" || entries[1].Values["n"] != "1" {
+		t.Fatalf("stream %v", entries)
+	}
+	if left, _ := rdb.ZCard(ctx, key).Result(); left != 1 {
+		t.Fatalf("%d left in the queue, want 1", left)
+	}
+	// A member that is not a field list still moves, as one raw field.
+	if err := rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "not json"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.Forward(ctx, now, 10); err != nil || n != 1 {
+		t.Fatalf("moved %d, %v", n, err)
+	}
+}
+
+// TestDelayQueueManyPollers releases many pollers at once on one queue:
+// every member moves exactly once.
+func TestDelayQueueManyPollers(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	stream, key := names(t)
+	q := NewDelayQueue(rdb, key, stream)
+	const members, pollers = 1000, 500
+	now := time.Now()
+	pipe := rdb.Pipeline()
+	for i := range members {
+		pipe.ZAdd(ctx, key, redis.Z{Score: float64(now.Add(-time.Second).UnixMilli()), Member: Payload(map[string]string{"n": fmt.Sprint(i)})})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var moved atomic.Int64
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range pollers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for {
+				n, err := q.Forward(ctx, now, 7)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				moved.Add(int64(n))
+				if n == 0 {
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	entries, _ := rdb.XRange(ctx, stream, "-", "+").Result()
+	seen := map[any]bool{}
+	for _, e := range entries {
+		if seen[e.Values["n"]] {
+			t.Fatalf("member %v moved twice", e.Values["n"])
+		}
+		seen[e.Values["n"]] = true
+	}
+	if moved.Load() != members || len(entries) != members {
+		t.Fatalf("moved %d, stream has %d; want %d", moved.Load(), len(entries), members)
+	}
+}
+
+func addMessages(t *testing.T, rdb *redis.Client, stream string, n int) {
+	t.Helper()
+	for i := range n {
+		if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: map[string]any{"n": fmt.Sprint(i)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func runConsumer(t *testing.T, c *Consumer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func drained(t *testing.T, rdb *redis.Client, stream, key string) func() bool {
+	return func() bool {
+		ctx := context.Background()
+		p, err := rdb.XPending(ctx, stream, "g").Result()
+		l, _ := rdb.XLen(ctx, stream).Result()
+		z, _ := rdb.ZCard(ctx, key).Result()
+		return err == nil && p.Count == 0 && l == 0 && z == 0
+	}
+}
+
+// TestConsumerRetryThroughDelayQueue: a Retry outcome sends the message
+// through the delay queue and back with its attempt count raised.
+func TestConsumerRetryThroughDelayQueue(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	stream, key := names(t)
+	addMessages(t, rdb, stream, 5)
+	var mu sync.Mutex
+	attempts := map[string][]int{}
+	h := HandlerFunc(func(_ context.Context, batch []Message) ([]Outcome, error) {
+		out := make([]Outcome, len(batch))
+		mu.Lock()
+		defer mu.Unlock()
+		for i, m := range batch {
+			n := m.Values["n"].(string)
+			attempts[n] = append(attempts[n], m.Attempt)
+			if m.Attempt < 2 {
+				out[i] = Retry
+			}
+		}
+		return out, nil
+	})
+	q := NewDelayQueue(rdb, key, stream)
+	runConsumer(t, NewConsumer(rdb, ConsumerConfig{
+		Stream: stream, Group: "g", Consumer: "c", Block: 20 * time.Millisecond, Delay: q,
+		RetryBackoff: func(int) time.Duration { return time.Millisecond },
+	}, h, quiet))
+	p := NewPoller(q, PollerConfig{Every: 5 * time.Millisecond}, quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	waitFor(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range 5 {
+			if len(attempts[fmt.Sprint(i)]) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, 10*time.Second, drained(t, rdb, stream, key))
+	mu.Lock()
+	defer mu.Unlock()
+	for n, a := range attempts {
+		if fmt.Sprint(a) != "[0 1 2]" {
+			t.Errorf("message %s went through attempts %v, want [0 1 2]", n, a)
+		}
+	}
+}
+
+// TestConsumerReclaimsFromDeadConsumer: entries a consumer read and never
+// acknowledged are claimed by another after the idle time, with their
+// delivery count.
+func TestConsumerReclaimsFromDeadConsumer(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	stream, key := names(t)
+	if err := EnsureGroup(ctx, rdb, stream, "g"); err != nil {
+		t.Fatal(err)
+	}
+	addMessages(t, rdb, stream, 3)
+	if _, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{stream, ">"}, Count: 10}).Result(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	deliveries := map[string]int64{}
+	h := HandlerFunc(func(_ context.Context, batch []Message) ([]Outcome, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range batch {
+			deliveries[m.ID] = m.Deliveries
+		}
+		return make([]Outcome, len(batch)), nil
+	})
+	runConsumer(t, NewConsumer(rdb, ConsumerConfig{
+		Stream: stream, Group: "g", Consumer: "alive", Block: 20 * time.Millisecond,
+		ReclaimIdle: 100 * time.Millisecond, ReclaimEvery: 20 * time.Millisecond,
+	}, h, quiet))
+	waitFor(t, 10*time.Second, drained(t, rdb, stream, key))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(deliveries) != 3 {
+		t.Fatalf("handled %d entries, want 3", len(deliveries))
+	}
+	for id, d := range deliveries {
+		if d != 2 {
+			t.Errorf("entry %s: deliveries %d, want 2", id, d)
+		}
+	}
+}
+
+// TestConsumerKeepsLiveBatch: a batch that takes several idle times is not
+// reclaimed by another consumer while its own consumer is alive.
+func TestConsumerKeepsLiveBatch(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	stream, key := names(t)
+	addMessages(t, rdb, stream, 4)
+	const idle = 150 * time.Millisecond
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	var slowCalls, otherCalls atomic.Int64
+	slow := HandlerFunc(func(ctx context.Context, batch []Message) ([]Outcome, error) {
+		slowCalls.Add(1)
+		<-release
+		return make([]Outcome, len(batch)), nil
+	})
+	other := HandlerFunc(func(_ context.Context, batch []Message) ([]Outcome, error) {
+		otherCalls.Add(int64(len(batch)))
+		return make([]Outcome, len(batch)), nil
+	})
+	cfg := ConsumerConfig{Stream: stream, Group: "g", Block: 20 * time.Millisecond, ReclaimIdle: idle, ReclaimEvery: 20 * time.Millisecond}
+	cfg.Consumer = "slow"
+	runConsumer(t, NewConsumer(rdb, cfg, slow, quiet))
+	t.Cleanup(free) // runs before the consumer's cleanup: it must not block
+	waitFor(t, 5*time.Second, func() bool { return slowCalls.Load() == 1 })
+	cfg.Consumer = "other"
+	runConsumer(t, NewConsumer(rdb, cfg, other, quiet))
+	// Let the other consumer scan for idle entries for five idle times;
+	// its scans are what this test watches, so waiting here is the test.
+	deadline := time.Now().Add(5 * idle)
+	for time.Now().Before(deadline) {
+		if otherCalls.Load() != 0 {
+			t.Fatalf("the other consumer took %d entries of a live batch", otherCalls.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	free()
+	waitFor(t, 10*time.Second, drained(t, rdb, stream, key))
+	if otherCalls.Load() != 0 {
+		t.Fatalf("the other consumer took %d entries", otherCalls.Load())
+	}
+}

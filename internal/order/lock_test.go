@@ -1,0 +1,139 @@
+package order
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/mq"
+	"seckill/internal/testenv"
+	"seckill/internal/voucher"
+)
+
+// TestLocksQuorumWithOneNodeDown: on three independent nodes a lock is
+// held by a majority; with one node killed locks still work and still
+// exclude each other.
+func TestLocksQuorumWithOneNodeDown(t *testing.T) {
+	t.Parallel()
+	var nodes []redis.UniversalClient
+	var servers []*testenv.RedisServer
+	for range 3 {
+		s := testenv.StartRedis(t, testenv.RedisOptions{})
+		servers = append(servers, s)
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: 200 * time.Millisecond, MaxRetries: 0})
+		t.Cleanup(func() { c.Close() })
+		nodes = append(nodes, c)
+	}
+	l := NewLocks(nodes, 5*time.Second, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	check := func(stage string) {
+		a, err := l.tryAll(ctx, []string{"k"})
+		if err != nil || a[0] == nil {
+			t.Fatalf("%s: first lock: %v %v", stage, a, err)
+		}
+		b, err := l.tryAll(ctx, []string{"k"})
+		if err != nil || b[0] != nil {
+			t.Fatalf("%s: second holder got the lock (%v, %v)", stage, b, err)
+		}
+		l.release(ctx, a)
+		c, err := l.tryAll(ctx, []string{"k"})
+		if err != nil || c[0] == nil {
+			t.Fatalf("%s: lock not free after release: %v", stage, err)
+		}
+		l.release(ctx, c)
+	}
+	check("three nodes")
+	servers[1].Kill(t)
+	check("one node killed")
+}
+
+func stateEnv(t *testing.T, e writerEnv, vid int64, stock int, buyers map[int64]int64) {
+	t.Helper()
+	st := voucher.NewState(e.rdb, e.keys)
+	v := voucher.Voucher{ID: vid, Stock: stock, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
+	if _, err := st.Load(context.Background(), v, buyers); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func redisStock(t *testing.T, e writerEnv, vid int64) (int64, map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := e.rdb.HGet(ctx, e.keys.State(vid), "stock").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := e.rdb.HGetAll(ctx, e.keys.Buyers(vid)).Result()
+	return n, b
+}
+
+// TestWriterLockConflict: a buyer whose lock is held elsewhere is retried
+// through the delay queue; on the last attempt it is dead-lettered and its
+// reservation given back, exactly once.
+func TestWriterLockConflict(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	locks := NewLocks([]redis.UniversalClient{e.rdb}, 5*time.Second, slog.New(slog.DiscardHandler))
+	w := NewWriter(e.db, e.rdb, e.keys, WriterConfig{Locks: locks, KeyPrefix: e.keys.Prefix(), MaxAttempts: 3}, slog.New(slog.DiscardHandler))
+	v := e.voucher(t, 10)
+	// Redis reserved two units: stock 8, buyers 1 and 2.
+	stateEnv(t, e, v, 8, map[int64]int64{1: 901, 2: 902})
+	other, err := locks.tryAll(context.Background(), []string{lockKey(e.keys.Prefix(), v, 2)})
+	if err != nil || other[0] == nil {
+		t.Fatalf("hold lock: %v", err)
+	}
+	defer locks.release(context.Background(), other)
+
+	batch := []mq.Message{msg(1, 901, 1, v), msg(2, 902, 2, v)}
+	out := handle(t, w, batch)
+	if out[0] != mq.Ack || out[1] != mq.Retry {
+		t.Fatalf("outcomes %v, want [Ack Retry]", out)
+	}
+	if s, o, d := e.counts(t, v); s != 9 || o != 1 || d != 0 {
+		t.Fatalf("stock %d orders %d dead %d; want 9 1 0", s, o, d)
+	}
+	last := msg(2, 902, 2, v)
+	last.Attempt = 2
+	for range 2 { // the second time is a redelivery
+		if out := handle(t, w, []mq.Message{last}); out[0] != mq.Ack {
+			t.Fatalf("last attempt: outcome %v, want Ack (dead letter)", out[0])
+		}
+		d, err := NewStore(e.db).DeadLetterOf(context.Background(), 902)
+		if err != nil || d.Reason != ReasonAttemptLimit {
+			t.Fatalf("dead letter %+v, %v", d, err)
+		}
+		stock, buyers := redisStock(t, e, v)
+		if stock != 9 || buyers["2"] != "" || buyers["1"] != "901" {
+			t.Fatalf("redis stock %d buyers %v; want 9 and only buyer 1", stock, buyers)
+		}
+	}
+	if s, o, d := e.counts(t, v); s != 9 || o != 1 || d != 1 {
+		t.Fatalf("stock %d orders %d dead %d; want 9 1 1", s, o, d)
+	}
+}
+
+// TestWriterDeliveryLimit: a message delivered too often is dead-lettered
+// and its reservation given back once; the buyer may buy again.
+func TestWriterDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	v := e.voucher(t, 5)
+	stateEnv(t, e, v, 4, map[int64]int64{7: 1001})
+	m := msg(1, 1001, 7, v)
+	m.Deliveries = 6
+	for range 2 {
+		if out := handle(t, e.w, []mq.Message{m}); out[0] != mq.Ack {
+			t.Fatalf("outcome %v", out[0])
+		}
+		stock, buyers := redisStock(t, e, v)
+		if stock != 5 || len(buyers) != 0 {
+			t.Fatalf("redis stock %d buyers %v; want 5 and none", stock, buyers)
+		}
+	}
+	if s, o, d := e.counts(t, v); s != 5 || o != 0 || d != 1 {
+		t.Fatalf("stock %d orders %d dead %d; want 5 0 1", s, o, d)
+	}
+}
