@@ -70,6 +70,10 @@ func (s Summary) Print(w io.Writer) {
 			"        load comes from one. For a load test start the cluster with\n"+
 			"        SECKILL_NGINX_PURCHASE_RATE=1000000r/s SECKILL_NGINX_PURCHASE_BURST=1000000 (nginx counts in milliseconds).\n", n)
 	}
+	if n := s.Outcomes["429 too_many_requests"]; n > 0 {
+		fmt.Fprintf(w, "  note: the instances refused %d purchases with 429: their own per-buyer and per-address limits.\n"+
+			"        For a load test start the cluster with SECKILL_RATE_LIMIT=off.\n", n)
+	}
 	if s.Check != nil {
 		s.Check.Print(w)
 	}
