@@ -114,6 +114,21 @@ func TestComposeFile(t *testing.T) {
 
 	nginx := svc("nginx")
 	hasHealthcheck(nginx)
+	// The instances trust client-address headers from nginx only.
+	var nginxIP string
+	for _, n := range nginx.Networks {
+		if n != nil && n.Ipv4Address != "" {
+			nginxIP = n.Ipv4Address
+		}
+	}
+	if nginxIP == "" {
+		t.Error("nginx has no fixed address for the instances to trust")
+	}
+	for _, name := range apis {
+		if v := svc(name).Environment["SECKILL_TRUSTED_PROXIES"]; v == nil || *v != nginxIP {
+			t.Errorf("%s: SECKILL_TRUSTED_PROXIES must be nginx's address %s", name, nginxIP)
+		}
+	}
 	needHealthy(nginx, apis...)
 	if len(nginx.Ports) != 1 || nginx.Ports[0].Target != 8080 || nginx.Ports[0].Published != "8080" {
 		t.Errorf("nginx ports %+v, want 8080:8080", nginx.Ports)
