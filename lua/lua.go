@@ -21,6 +21,8 @@ var (
 	forwardSrc string
 	//go:embed release.lua
 	releaseSrc string
+	//go:embed snapshot.lua
+	snapshotSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -41,3 +43,6 @@ func Forward() *redis.Script { return redis.NewScript(forwardSrc) }
 
 // Release gives back the Redis reservation of a dead-lettered order.
 func Release() *redis.Script { return redis.NewScript(releaseSrc) }
+
+// Snapshot reads a shard's stream and delay queue atomically.
+func Snapshot() *redis.Script { return redis.NewScript(snapshotSrc) }

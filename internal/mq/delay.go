@@ -53,6 +53,19 @@ func Payload(fields map[string]string) string {
 	return string(b)
 }
 
+// ParsePayload decodes a delay-queue member made by Payload.
+func ParsePayload(member string) (map[string]any, error) {
+	var arr []string
+	if err := json.Unmarshal([]byte(member), &arr); err != nil || len(arr)%2 != 0 {
+		return nil, fmt.Errorf("delay queue member is not a field list")
+	}
+	out := make(map[string]any, len(arr)/2)
+	for i := 0; i < len(arr); i += 2 {
+		out[arr[i]] = arr[i+1]
+	}
+	return out, nil
+}
+
 // Schedule adds a payload (see Payload) due at the given time. Scheduling an
 // equal payload again moves its due time.
 func (q *DelayQueue) Schedule(ctx context.Context, payload string, due time.Time) error {

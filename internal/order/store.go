@@ -68,6 +68,25 @@ func (s *Store) Buyers(ctx context.Context, voucherID int64) (map[int64]int64, e
 	return out, nil
 }
 
+// Reservations returns a voucher's buyers with an order (user id -> order
+// id) and the order ids that ended as live dead letters: what the voucher
+// warmer needs to rebuild Redis.
+func (s *Store) Reservations(ctx context.Context, voucherID int64) (map[int64]int64, map[int64]bool, error) {
+	buyers, err := s.Buyers(ctx, voucherID)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ids []int64
+	if err := s.db.WithContext(ctx).Raw("SELECT order_id FROM dead_letters WHERE voucher_id = ? AND replayed_at IS NULL AND order_id IS NOT NULL", voucherID).Scan(&ids).Error; err != nil {
+		return nil, nil, fmt.Errorf("dead letters of voucher %d: %w", voucherID, err)
+	}
+	dead := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		dead[id] = true
+	}
+	return buyers, dead, nil
+}
+
 // Get returns the order with the id, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id int64) (Order, error) {
 	var o Order

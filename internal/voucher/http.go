@@ -33,6 +33,13 @@ const (
 	maxListLimit  = 100
 )
 
+// The sale window must fall in this range: dates outside it are typing
+// errors, and the database's DATETIME has a range of its own.
+var (
+	earliestTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	latestTime   = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
 // HTTP serves the voucher routes.
 type HTTP struct {
 	store    *Store
@@ -102,6 +109,8 @@ func (r createRequest) validate(now time.Time) string {
 		return "stock must be between 1 and " + strconv.Itoa(maxStock)
 	case r.BeginAt == nil || r.EndAt == nil:
 		return "begin_at and end_at are required (RFC 3339)"
+	case r.BeginAt.Before(earliestTime) || !r.EndAt.Before(latestTime):
+		return "begin_at and end_at must fall in the years 2000 to 2099"
 	case !r.BeginAt.Before(*r.EndAt):
 		return "begin_at must be before end_at"
 	case !r.EndAt.After(now):

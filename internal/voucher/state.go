@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -90,92 +89,22 @@ func (s *State) Stocks(ctx context.Context, ids []int64) (map[int64]int64, error
 	return out, nil
 }
 
-// BuyerLister reads who bought a voucher (user id -> order id) from the
-// database; the order side supplies it.
-type BuyerLister interface {
-	Buyers(ctx context.Context, voucherID int64) (map[int64]int64, error)
-}
-
-// Warmer loads the Redis state of every voucher still on sale whose state is
-// missing: at start-up, and again periodically, so an instance that finds
-// state gone repairs it.
-type Warmer struct {
-	store  *Store
-	state  *State
-	buyers BuyerLister
-	keys   Keys
-	every  time.Duration
-	log    *slog.Logger
-}
-
-// NewWarmer returns a Warmer that checks every interval (default 5s).
-func NewWarmer(store *Store, state *State, buyers BuyerLister, keys Keys, every time.Duration, log *slog.Logger) *Warmer {
-	if every <= 0 {
-		every = 5 * time.Second
+// Replace overwrites v's state and buyers: the rebuild of a shard whose
+// purchases are stopped (its ready marker is missing), so nothing else
+// writes them meanwhile.
+func (s *State) Replace(ctx context.Context, v Voucher, stock int64, buyers map[int64]int64) error {
+	pipe := s.rdb.TxPipeline()
+	pipe.Del(ctx, s.keys.Buyers(v.ID), s.keys.State(v.ID))
+	args := make([]any, 0, 2*len(buyers))
+	for uid, oid := range buyers {
+		args = append(args, uid, oid)
 	}
-	return &Warmer{store: store, state: state, buyers: buyers, keys: keys, every: every, log: log}
-}
-
-// Warm loads missing state once and marks every shard ready.
-func (w *Warmer) Warm(ctx context.Context) (loaded int, err error) {
-	vs, err := w.store.Live(ctx, time.Now())
-	if err != nil {
-		return 0, err
+	if len(args) > 0 {
+		pipe.HSet(ctx, s.keys.Buyers(v.ID), args...)
 	}
-	pipe := w.state.rdb.Pipeline()
-	exists := make([]*redis.IntCmd, len(vs))
-	for i, v := range vs {
-		exists[i] = pipe.Exists(ctx, w.keys.State(v.ID))
+	pipe.HSet(ctx, s.keys.State(v.ID), "stock", stock, "begin_ms", v.BeginAt.UnixMilli(), "end_ms", v.EndAt.UnixMilli())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("replace state of voucher %d: %w", v.ID, err)
 	}
-	if len(vs) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, fmt.Errorf("check voucher state: %w", err)
-		}
-	}
-	for i, v := range vs {
-		if exists[i].Val() == 1 {
-			continue
-		}
-		buyers, err := w.buyers.Buyers(ctx, v.ID)
-		if err != nil {
-			return loaded, err
-		}
-		wrote, err := w.state.Load(ctx, v, buyers)
-		if err != nil {
-			return loaded, err
-		}
-		if wrote {
-			loaded++
-			w.log.Info("voucher state loaded from database", "voucher_id", v.ID, "stock", v.Stock, "buyers", len(buyers))
-		}
-	}
-	for shard := range w.keys.Shards() {
-		if err := w.state.MarkReady(ctx, shard); err != nil {
-			return loaded, err
-		}
-	}
-	return loaded, nil
-}
-
-// Run warms periodically until ctx is done.
-func (w *Warmer) Run(ctx context.Context) error {
-	t := time.NewTicker(w.every)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		_, err := w.Warm(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil && !failing:
-			w.log.Warn("warming voucher state failed; retrying", "err", err)
-			failing = true
-		case err == nil && failing:
-			w.log.Info("warming voucher state works again")
-			failing = false
-		}
-	}
+	return nil
 }

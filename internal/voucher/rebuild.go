@@ -1,0 +1,320 @@
+package voucher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/mq"
+	"seckill/lua"
+)
+
+// Ledger reads what the database knows of a voucher's sales; the order
+// side supplies it.
+type Ledger interface {
+	// Reservations returns the buyers with an order (user id -> order id)
+	// and the order ids that ended as live dead letters.
+	Reservations(ctx context.Context, voucherID int64) (buyers map[int64]int64, dead map[int64]bool, err error)
+}
+
+// Warmer keeps the Redis sale state in line with the database. At start-up
+// and then periodically it loads the state of vouchers on sale that have
+// none, and when a shard's ready marker is gone (Redis lost its data, or
+// was replaced), it rebuilds the whole shard from the database plus the
+// orders still in flight in Redis, and only then marks it ready again.
+// Purchases in that shard answer not_ready meanwhile.
+type Warmer struct {
+	store    *Store
+	state    *State
+	ledger   Ledger
+	keys     Keys
+	every    time.Duration
+	log      *slog.Logger
+	snapshot *redis.Script
+	runID    string
+}
+
+// NewWarmer returns a Warmer that checks every interval (default 5s).
+func NewWarmer(store *Store, state *State, ledger Ledger, keys Keys, every time.Duration, log *slog.Logger) *Warmer {
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	return &Warmer{store: store, state: state, ledger: ledger, keys: keys, every: every, log: log, snapshot: lua.Snapshot()}
+}
+
+// Diff is one difference between Redis and what the database plus the
+// in-flight orders say Redis should hold.
+type Diff struct {
+	VoucherID   int64  `json:"voucher_id"`
+	What        string `json:"what"`
+	Redis       string `json:"redis"`
+	Expected    string `json:"expected"`
+	InFlight    int    `json:"in_flight"`
+	ShardMarked bool   `json:"shard_ready"`
+}
+
+// expected is the sale state Redis should hold for one voucher.
+type expected struct {
+	stock  int64
+	buyers map[int64]int64
+	flying int
+}
+
+// inFlight is a shard's orders accepted but not yet settled in the
+// database: on the stream or in the delay queue.
+type inFlight map[int64]map[int64]int64 // voucher -> user -> order
+
+func (w *Warmer) readInFlight(ctx context.Context, shard int) (inFlight, error) {
+	res, err := w.snapshot.Run(ctx, w.state.rdb, []string{w.keys.Stream(shard), w.keys.Delayed(shard)}).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot shard %d: %w", shard, err)
+	}
+	out := inFlight{}
+	add := func(values map[string]any) {
+		m, err := Decode(values)
+		if err != nil {
+			return // a bad message holds no reservation it could prove
+		}
+		if out[m.VoucherID] == nil {
+			out[m.VoucherID] = map[int64]int64{}
+		}
+		out[m.VoucherID][m.UserID] = m.OrderID
+	}
+	if len(res) == 2 {
+		entries, _ := res[0].([]any)
+		for _, e := range entries {
+			pair, _ := e.([]any)
+			if len(pair) != 2 {
+				continue
+			}
+			flat, _ := pair[1].([]any)
+			values := make(map[string]any, len(flat)/2)
+			for i := 0; i+1 < len(flat); i += 2 {
+				k, _ := flat[i].(string)
+				values[k] = flat[i+1]
+			}
+			add(values)
+		}
+		members, _ := res[1].([]any)
+		for _, m := range members {
+			s, _ := m.(string)
+			if values, err := mq.ParsePayload(s); err == nil {
+				add(values)
+			}
+		}
+	}
+	return out, nil
+}
+
+// expect computes what Redis should hold for v: buyers are the database's
+// orders plus the in-flight ones that are not dead letters; stock is the
+// initial stock less those.
+func (w *Warmer) expect(ctx context.Context, v Voucher, flying inFlight) (expected, error) {
+	buyers, dead, err := w.ledger.Reservations(ctx, v.ID)
+	if err != nil {
+		return expected{}, err
+	}
+	e := expected{buyers: buyers}
+	for user, order := range flying[v.ID] {
+		if dead[order] {
+			continue
+		}
+		if _, ok := buyers[user]; !ok {
+			buyers[user] = order
+			e.flying++
+		}
+	}
+	e.stock = int64(v.TotalStock) - int64(len(buyers))
+	return e, nil
+}
+
+// Warm checks every shard once: rebuilds the shards whose ready marker is
+// gone and loads missing voucher state in the others.
+func (w *Warmer) Warm(ctx context.Context) (loaded int, err error) {
+	w.noticeRestart(ctx)
+	vs, err := w.store.Live(ctx, time.Now())
+	if err != nil {
+		return 0, err
+	}
+	byShard := map[int][]Voucher{}
+	for _, v := range vs {
+		byShard[w.keys.Shard(v.ID)] = append(byShard[w.keys.Shard(v.ID)], v)
+	}
+	for shard := range w.keys.Shards() {
+		n, err := w.warmShard(ctx, shard, byShard[shard])
+		loaded += n
+		if err != nil {
+			return loaded, err
+		}
+	}
+	return loaded, nil
+}
+
+func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, error) {
+	rdb := w.state.rdb
+	ready, err := rdb.Exists(ctx, w.keys.Ready(shard)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("check shard %d: %w", shard, err)
+	}
+	rebuild := ready == 0
+	var todo []Voucher
+	if rebuild {
+		todo = vs
+	} else if len(vs) > 0 {
+		pipe := rdb.Pipeline()
+		exists := make([]*redis.IntCmd, len(vs))
+		for i, v := range vs {
+			exists[i] = pipe.Exists(ctx, w.keys.State(v.ID))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, fmt.Errorf("check voucher state: %w", err)
+		}
+		for i, v := range vs {
+			if exists[i].Val() == 0 {
+				todo = append(todo, v)
+			}
+		}
+	}
+	if len(todo) == 0 {
+		if rebuild {
+			return 0, w.state.MarkReady(ctx, shard)
+		}
+		return 0, nil
+	}
+	flying, err := w.readInFlight(ctx, shard)
+	if err != nil {
+		return 0, err
+	}
+	for _, v := range todo {
+		e, err := w.expect(ctx, v, flying)
+		if err != nil {
+			return 0, err
+		}
+		if rebuild {
+			err = w.state.Replace(ctx, v, e.stock, e.buyers)
+		} else {
+			v.Stock = int(e.stock)
+			_, err = w.state.Load(ctx, v, e.buyers)
+		}
+		if err != nil {
+			return 0, err
+		}
+		w.log.Info("voucher state loaded from database", "voucher_id", v.ID, "stock", e.stock,
+			"buyers", len(e.buyers), "in_flight", e.flying, "shard_rebuilt", rebuild)
+	}
+	if rebuild {
+		w.log.Warn("shard state rebuilt from the database", "shard", shard, "vouchers", len(todo))
+		return len(todo), w.state.MarkReady(ctx, shard)
+	}
+	return len(todo), nil
+}
+
+// noticeRestart logs when the Redis server is another process than before
+// (its run_id changed): a restart or a failover. What it lost, if anything,
+// shows as missing ready markers, which Warm repairs.
+func (w *Warmer) noticeRestart(ctx context.Context) {
+	info, err := w.state.rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return
+	}
+	for line := range strings.Lines(info) {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			if w.runID != "" && id != w.runID {
+				w.log.Warn("redis server changed (restart or failover); checking its state", "run_id", id)
+			}
+			w.runID = id
+		}
+	}
+}
+
+// Reconcile compares, for every voucher on sale, Redis's stock and buyers
+// with what the database plus the in-flight orders say, and reports every
+// difference. It changes nothing.
+func (w *Warmer) Reconcile(ctx context.Context) ([]Diff, error) {
+	vs, err := w.store.Live(ctx, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	rdb := w.state.rdb
+	diffs := []Diff{}
+	flying := map[int]inFlight{}
+	for _, v := range vs {
+		shard := w.keys.Shard(v.ID)
+		if flying[shard] == nil {
+			if flying[shard], err = w.readInFlight(ctx, shard); err != nil {
+				return nil, err
+			}
+		}
+		ready, err := rdb.Exists(ctx, w.keys.Ready(shard)).Result()
+		if err != nil {
+			return nil, err
+		}
+		e, err := w.expect(ctx, v, flying[shard])
+		if err != nil {
+			return nil, err
+		}
+		d := Diff{VoucherID: v.ID, InFlight: e.flying, ShardMarked: ready == 1}
+		stock, err := rdb.HGet(ctx, w.keys.State(v.ID), "stock").Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			d.What, d.Redis, d.Expected = "state", "missing", fmt.Sprint(e.stock)
+			diffs = append(diffs, d)
+			continue
+		case err != nil:
+			return nil, err
+		case stock != fmt.Sprint(e.stock):
+			d.What, d.Redis, d.Expected = "stock", stock, fmt.Sprint(e.stock)
+			diffs = append(diffs, d)
+		}
+		got, err := rdb.HGetAll(ctx, w.keys.Buyers(v.ID)).Result()
+		if err != nil {
+			return nil, err
+		}
+		missing, extra := 0, 0
+		for u, o := range e.buyers {
+			if got[fmt.Sprint(u)] != fmt.Sprint(o) {
+				missing++
+			}
+		}
+		for u := range got {
+			var id int64
+			if _, err := fmt.Sscan(u, &id); err != nil || e.buyers[id] == 0 {
+				extra++
+			}
+		}
+		if missing+extra > 0 {
+			d.What, d.Redis, d.Expected = "buyers", fmt.Sprintf("%d entries, %d unexpected", len(got), extra),
+				fmt.Sprintf("%d entries, %d missing", len(e.buyers), missing)
+			diffs = append(diffs, d)
+		}
+	}
+	return diffs, nil
+}
+
+// Run warms periodically until ctx is done.
+func (w *Warmer) Run(ctx context.Context) error {
+	t := time.NewTicker(w.every)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		_, err := w.Warm(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			w.log.Warn("warming voucher state failed; retrying", "err", err)
+			failing = true
+		case err == nil && failing:
+			w.log.Info("warming voucher state works again")
+			failing = false
+		}
+	}
+}
