@@ -28,7 +28,10 @@ const orderGroup = "order-writers"
 
 const usage = `usage: api [serve]                        run the service (default)
        api token --user ID [--admin] [--ttl D]  print a bearer token
-       api migrate                              apply database migrations and exit`
+       api migrate                              apply database migrations and exit
+       api dlq list [--limit N]                 list dead letters
+       api dlq replay ID                        send a dead-lettered order through again
+       api reconcile                            report differences between Redis and the database`
 
 // run is the whole program; main and the end-to-end tests call it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -50,6 +53,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return printToken(cfg, args, stdout)
 	case "migrate":
 		return migrate(ctx, cfg, log, stdout)
+	case "dlq":
+		return dlqCommand(ctx, cfg, log, args, stdout)
+	case "reconcile":
+		return reconcileCommand(ctx, cfg, log, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil
@@ -237,24 +244,21 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 			_ = g.Wait()
 			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 		}
-		srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
 		log.Info("http server listening", "addr", ln.Addr().String())
-		fg.Go(func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("http server: %w", err)
-			}
-			return nil
-		})
-		fg.Go(func() error {
-			<-fctx.Done()
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Shutdown)
-			defer cancel()
-			if err := srv.Shutdown(sctx); err != nil {
-				log.Warn("http server did not drain in time", "err", err)
-				return srv.Close()
-			}
-			return nil
-		})
+		serveHTTP(ctx, fctx, fg, ln, r, cfg.Shutdown, log)
+	}
+
+	if cfg.AdminAddr != "off" {
+		r := newEngine(log)
+		reserver := voucher.NewReserver(rdb, keys)
+		addAdminRoutes(r, signer, &admin{dead: order.NewDeadLetters(db, reserver), warmer: warmer})
+		if ln, err := net.Listen("tcp", cfg.AdminAddr); err != nil {
+			// Not fatal: the sale goes on without the operator routes.
+			log.Error("admin listener not started", "addr", cfg.AdminAddr, "err", err)
+		} else {
+			log.Info("admin listener listening", "addr", ln.Addr().String())
+			serveHTTP(ctx, fctx, fg, ln, r, cfg.Shutdown, log)
+		}
 	}
 
 	<-fctx.Done()
@@ -281,4 +285,26 @@ func announceAdmin(cfg config, signer *auth.Signer, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "\nFirst start: an admin token (user 1, valid 30 days) is in %s:\n\n  %s\n\n"+
 		"Mint more with: go run ./cmd/api token --user 42 [--admin]\n\n", path, tok)
 	return nil
+}
+
+// serveHTTP serves h on ln in fg until stop is done, then drains it within
+// timeout.
+func serveHTTP(ctx, stop context.Context, fg *errgroup.Group, ln net.Listener, h http.Handler, timeout time.Duration, log *slog.Logger) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
+	fg.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server on %s: %w", ln.Addr(), err)
+		}
+		return nil
+	})
+	fg.Go(func() error {
+		<-stop.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("http server did not drain in time", "addr", ln.Addr().String(), "err", err)
+			return srv.Close()
+		}
+		return nil
+	})
 }

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"errors"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"seckill/internal/apierr"
+	"seckill/internal/auth"
+	"seckill/internal/order"
+	"seckill/internal/voucher"
+)
+
+// admin serves the operator routes. They listen on their own address
+// (loopback by default), never behind nginx, and still need an admin token.
+type admin struct {
+	dead   *order.DeadLetters
+	warmer *voucher.Warmer
+}
+
+// addAdminRoutes lists the admin listener's surface.
+func addAdminRoutes(r *gin.Engine, signer *auth.Signer, a *admin) {
+	ops := r.Group("/admin", signer.Middleware(), auth.RequireAdmin())
+	ops.GET("/dlq", a.listDLQ)
+	ops.POST("/dlq/:id/replay", a.replay)
+	ops.GET("/reconcile", a.reconcile)
+
+	// Profiles of the running process; loopback only, like the rest.
+	r.GET("/debug/pprof/", gin.WrapF(pprof.Index))
+	r.GET("/debug/pprof/cmdline", gin.WrapF(pprof.Cmdline))
+	r.GET("/debug/pprof/profile", gin.WrapF(pprof.Profile))
+	r.GET("/debug/pprof/symbol", gin.WrapF(pprof.Symbol))
+	r.GET("/debug/pprof/trace", gin.WrapF(pprof.Trace))
+	r.GET("/debug/pprof/:name", func(c *gin.Context) { pprof.Handler(c.Param("name")).ServeHTTP(c.Writer, c.Request) })
+}
+
+func (a *admin) listDLQ(c *gin.Context) {
+	limit, before := 50, int64(0)
+	if s := c.Query("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 500 {
+			apierr.BadRequest(c, "limit must be between 1 and 500")
+			return
+		}
+		limit = n
+	}
+	if s := c.Query("before"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			apierr.BadRequest(c, "before must be a positive id")
+			return
+		}
+		before = n
+	}
+	ds, err := a.dead.List(c.Request.Context(), limit, before)
+	if err != nil {
+		apierr.Unavailable(c, "unavailable", err.Error())
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"dead_letters": ds})
+}
+
+func (a *admin) replay(c *gin.Context) {
+	id, ok := apierr.PathID(c, "id")
+	if !ok {
+		return
+	}
+	d, err := a.dead.Replay(c.Request.Context(), id)
+	var held *voucher.PurchasedError
+	switch {
+	case err == nil:
+		c.JSON(http.StatusAccepted, gin.H{"dead_letter": d, "status": "pending"})
+	case errors.Is(err, order.ErrNotFound):
+		apierr.Abort(c, http.StatusNotFound, "not_found", "no dead letter has this id")
+	case errors.Is(err, order.ErrNotReplayable):
+		apierr.Abort(c, http.StatusConflict, "not_replayable", "this dead letter holds no order")
+	case errors.As(err, &held):
+		c.AbortWithStatusJSON(http.StatusConflict, apierr.Body{Code: "already_purchased", Message: "the buyer holds another order", OrderID: held.OrderID})
+	case errors.Is(err, voucher.ErrSoldOut):
+		apierr.Abort(c, http.StatusConflict, "sold_out", "no stock left to replay into")
+	case errors.Is(err, voucher.ErrEnded), errors.Is(err, voucher.ErrNotStarted):
+		apierr.Abort(c, http.StatusConflict, "outside_sale", "the sale window is closed")
+	default:
+		apierr.Unavailable(c, "unavailable", err.Error())
+	}
+}
+
+func (a *admin) reconcile(c *gin.Context) {
+	diffs, err := a.warmer.Reconcile(c.Request.Context())
+	if err != nil {
+		apierr.Unavailable(c, "unavailable", err.Error())
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"consistent": len(diffs) == 0, "differences": diffs})
+}

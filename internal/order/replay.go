@@ -1,0 +1,76 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"seckill/internal/voucher"
+)
+
+// ErrNotReplayable means a dead letter holds no order to send again (its
+// message did not decode).
+var ErrNotReplayable = errors.New("dead letter cannot be replayed")
+
+// DeadLetters lists dead letters and sends them through the pipeline again.
+type DeadLetters struct {
+	db       *gorm.DB
+	reserver *voucher.Reserver
+}
+
+// NewDeadLetters returns the dead-letter operations.
+func NewDeadLetters(db *gorm.DB, reserver *voucher.Reserver) *DeadLetters {
+	return &DeadLetters{db: db, reserver: reserver}
+}
+
+// List returns up to limit dead letters, newest first, with ids below
+// before (0 for the first page).
+func (d *DeadLetters) List(ctx context.Context, limit int, before int64) ([]DeadLetter, error) {
+	q := d.db.WithContext(ctx).Order("id DESC").Limit(limit)
+	if before > 0 {
+		q = q.Where("id < ?", before)
+	}
+	var out []DeadLetter
+	if err := q.Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// Replay sends a dead-lettered order through the purchase script again
+// with its own order id, so it is checked like any purchase (window,
+// stock, buyer) and, when accepted, written by the worker. The row is
+// marked replayed first: a crash in between leaves it marked and not
+// reserved, and replaying it again is safe (the same order id never
+// reserves twice).
+func (d *DeadLetters) Replay(ctx context.Context, id int64) (DeadLetter, error) {
+	var dl DeadLetter
+	err := d.db.WithContext(ctx).Where("id = ?", id).Take(&dl).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", id, err)
+	}
+	if dl.OrderID == nil || dl.UserID == nil || dl.VoucherID == nil {
+		return dl, fmt.Errorf("dead letter %d: %w", id, ErrNotReplayable)
+	}
+	now := time.Now().UTC()
+	if err := d.db.WithContext(ctx).Model(&DeadLetter{}).Where("id = ?", id).Update("replayed_at", now).Error; err != nil {
+		return dl, fmt.Errorf("mark dead letter %d replayed: %w", id, err)
+	}
+	if _, err := d.reserver.Reserve(ctx, *dl.VoucherID, *dl.UserID, *dl.OrderID); err != nil {
+		// Refused (sold out, ended, ...) or Redis failed: the dead letter
+		// stands as it was.
+		if uerr := d.db.WithContext(context.WithoutCancel(ctx)).Model(&DeadLetter{}).Where("id = ?", id).
+			Update("replayed_at", nil).Error; uerr != nil {
+			return dl, errors.Join(err, uerr)
+		}
+		return dl, fmt.Errorf("replay dead letter %d: %w", id, err)
+	}
+	dl.ReplayedAt = &now
+	return dl, nil
+}
