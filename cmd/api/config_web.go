@@ -39,6 +39,11 @@ type webConfig struct {
 	AdminPhones []string      // SECKILL_ADMIN_PHONES
 }
 
+// defaultTrustedProxies are loopback and the private ranges: nginx on the
+// same host or on the deployment's private network. An instance that
+// faces clients directly sets SECKILL_TRUSTED_PROXIES=none.
+const defaultTrustedProxies = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
+
 func loadWebConfig(getenv func(string) string) (webConfig, []string) {
 	var errs []string
 	str := func(name, def string) string { return cmp.Or(strings.TrimSpace(getenv(name)), def) }
@@ -100,13 +105,15 @@ func loadWebConfig(getenv func(string) string) (webConfig, []string) {
 		defSender = "off"
 	}
 	w := webConfig{
-		Page:           onOff("SECKILL_WEB", true),
-		RateLimit:      onOff("SECKILL_RATE_LIMIT", true),
-		PurchaseUser:   rule("SECKILL_LIMIT_PURCHASE_USER", "5/1s"),
-		PurchaseIP:     rule("SECKILL_LIMIT_PURCHASE_IP", "50/1s"),
-		CodeIP:         rule("SECKILL_LIMIT_CODE_IP", "10/10m"),
-		LoginIP:        rule("SECKILL_LIMIT_LOGIN_IP", "20/1m"),
-		TrustedProxies: list("SECKILL_TRUSTED_PROXIES", "127.0.0.1,::1"),
+		Page:         onOff("SECKILL_WEB", true),
+		RateLimit:    onOff("SECKILL_RATE_LIMIT", true),
+		PurchaseUser: rule("SECKILL_LIMIT_PURCHASE_USER", "5/1s"),
+		// Per address only a flood guard: carrier NAT puts thousands of
+		// phones behind one address. The per-user limit is the precise one.
+		PurchaseIP:     rule("SECKILL_LIMIT_PURCHASE_IP", "2000/1s"),
+		CodeIP:         rule("SECKILL_LIMIT_CODE_IP", "20/1m"),
+		LoginIP:        rule("SECKILL_LIMIT_LOGIN_IP", "60/1m"),
+		TrustedProxies: list("SECKILL_TRUSTED_PROXIES", defaultTrustedProxies),
 		LoginSender:    str("SECKILL_LOGIN_SENDER", defSender),
 		LoginOutbox:    str("SECKILL_LOGIN_OUTBOX", ""),
 		CodeTTL:        dur("SECKILL_LOGIN_CODE_TTL", 5*time.Minute, 30*time.Second, time.Hour),

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"seckill/internal/auth"
 )
@@ -72,7 +73,7 @@ func TestLoginFlow(t *testing.T) {
 		t.Fatalf("admin login: role %s, user %d", role, aid)
 	}
 	if a := sendJSON(t, "POST", s.base+"/api/v1/vouchers", atok, map[string]any{
-		"title": "by admin", "face_value": 1, "stock": 1, "begin_at": "2020-01-01T00:00:00Z", "end_at": "2099-01-01T00:00:00Z",
+		"title": "by admin", "face_value": 1, "stock": 1, "begin_at": time.Now().Add(-time.Minute).Format(time.RFC3339), "end_at": time.Now().Add(time.Hour).Format(time.RFC3339),
 	}); a.status != 201 {
 		t.Fatalf("admin create: %d %s", a.status, a.raw)
 	}
