@@ -45,6 +45,13 @@
     $("orders-panel").hidden = !s;
     $("admin-panel").hidden = !(s && s.role === "admin");
     if (s) { loadOrders(); } else { $("orders").replaceChildren(); }
+    // Messages on the cards belong to the previous user.
+    state.cards.forEach(function (c) {
+      say(c.msg, "", "");
+      delete c.msg.dataset.code;
+      delete c.msg.dataset.status;
+      delete c.msg.dataset.seen;
+    });
     renderCards();
   }
 
@@ -127,6 +134,13 @@
   function normalPhone(v) { return v.replace(/[\s\-().]/g, ""); }
 
   var resendTimer = 0;
+  // releaseResend ends the wait for another code: after a login, a logout,
+  // or when the phone changes (the wait is per phone on the server too).
+  function releaseResend() {
+    clearInterval(resendTimer);
+    $("send-code").disabled = false;
+    $("send-code").textContent = "Send code";
+  }
   function holdResend(secs) {
     var btn = $("send-code");
     clearInterval(resendTimer);
@@ -160,6 +174,7 @@
         say(msg, "Code sent to " + phone + ". It is valid for " + Math.round(r.body.expires_in / 60) + " minutes.", "ok");
         $("login-form").hidden = false;
         $("code").focus();
+        heldPhone = phone;
         holdResend(r.body.resend_after || 60);
         return;
       }
@@ -186,6 +201,7 @@
       if (r.status === 200) {
         $("code").value = "";
         $("login-form").hidden = true;
+        releaseResend();
         say(msg, "", "");
         saveSession({ token: r.body.token, role: r.body.role, user_id: r.body.user_id, expires_at: r.body.expires_at, phone: phone });
         notice("", "");
@@ -204,7 +220,14 @@
 
   $("logout").addEventListener("click", function () {
     saveSession(null);
+    releaseResend();
+    say($("login-msg"), "", "");
     notice("", "");
+  });
+
+  var heldPhone = "";
+  $("phone").addEventListener("input", function () {
+    if (normalPhone($("phone").value) !== heldPhone) { releaseResend(); }
   });
 
   // ---- the sale -----------------------------------------------------------
