@@ -40,10 +40,13 @@ func NewLocks(nodes []redis.UniversalClient, ttl time.Duration, log *slog.Logger
 // errLockTaken means another worker holds the lock.
 var errLockTaken = errors.New("lock held elsewhere")
 
-// tryAll tries each lock once, without waiting, all at once. held[i] is
-// nil when key i is held elsewhere. An error means a node failed and no
+// tryAll tries each lock once, without waiting, all at once. The value of
+// lock i is values[i]: the order it is taken for, so a lock left behind by
+// an earlier try of the same order (a batch that failed before its
+// release) is taken over instead of waited out. held[i] is nil when key i
+// is held for another order. An error means a node failed and no
 // conclusion can be drawn; whatever was taken is released.
-func (l *Locks) tryAll(ctx context.Context, keys []string) ([]*redsync.Mutex, error) {
+func (l *Locks) tryAll(ctx context.Context, keys, values []string) ([]*redsync.Mutex, error) {
 	held := make([]*redsync.Mutex, len(keys))
 	errs := make([]error, len(keys))
 	sem := make(chan struct{}, 32)
@@ -54,8 +57,21 @@ func (l *Locks) tryAll(ctx context.Context, keys []string) ([]*redsync.Mutex, er
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			m := l.rs.NewMutex(k, redsync.WithExpiry(l.ttl), redsync.WithTries(1), redsync.WithFailFast(true))
+			v := values[i]
+			m := l.rs.NewMutex(k, redsync.WithExpiry(l.ttl), redsync.WithTries(1), redsync.WithFailFast(true),
+				redsync.WithValue(v), redsync.WithGenValueFunc(func() (string, error) { return v, nil }))
 			err := m.TryLockContext(ctx)
+			if err != nil && taken(err) {
+				// Ours from an earlier try? Extending succeeds only where
+				// the value is this order's. (redsync's clean-up after a
+				// failed try deletes the keys holding our value, so a
+				// second try then succeeds instead.)
+				if ok, _ := m.ExtendContext(ctx); ok {
+					err = nil
+				} else {
+					err = m.TryLockContext(ctx)
+				}
+			}
 			switch {
 			case err == nil:
 				held[i] = m

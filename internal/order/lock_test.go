@@ -30,22 +30,35 @@ func TestLocksQuorumWithOneNodeDown(t *testing.T) {
 	l := NewLocks(nodes, 5*time.Second, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	check := func(stage string) {
-		a, err := l.tryAll(ctx, []string{"k"})
+		a, err := l.tryAll(ctx, []string{"k"}, []string{"order:1"})
 		if err != nil || a[0] == nil {
 			t.Fatalf("%s: first lock: %v %v", stage, a, err)
 		}
-		b, err := l.tryAll(ctx, []string{"k"})
+		b, err := l.tryAll(ctx, []string{"k"}, []string{"order:2"})
 		if err != nil || b[0] != nil {
 			t.Fatalf("%s: second holder got the lock (%v, %v)", stage, b, err)
 		}
 		l.release(ctx, a)
-		c, err := l.tryAll(ctx, []string{"k"})
+		c, err := l.tryAll(ctx, []string{"k"}, []string{"order:3"})
 		if err != nil || c[0] == nil {
 			t.Fatalf("%s: lock not free after release: %v", stage, err)
 		}
 		l.release(ctx, c)
 	}
 	check("three nodes")
+	// A lock left behind by an earlier try of the same order is taken
+	// over; another order still waits.
+	stale, err := l.tryAll(ctx, []string{"s"}, []string{"order:9"})
+	if err != nil || stale[0] == nil {
+		t.Fatalf("stale lock: %v", err)
+	}
+	again, err := l.tryAll(ctx, []string{"s"}, []string{"order:9"})
+	if err != nil || again[0] == nil {
+		t.Fatalf("the same order could not take over its own lock: %v", err)
+	}
+	if other, err := l.tryAll(ctx, []string{"s"}, []string{"order:10"}); err != nil || other[0] != nil {
+		t.Fatalf("another order took a held lock: %v", err)
+	}
 	servers[1].Kill(t)
 	check("one node killed")
 }
@@ -81,7 +94,7 @@ func TestWriterLockConflict(t *testing.T) {
 	v := e.voucher(t, 10)
 	// Redis reserved two units: stock 8, buyers 1 and 2.
 	stateEnv(t, e, v, 8, map[int64]int64{1: 901, 2: 902})
-	other, err := locks.tryAll(context.Background(), []string{lockKey(e.keys.Prefix(), v, 2)})
+	other, err := locks.tryAll(context.Background(), []string{lockKey(e.keys.Prefix(), v, 2)}, []string{"order:77"})
 	if err != nil || other[0] == nil {
 		t.Fatalf("hold lock: %v", err)
 	}

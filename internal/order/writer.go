@@ -61,7 +61,35 @@ type WriterConfig struct {
 	// AfterCommit, when set, runs after a batch committed and before it is
 	// acknowledged: the hook fault tests use for a deterministic crash.
 	AfterCommit func()
+	// Observer, when set, hears what the writer does (metrics).
+	Observer Observer
 }
+
+// Observer hears what the writer does, for metrics. It is called from the
+// worker loops, so it must be cheap and safe for concurrent use.
+type Observer interface {
+	// Batch: a batch of size messages went through a transaction (committed
+	// or not) that took this long, retries included.
+	Batch(size int, took time.Duration)
+	// Written: orders newly committed (redelivered ones not counted).
+	Written(orders int)
+	// DeadLettered: one new dead letter was committed.
+	DeadLettered(reason string)
+	// LockConflicts: messages whose buyer lock was held elsewhere.
+	LockConflicts(n int)
+	// RedisError and MySQLError: a call failed (op: lock, give_back; write).
+	RedisError(op string)
+	MySQLError(op string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Batch(int, time.Duration) {}
+func (nopObserver) Written(int)              {}
+func (nopObserver) DeadLettered(string)      {}
+func (nopObserver) LockConflicts(int)        {}
+func (nopObserver) RedisError(string)        {}
+func (nopObserver) MySQLError(string)        {}
 
 // Writer is the worker's handler: it writes a batch of stream messages as
 // orders in one transaction. Every message is idempotent: an order already
@@ -80,6 +108,9 @@ func NewWriter(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, cfg Wr
 	cfg.Attempts = cmp.Or(cfg.Attempts, 3)
 	cfg.MaxDeliveries = cmp.Or(cfg.MaxDeliveries, 5)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 8)
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
 	return &Writer{db: db, rdb: rdb, keys: keys, cfg: cfg, log: log, release: lua.Release()}
 }
 
@@ -90,6 +121,7 @@ type item struct {
 	ord    voucher.Message
 	bad    bool   // did not decode
 	reason string // set when the item is to be dead-lettered
+	fresh  bool   // not written before this batch's transaction: counted once
 }
 
 // Handle writes the batch. Each message ends as an order, a dead letter
@@ -98,7 +130,7 @@ type item struct {
 func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
 	outcomes := make([]mq.Outcome, len(batch))
 	items := make([]item, 0, len(batch))
-	var lockKeys []string
+	var lockKeys, lockValues []string
 	var lockIdx []int
 	for _, m := range batch {
 		it := item{msg: m}
@@ -112,6 +144,7 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 			it.ord = o
 			if w.cfg.Locks != nil {
 				lockKeys = append(lockKeys, lockKey(w.cfg.KeyPrefix, o.VoucherID, o.UserID))
+				lockValues = append(lockValues, "order:"+strconv.FormatInt(o.OrderID, 10))
 				lockIdx = append(lockIdx, len(items))
 			}
 		}
@@ -121,21 +154,27 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	var held []*redsync.Mutex
 	if len(lockKeys) > 0 {
 		var err error
-		held, err = w.cfg.Locks.tryAll(ctx, lockKeys)
+		held, err = w.cfg.Locks.tryAll(ctx, lockKeys, lockValues)
 		if err != nil {
+			w.cfg.Observer.RedisError("lock")
 			return nil, err
 		}
 		defer w.cfg.Locks.release(context.WithoutCancel(ctx), held)
+		conflicts := 0
 		for j, m := range held {
 			if m != nil {
 				continue
 			}
+			conflicts++
 			i := lockIdx[j]
 			if items[i].msg.Attempt+1 >= w.cfg.MaxAttempts {
 				items[i].reason = ReasonAttemptLimit
 			} else {
 				outcomes[i] = mq.Retry
 			}
+		}
+		if conflicts > 0 {
+			w.cfg.Observer.LockConflicts(conflicts)
 		}
 		stop := w.cfg.Locks.watch(ctx, held)
 		defer stop()
@@ -151,15 +190,19 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 		return outcomes, nil
 	}
 	var err error
+	began := time.Now()
 	for attempt := 1; attempt <= w.cfg.Attempts; attempt++ {
 		err = w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(tx, work) })
 		if err == nil || !isRetryable(err) {
 			break
 		}
 	}
+	w.cfg.Observer.Batch(len(batch), time.Since(began))
 	if err != nil {
+		w.cfg.Observer.MySQLError("write")
 		return nil, fmt.Errorf("write %d orders: %w", len(work), err)
 	}
+	w.observeCommitted(work)
 	if w.cfg.AfterCommit != nil {
 		w.cfg.AfterCommit()
 	}
@@ -167,10 +210,29 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	// crash here the redelivery finds the dead letter and gives back again,
 	// which the script makes a no-op.
 	if err := w.giveBack(ctx, work); err != nil {
+		w.cfg.Observer.RedisError("give_back")
 		return nil, err
 	}
 	w.forgetPending(ctx, work)
 	return outcomes, nil
+}
+
+// observeCommitted tells the observer what the committed transaction
+// recorded for the first time.
+func (w *Writer) observeCommitted(items []*item) {
+	orders := 0
+	for _, it := range items {
+		switch {
+		case !it.fresh:
+		case it.reason == "":
+			orders++
+		default:
+			w.cfg.Observer.DeadLettered(it.reason)
+		}
+	}
+	if orders > 0 {
+		w.cfg.Observer.Written(orders)
+	}
 }
 
 // write records every item as an order or a dead letter. The fast path
@@ -220,6 +282,7 @@ func (w *Writer) write(tx *gorm.DB, items []*item) error {
 func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 	var ids []int64
 	for _, it := range items {
+		it.fresh = false // a transaction tried again decides afresh
 		if !it.bad {
 			ids = append(ids, it.ord.OrderID)
 		}
@@ -259,6 +322,7 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 			it.reason = deadReason[id]
 		default:
 			fresh = append(fresh, it)
+			it.fresh = true
 			written[id] = true // a batch never writes one order twice
 		}
 	}
@@ -279,6 +343,7 @@ func (w *Writer) unseenBad(tx *gorm.DB, items []*item) ([]*item, error) {
 		}
 		if n == 0 {
 			out = append(out, it)
+			it.fresh = true
 		}
 	}
 	return out, nil

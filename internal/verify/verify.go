@@ -25,6 +25,9 @@ type Input struct {
 	// Refused lists buyers who only ever got definite refusals (sold out,
 	// 4xx): none of them may hold an order.
 	Refused []int64
+	// Unsure lists buyers who got an answer that proves nothing (a 5xx, a
+	// dropped connection): they may hold an order nobody saw accepted.
+	Unsure []int64
 	// Group is the stream consumer group whose pending list must be empty.
 	Group string
 }
@@ -129,9 +132,13 @@ func Check(ctx context.Context, db *gorm.DB, rdb redis.UniversalClient, keys vou
 	}
 	// I4: no order that was not accepted, none for a refused buyer.
 	if in.Accepted != nil {
+		unsure := make(map[int64]bool, len(in.Unsure))
+		for _, u := range in.Unsure {
+			unsure[u] = true
+		}
 		extra := 0
 		for _, o := range orders {
-			if _, ok := in.Accepted[o.ID]; !ok {
+			if _, ok := in.Accepted[o.ID]; !ok && !unsure[o.UserID] {
 				extra++
 				if extra <= 10 {
 					bad("I4: order %d (user %d) was never accepted", o.ID, o.UserID)
