@@ -380,4 +380,3 @@ func (c *cluster) heldByOthers(name string) int64 {
 	}
 	return n
 }
-
