@@ -109,15 +109,24 @@ type instance struct {
 	done chan struct{}
 }
 
+// lockedBuffer collects a process's output. The buffer is a named field,
+// not embedded: an embedded bytes.Buffer's ReadFrom would let os/exec copy
+// around the lock.
 type lockedBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // start runs the service binary with the cluster's settings and extra
@@ -154,15 +163,11 @@ func (c *cluster) start(name string, extra map[string]string) *instance {
 			<-in.done
 		}
 		if c.t.Failed() {
-			out.mu.Lock()
 			c.t.Logf("log of %s:\n%s", name, tailLines(out.String(), 40))
-			out.mu.Unlock()
 		}
 	})
 	if extra["SECKILL_ROLE"] == "worker" {
 		waitFor(c.t, 20*time.Second, "worker "+name+" started", func() bool {
-			out.mu.Lock()
-			defer out.mu.Unlock()
 			return in.exited() || strings.Contains(out.String(), `"worker started"`) || c.workerStarted(name)
 		})
 	} else {

@@ -2,20 +2,33 @@ package order
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/mq"
 	"seckill/internal/voucher"
 )
 
-// BenchmarkWriterBatch writes orders to MySQL in batches of the worker's
-// default size and one at a time; orders/s is the figure to compare.
+// BenchmarkWriterBatch writes orders to MySQL with the buyer locks on, in
+// batches of the worker's default size and one at a time (and without
+// locks, to see their price); orders/s is the figure to compare.
 func BenchmarkWriterBatch(b *testing.B) {
-	for _, size := range []int{1, 100} {
-		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+	for _, c := range []struct {
+		size  int
+		locks bool
+	}{{1, true}, {100, true}, {100, false}} {
+		b.Run(fmt.Sprintf("batch=%d/locks=%v", c.size, c.locks), func(b *testing.B) {
+			size := c.size
 			e := newWriterEnv(b)
+			if c.locks {
+				locks := NewLocks([]redis.UniversalClient{e.rdb}, 10*time.Second, slog.New(slog.DiscardHandler))
+				e.w = NewWriter(e.db, e.rdb, e.keys, WriterConfig{Locks: locks, KeyPrefix: e.keys.Prefix()}, slog.New(slog.DiscardHandler))
+			}
 			v := e.voucher(b, 1<<30)
 			ctx := context.Background()
 			next := int64(1)
