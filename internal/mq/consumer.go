@@ -97,7 +97,26 @@ type ConsumerConfig struct {
 	// RetryBackoff is the delay before attempt n+1 (n >= 0); default 200ms
 	// doubling per attempt up to 30s, with full jitter.
 	RetryBackoff func(attempt int) time.Duration
+	// Observer, when set, hears what the consumer does (metrics).
+	Observer Observer
 }
+
+// Observer hears what a consumer does, for metrics. It is called from the
+// consumer loop, so it must be cheap and safe for concurrent use.
+type Observer interface {
+	// Outcomes: what became of a batch's messages once carried out.
+	Outcomes(acked, retried, pending int)
+	// Reclaimed: n entries of a stalled consumer were claimed.
+	Reclaimed(n int)
+	// RedisError: a call failed (op: read, reclaim, ack, delay).
+	RedisError(op string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Outcomes(int, int, int) {}
+func (nopObserver) Reclaimed(int)          {}
+func (nopObserver) RedisError(string)      {}
 
 // Consumer reads one stream as one member of a consumer group.
 type Consumer struct {
@@ -125,6 +144,9 @@ func NewConsumer(rdb redis.UniversalClient, cfg ConsumerConfig, h Handler, log *
 	cfg.ReclaimEvery = cmp.Or(cfg.ReclaimEvery, cfg.ReclaimIdle/2)
 	if cfg.RetryBackoff == nil {
 		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	return &Consumer{
 		rdb: rdb, cfg: cfg, handler: h, ack: lua.Ack(), retry: lua.Retry(),
@@ -198,8 +220,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if time.Now().After(nextReclaim) {
 			batch, err = c.reclaim(work)
 			nextReclaim = time.Now().Add(c.cfg.ReclaimEvery)
+			if err != nil && ctx.Err() == nil {
+				c.cfg.Observer.RedisError("reclaim")
+			}
 		} else {
 			batch, err = c.read(work, cursor)
+			if err != nil && ctx.Err() == nil {
+				c.cfg.Observer.RedisError("read")
+			}
 			if err == nil && cursor != ">" {
 				if len(batch) == 0 {
 					cursor = ">" // own backlog done
@@ -285,6 +313,7 @@ func (c *Consumer) reclaim(ctx context.Context) ([]Message, error) {
 	if err := c.countDeliveries(ctx, batch); err != nil {
 		return nil, err
 	}
+	c.cfg.Observer.Reclaimed(len(batch))
 	c.log.Warn("reclaimed entries of a stalled consumer", "count", len(batch))
 	return batch, nil
 }
@@ -351,15 +380,18 @@ func (c *Consumer) process(ctx context.Context, batch []Message) error {
 	}
 	if len(retries) > 0 {
 		if err := c.delay(ctx, retries); err != nil {
+			c.cfg.Observer.RedisError("delay")
 			return err
 		}
 	}
 	if len(done) > 0 {
 		args := append([]any{c.cfg.Group}, done...)
 		if err := c.ack.Run(ctx, c.rdb, []string{c.cfg.Stream}, args...).Err(); err != nil {
+			c.cfg.Observer.RedisError("ack")
 			return fmt.Errorf("ack %d entries: %w", len(done), err)
 		}
 	}
+	c.cfg.Observer.Outcomes(len(done), len(retries), len(batch)-len(done)-len(retries))
 	return nil
 }
 

@@ -40,6 +40,18 @@ var (
 	latestTime   = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
+// Observer hears how each purchase ended, for metrics: the outcome
+// ("accepted" or the answer's error code), the handler's time and the
+// purchase script's time (0 when it did not run). It is called once per
+// purchase, so it must be cheap and safe for concurrent use.
+type Observer interface {
+	Purchase(outcome string, took, script time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Purchase(string, time.Duration, time.Duration) {}
+
 // HTTP serves the voucher routes.
 type HTTP struct {
 	store    *Store
@@ -47,12 +59,22 @@ type HTTP struct {
 	reserver *Reserver
 	ids      IDSource
 	log      *slog.Logger
+	obs      Observer
 	lastWarn atomic.Int64 // unix ns of the last logged Redis failure
 }
 
 // NewHTTP returns the voucher handlers.
 func NewHTTP(store *Store, state *State, reserver *Reserver, ids IDSource, log *slog.Logger) *HTTP {
-	return &HTTP{store: store, state: state, reserver: reserver, ids: ids, log: log}
+	return &HTTP{store: store, state: state, reserver: reserver, ids: ids, log: log, obs: nopObserver{}}
+}
+
+// Observe makes o hear every purchase; call it before serving. A nil o
+// hears nothing.
+func (h *HTTP) Observe(o Observer) {
+	if o == nil {
+		o = nopObserver{}
+	}
+	h.obs = o
 }
 
 // View is a voucher as the API shows it.
@@ -249,58 +271,79 @@ type purchaseResponse struct {
 
 // Purchase runs the purchase script for the caller: one Redis round trip.
 func (h *HTTP) Purchase(c *gin.Context) {
+	start := time.Now()
+	outcome, script := h.purchase(c)
+	h.obs.Purchase(outcome, time.Since(start), script)
+}
+
+// purchase answers the purchase and reports its outcome (the answer's code,
+// or "accepted") and how long the script took.
+func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration) {
 	id, ok := apierr.PathID(c, "id")
 	if !ok {
-		return
+		return "bad_request", 0
 	}
 	buyer := auth.From(c)
 	orderID, err := h.ids.Next()
 	if err != nil {
 		h.warnRedis("no order id", err)
 		apierr.Unavailable(c, "unavailable", "purchases are paused; try again shortly")
-		return
+		return "unavailable", 0
 	}
+	began := time.Now()
 	res, err := h.reserver.Reserve(c.Request.Context(), id, buyer.UserID, orderID)
+	script = time.Since(began)
 	if err == nil {
 		c.JSON(http.StatusAccepted, purchaseResponse{OrderID: res.OrderID, Status: "pending"})
-		return
+		return "accepted", script
 	}
 	var held *PurchasedError
 	switch {
 	case errors.Is(err, ErrSoldOut):
 		apierr.Abort(c, http.StatusConflict, "sold_out", "this voucher is sold out")
+		return "sold_out", script
 	case errors.As(err, &held):
 		c.AbortWithStatusJSON(http.StatusConflict, apierr.Body{
 			Code: "already_purchased", Message: "you already hold an order for this voucher", OrderID: held.OrderID,
 		})
+		return "already_purchased", script
 	case errors.Is(err, ErrNotStarted):
 		apierr.Abort(c, http.StatusForbidden, "not_started", "the sale has not started")
+		return "not_started", script
 	case errors.Is(err, ErrEnded):
 		apierr.Abort(c, http.StatusForbidden, "ended", "the sale has ended")
+		return "ended", script
 	case errors.Is(err, ErrNotReady):
 		apierr.Unavailable(c, "not_ready", "the sale is being prepared; try again shortly")
+		return "not_ready", script
 	case errors.Is(err, ErrNoState):
-		h.explainNoState(c, id)
+		return h.explainNoState(c, id), script
 	default:
 		h.warnRedis("purchase failed", err)
 		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
+		return "unavailable", script
 	}
 }
 
 // explainNoState answers a purchase of a voucher Redis knows nothing about,
-// from the database: unknown, ended, or state not loaded yet.
-func (h *HTTP) explainNoState(c *gin.Context, id int64) {
+// from the database: unknown, ended, or state not loaded yet. It returns
+// the answer's code.
+func (h *HTTP) explainNoState(c *gin.Context, id int64) string {
 	v, err := h.store.Get(c.Request.Context(), id)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		apierr.Abort(c, http.StatusNotFound, "voucher_not_found", "no voucher has this id")
+		return "voucher_not_found"
 	case err != nil:
 		h.log.Error("look up voucher failed", "voucher_id", id, "err", err)
 		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
+		return "unavailable"
 	case !time.Now().Before(v.EndAt):
 		apierr.Abort(c, http.StatusForbidden, "ended", "the sale has ended")
+		return "ended"
 	default:
 		apierr.Unavailable(c, "not_ready", "the sale is being prepared; try again shortly")
+		return "not_ready"
 	}
 }
 

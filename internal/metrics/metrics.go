@@ -1,0 +1,251 @@
+// Package metrics is the service's Prometheus instrumentation: one registry
+// that run builds and passes around (never the global default), the
+// collectors on it, the hooks the purchase handler, the order writer and the
+// stream consumer call, a Gin middleware for every route, and a sampler of
+// the stream and delay-queue state in Redis.
+//
+// The hooks run on the hot path: they take no per-user labels and look up
+// only series made when Metrics is built, so a purchase allocates nothing
+// here.
+package metrics
+
+import (
+	"database/sql"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+)
+
+const namespace = "seckill"
+
+// PurchaseOutcomes are the answers a purchase can get: "accepted" or the
+// error code of the answer. Any other outcome is counted as "other".
+var PurchaseOutcomes = []string{
+	"accepted", "sold_out", "already_purchased", "not_started", "ended",
+	"not_ready", "voucher_not_found", "bad_request", "unavailable",
+}
+
+// DeadLetterReasons are the reasons the order writer gives; any other
+// reason is counted as "other".
+var DeadLetterReasons = []string{
+	"undecodable", "unknown_voucher", "out_of_stock", "duplicate_buyer", "delivery_limit", "attempt_limit",
+}
+
+// Operations whose failures are counted; any other is counted as "other".
+var (
+	RedisOps = []string{"read", "reclaim", "ack", "delay", "lock", "give_back", "sample"}
+	MySQLOps = []string{"write"}
+)
+
+// Metrics owns the registry and every collector on it. Its methods are
+// safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+	// families maps each metric name this package defines to its label
+	// names, for the dashboard test and the docs.
+	families map[string][]string
+
+	purchases      map[string]prometheus.Counter
+	purchaseTook   prometheus.Histogram
+	purchaseScript prometheus.Histogram
+
+	httpRequests *prometheus.CounterVec
+	httpTook     *prometheus.HistogramVec
+	httpMu       sync.RWMutex
+	httpSeries   map[httpKey]httpSeries
+
+	ordersWritten prometheus.Counter
+	batchSize     prometheus.Histogram
+	writeTook     prometheus.Histogram
+	deadLetters   map[string]prometheus.Counter
+	lockConflicts prometheus.Counter
+	reclaimed     prometheus.Counter
+	messages      map[string]prometheus.Counter // by outcome: ack, retry, pending
+	redisErrors   map[string]prometheus.Counter
+	mysqlErrors   map[string]prometheus.Counter
+
+	streamLength  *prometheus.GaugeVec
+	streamPending *prometheus.GaugeVec
+	streamLag     *prometheus.GaugeVec
+	delaySize     *prometheus.GaugeVec
+	delayOverdue  *prometheus.GaugeVec
+}
+
+// New builds the registry with the Go runtime and process collectors and
+// every metric of the service, each labelled series made up front.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), families: map[string][]string{}, httpSeries: map[httpKey]httpSeries{}}
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	purchases := m.counterVec("purchases_total", "Purchases by outcome: accepted or the error code of the answer.", "outcome")
+	m.purchases = series(purchases, PurchaseOutcomes)
+	m.purchaseTook = m.histogram("purchase_duration_seconds", "Time the purchase handler took, from route match to answer.",
+		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5})
+	m.purchaseScript = m.histogram("purchase_script_duration_seconds", "Time of the purchase script call to Redis.",
+		[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1})
+
+	m.httpRequests = m.counterVec("http_requests_total", "HTTP requests by route template, method and status.", "route", "method", "status")
+	m.httpTook = m.histogramVec("http_request_duration_seconds", "HTTP request latency by route template and method.",
+		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}, "route", "method")
+
+	m.ordersWritten = m.counter("orders_written_total", "Orders committed to the database (redeliveries of written orders not counted).")
+	m.batchSize = m.histogram("worker_batch_size", "Stream messages per batch the order writer handled.",
+		[]float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000})
+	m.writeTook = m.histogram("order_write_duration_seconds", "Time of a batch's database transaction, retries included.",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10})
+	m.deadLetters = series(m.counterVec("dead_letters_total", "Messages dead-lettered, by reason.", "reason"), DeadLetterReasons)
+	m.lockConflicts = m.counter("lock_conflicts_total", "Messages whose buyer lock was held elsewhere (retried through the delay queue).")
+	m.reclaimed = m.counter("reclaimed_entries_total", "Stream entries claimed from a stalled consumer.")
+	m.messages = series(m.counterVec("worker_messages_total", "Stream messages by what the consumer did with them: ack, retry (delay queue) or pending.", "outcome"),
+		[]string{"ack", "retry", "pending"})
+	m.redisErrors = series(m.counterVec("redis_errors_total", "Failed Redis calls by operation.", "op"), RedisOps)
+	m.mysqlErrors = series(m.counterVec("mysql_errors_total", "Failed database transactions by operation.", "op"), MySQLOps)
+
+	m.streamLength = m.gaugeVec("stream_length", "Entries in a shard's order stream (acknowledged ones are deleted).", "shard")
+	m.streamPending = m.gaugeVec("stream_pending", "Entries delivered to the order writers and not yet acknowledged, per shard.", "shard")
+	m.streamLag = m.gaugeVec("stream_lag", "Entries not yet delivered to the order writers' group, per shard.", "shard")
+	m.delaySize = m.gaugeVec("delay_queue_size", "Messages waiting in a shard's delay queue.", "shard")
+	m.delayOverdue = m.gaugeVec("delay_queue_oldest_overdue_seconds", "How long the most overdue delay-queue message is past its due time, per shard.", "shard")
+	return m
+}
+
+// Registry is the registry every collector is on.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Families maps each metric name the service defines (histograms by their
+// base name) to its label names. The Go runtime and process metrics are not
+// in it: Gather lists those.
+func (m *Metrics) Families() map[string][]string { return m.families }
+
+// WatchDB adds the database pool's statistics (go_sql_*).
+func (m *Metrics) WatchDB(db *sql.DB) {
+	m.reg.MustRegister(collectors.NewDBStatsCollector(db, "seckill"))
+}
+
+// WatchRedisPool adds the Redis client pool's statistics.
+func (m *Metrics) WatchRedisPool(stats func() *redis.PoolStats) {
+	gauge := func(name, help string, v func(*redis.PoolStats) uint32) {
+		m.families[namespace+"_"+name] = nil
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help},
+			func() float64 { return float64(v(stats())) }))
+	}
+	counter := func(name, help string, v func(*redis.PoolStats) uint32) {
+		m.families[namespace+"_"+name] = nil
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help},
+			func() float64 { return float64(v(stats())) }))
+	}
+	gauge("redis_pool_connections", "Connections in the Redis client pool.", func(s *redis.PoolStats) uint32 { return s.TotalConns })
+	gauge("redis_pool_idle_connections", "Idle connections in the Redis client pool.", func(s *redis.PoolStats) uint32 { return s.IdleConns })
+	counter("redis_pool_timeouts_total", "Waits for a free Redis connection that timed out.", func(s *redis.PoolStats) uint32 { return s.Timeouts })
+}
+
+// Purchase records one purchase: its outcome, the handler's time and the
+// script's time (0 when the script did not run).
+func (m *Metrics) Purchase(outcome string, took, script time.Duration) {
+	m.pick(m.purchases, outcome).Inc()
+	m.purchaseTook.Observe(took.Seconds())
+	if script > 0 {
+		m.purchaseScript.Observe(script.Seconds())
+	}
+}
+
+// Batch records one batch the order writer handled.
+func (m *Metrics) Batch(size int, took time.Duration) {
+	m.batchSize.Observe(float64(size))
+	m.writeTook.Observe(took.Seconds())
+}
+
+// Written counts orders newly committed.
+func (m *Metrics) Written(orders int) { m.ordersWritten.Add(float64(orders)) }
+
+// DeadLettered counts one new dead letter.
+func (m *Metrics) DeadLettered(reason string) { m.pick(m.deadLetters, reason).Inc() }
+
+// LockConflicts counts messages whose buyer lock was held elsewhere.
+func (m *Metrics) LockConflicts(n int) { m.lockConflicts.Add(float64(n)) }
+
+// Reclaimed counts entries claimed from a stalled consumer.
+func (m *Metrics) Reclaimed(n int) { m.reclaimed.Add(float64(n)) }
+
+// Outcomes counts what the consumer did with a batch's messages.
+func (m *Metrics) Outcomes(acked, retried, pending int) {
+	m.messages["ack"].Add(float64(acked))
+	m.messages["retry"].Add(float64(retried))
+	m.messages["pending"].Add(float64(pending))
+}
+
+// RedisError counts a failed Redis call.
+func (m *Metrics) RedisError(op string) { m.pick(m.redisErrors, op).Inc() }
+
+// MySQLError counts a failed database transaction.
+func (m *Metrics) MySQLError(op string) { m.pick(m.mysqlErrors, op).Inc() }
+
+// pick returns the series of a known label value, or the "other" one.
+func (m *Metrics) pick(s map[string]prometheus.Counter, v string) prometheus.Counter {
+	if c, ok := s[v]; ok {
+		return c
+	}
+	return s["other"]
+}
+
+// series makes the series of each value, plus "other".
+func series(v *prometheus.CounterVec, values []string) map[string]prometheus.Counter {
+	out := make(map[string]prometheus.Counter, len(values)+1)
+	for _, s := range append(slices.Clone(values), "other") {
+		out[s] = v.WithLabelValues(s)
+	}
+	return out
+}
+
+func (m *Metrics) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help})
+	m.add(name, nil, c)
+	return c
+}
+
+func (m *Metrics) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	m.add(name, labels, c)
+	return c
+}
+
+func (m *Metrics) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	m.add(name, labels, g)
+	return g
+}
+
+func (m *Metrics) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets})
+	m.add(name, nil, h)
+	return h
+}
+
+func (m *Metrics) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, labels)
+	m.add(name, labels, h)
+	return h
+}
+
+func (m *Metrics) add(name string, labels []string, c prometheus.Collector) {
+	m.reg.MustRegister(c)
+	m.families[namespace+"_"+name] = labels
+}
+
+// statusText holds "100" to "599" so that labelling a status allocates
+// nothing.
+var statusText = func() [600]string {
+	var t [600]string
+	for i := 100; i < 600; i++ {
+		t[i] = itoa3(i)
+	}
+	return t
+}()
+
+func itoa3(n int) string {
+	return string([]byte{byte('0' + n/100), byte('0' + n/10%10), byte('0' + n%10)})
+}
