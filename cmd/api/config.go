@@ -38,6 +38,7 @@ type config struct {
 	MaxDeliveries     int           // SECKILL_MAX_DELIVERIES
 	MaxAttempts       int           // SECKILL_MAX_ATTEMPTS
 	AdminAddr         string        // SECKILL_ADMIN_ADDR; "off" disables the admin listener
+	MetricsEvery      time.Duration // SECKILL_METRICS_INTERVAL: how often stream and delay-queue gauges are read
 	// CrashPoint names a point where the process exits at once, for fault
 	// tests: after_commit_before_ack. Never set it in production.
 	CrashPoint string // SECKILL_CRASH_POINT
@@ -99,6 +100,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		MaxDeliveries:     num("SECKILL_MAX_DELIVERIES", 5, 1, 1000),
 		MaxAttempts:       num("SECKILL_MAX_ATTEMPTS", 8, 1, 1000),
 		AdminAddr:         str("SECKILL_ADMIN_ADDR", "127.0.0.1:9090"),
+		MetricsEvery:      dur("SECKILL_METRICS_INTERVAL", 5*time.Second),
 	}
 	for _, u := range strings.Split(getenv("SECKILL_LOCK_NODES"), ",") {
 		if u = strings.TrimSpace(u); u != "" {

@@ -39,7 +39,7 @@ func accessLog(log *slog.Logger) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		rid := c.GetHeader("X-Request-ID")
-		if rid == "" || len(rid) > 64 {
+		if !plainRequestID(rid) {
 			var b [8]byte
 			_, _ = rand.Read(b[:])
 			rid = hex.EncodeToString(b[:])
@@ -55,6 +55,23 @@ func accessLog(log *slog.Logger) gin.HandlerFunc {
 			slog.Int64("user_id", auth.From(c).UserID),
 		)
 	}
+}
+
+// plainRequestID accepts the request ids nginx passes on: 1 to 64 of
+// A-Z a-z 0-9 . _ : -. Anything else is replaced, so a client cannot put
+// quotes, newlines or a secret-looking blob into log lines and answers.
+func plainRequestID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '.', b == '_', b == ':', b == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // recoverJSON turns a panic into a logged 500 with a JSON body.

@@ -13,10 +13,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"golang.org/x/sync/errgroup"
 
 	"seckill/internal/auth"
 	"seckill/internal/idgen"
+	"seckill/internal/metrics"
 	"seckill/internal/mq"
 	"seckill/internal/order"
 	"seckill/internal/voucher"
@@ -166,6 +168,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		log.Info("migrations applied", "versions", applied)
 	}
 
+	m := metrics.New()
+	m.WatchRedisPool(rdb.PoolStats)
+	if sqlDB, err := db.DB(); err == nil {
+		m.WatchDB(sqlDB)
+	}
+
 	keys := voucher.NewKeys(cfg.KeyPrefix, cfg.Shards)
 	vstore := voucher.NewStore(db)
 	vstate := voucher.NewState(rdb, keys)
@@ -200,6 +208,14 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		g.Go(func() error { return ids.Run(bg) })
 	}
 	g.Go(func() error { return warmer.Run(bg) })
+	// Every instance reads the stream and delay-queue gauges; dashboards
+	// take the max per shard.
+	sampled := make([]metrics.Shard, keys.Shards())
+	for shard := range sampled {
+		sampled[shard] = metrics.Shard{Stream: keys.Stream(shard), Delay: mq.NewDelayQueue(rdb, keys.Delayed(shard), keys.Stream(shard))}
+	}
+	sampler := metrics.NewSampler(rdb, m, metrics.SamplerConfig{Group: orderGroup, Shards: sampled, Every: cfg.MetricsEvery}, log)
+	g.Go(func() error { return sampler.Run(bg) })
 
 	if cfg.runWorker() {
 		locks, closeLocks, err := openLocks(cfg, rdb, log)
@@ -213,7 +229,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		}
 		writer := order.NewWriter(db, rdb, keys, order.WriterConfig{
 			Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
-			AfterCommit: hook,
+			AfterCommit: hook, Observer: m,
 		}, log)
 		name := mq.ConsumerName()
 		for shard := range keys.Shards() {
@@ -221,7 +237,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 			c := mq.NewConsumer(rdb, mq.ConsumerConfig{
 				Stream: keys.Stream(shard), Group: orderGroup, Consumer: name,
 				Batch: cfg.Batch, Block: cfg.Block, Grace: cfg.Shutdown / 2,
-				ReclaimIdle: cfg.ReclaimIdle, Delay: delay,
+				ReclaimIdle: cfg.ReclaimIdle, Delay: delay, Observer: m,
 			}, writer, log)
 			fg.Go(func() error { return c.Run(fctx) })
 			poller := mq.NewPoller(delay, mq.PollerConfig{}, log)
@@ -231,10 +247,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	}
 
 	if cfg.serveAPI() {
-		r := newEngine(log)
-		addRoutes(r, deps{
+		vouchers := voucher.NewHTTP(vstore, vstate, voucher.NewReserver(rdb, keys), ids, log)
+		vouchers.Observe(m)
+		r := apiEngine(log, m, deps{
 			cfg: cfg, log: log, rdb: rdb, db: db, signer: signer, keys: keys,
-			vouchers: voucher.NewHTTP(vstore, vstate, voucher.NewReserver(rdb, keys), ids, log),
+			vouchers: vouchers,
 			orders:   order.NewHTTP(ostore, rdb, keys, log),
 			health:   &health{rdb: rdb, db: db},
 		})
@@ -249,9 +266,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	}
 
 	if cfg.AdminAddr != "off" {
-		r := newEngine(log)
 		reserver := voucher.NewReserver(rdb, keys)
-		addAdminRoutes(r, signer, &admin{dead: order.NewDeadLetters(db, reserver), warmer: warmer})
+		r := adminEngine(log, m, signer, &admin{dead: order.NewDeadLetters(db, reserver), warmer: warmer})
 		if ln, err := net.Listen("tcp", cfg.AdminAddr); err != nil {
 			// Not fatal: the sale goes on without the operator routes.
 			log.Error("admin listener not started", "addr", cfg.AdminAddr, "err", err)
@@ -285,6 +301,26 @@ func announceAdmin(cfg config, signer *auth.Signer, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "\nFirst start: an admin token (user 1, valid 30 days) is in %s:\n\n  %s\n\n"+
 		"Mint more with: go run ./cmd/api token --user 42 [--admin]\n\n", path, tok)
 	return nil
+}
+
+// apiEngine is the main listener's router: every route of addRoutes,
+// measured, and /metrics for a Prometheus that scrapes this instance
+// directly (the handler refuses requests that came through nginx).
+func apiEngine(log *slog.Logger, m *metrics.Metrics, d deps) *gin.Engine {
+	r := newEngine(log)
+	r.Use(m.Gin())
+	addRoutes(r, d)
+	r.GET("/metrics", m.Handler())
+	return r
+}
+
+// adminEngine is the admin listener's router. It serves /metrics too: an
+// instance with SECKILL_ROLE=worker has no main listener.
+func adminEngine(log *slog.Logger, m *metrics.Metrics, signer *auth.Signer, a *admin) *gin.Engine {
+	r := newEngine(log)
+	addAdminRoutes(r, signer, a)
+	r.GET("/metrics", m.Handler())
+	return r
 }
 
 // serveHTTP serves h on ln in fg until stop is done, then drains it within
