@@ -13,6 +13,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
+	"go.yaml.in/yaml/v3"
 )
 
 const testSecret = "compose-test-secret-0123456789abcdef"
@@ -33,7 +34,7 @@ func TestComposeFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("load docker-compose.yml: %v", err)
 	}
-	want := []string{"api1", "api2", "mysql", "nginx", "redis"}
+	want := []string{"api1", "api2", "grafana", "mysql", "nginx", "prometheus", "redis"}
 	if got := slices.Sorted(slices.Values(p.ServiceNames())); !slices.Equal(got, want) {
 		t.Fatalf("services %v, want %v", got, want)
 	}
@@ -230,4 +231,104 @@ func placeholders(t *testing.T) []string {
 		t.Fatal("no placeholders found in the nginx template")
 	}
 	return names
+}
+
+// TestComposeMonitoring: Prometheus scrapes /metrics of exactly the API
+// instances, Grafana gets the provisioned data source and dashboards from
+// deploy/, and both publish on loopback only.
+func TestComposeMonitoring(t *testing.T) {
+	t.Parallel()
+	p, err := loadCompose(t, "SECKILL_TOKEN_SECRET="+testSecret)
+	if err != nil {
+		t.Fatalf("load docker-compose.yml: %v", err)
+	}
+	var apis []string
+	for _, s := range p.Services {
+		if s.Build != nil {
+			apis = append(apis, s.Name)
+		}
+	}
+	slices.Sort(apis)
+	if len(apis) == 0 {
+		t.Fatal("no API service is built from the Dockerfile")
+	}
+	mounts := func(s types.ServiceConfig, source, target string) bool {
+		for _, v := range s.Volumes {
+			if v.Target == target && strings.HasSuffix(v.Source, source) && v.ReadOnly {
+				return true
+			}
+		}
+		return false
+	}
+	loopbackOnly := func(s types.ServiceConfig, target uint32) {
+		t.Helper()
+		if len(s.Ports) != 1 || s.Ports[0].Target != target || s.Ports[0].HostIP != "127.0.0.1" {
+			t.Errorf("%s ports %+v, want %d published on 127.0.0.1 only", s.Name, s.Ports, target)
+		}
+	}
+
+	prom, err := p.GetService("prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mounts(prom, "deploy/prometheus/prometheus.yml", "/etc/prometheus/prometheus.yml") ||
+		!slices.Contains(prom.Command, "--config.file=/etc/prometheus/prometheus.yml") {
+		t.Errorf("prometheus does not read deploy/prometheus/prometheus.yml: %v %+v", prom.Command, prom.Volumes)
+	}
+	if prom.HealthCheck == nil || len(prom.HealthCheck.Test) < 2 {
+		t.Error("prometheus has no health check")
+	}
+	loopbackOnly(prom, 9090)
+
+	b, err := os.ReadFile("deploy/prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			MetricsPath   string `yaml:"metrics_path"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatalf("deploy/prometheus/prometheus.yml: %v", err)
+	}
+	var targets []string
+	for _, sc := range cfg.ScrapeConfigs {
+		if sc.MetricsPath != "" && sc.MetricsPath != "/metrics" {
+			t.Errorf("job %s scrapes %s, want /metrics", sc.JobName, sc.MetricsPath)
+		}
+		for _, st := range sc.StaticConfigs {
+			targets = append(targets, st.Targets...)
+		}
+	}
+	slices.Sort(targets)
+	var want []string
+	for _, a := range apis {
+		s, _ := p.GetService(a)
+		port := "8080"
+		if v := s.Environment["SECKILL_ADDR"]; v != nil {
+			_, port, _ = strings.Cut(*v, ":")
+		}
+		want = append(want, a+":"+port)
+	}
+	if !slices.Equal(targets, want) {
+		t.Errorf("prometheus scrapes %v, want every API instance %v", targets, want)
+	}
+
+	graf, err := p.GetService("grafana")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mounts(graf, "deploy/grafana/provisioning", "/etc/grafana/provisioning") ||
+		!mounts(graf, "deploy/grafana/dashboards", "/var/lib/grafana/dashboards") {
+		t.Errorf("grafana does not mount deploy/grafana: %+v", graf.Volumes)
+	}
+	if dep, ok := graf.DependsOn["prometheus"]; !ok || dep.Condition != types.ServiceConditionHealthy {
+		t.Errorf("grafana must wait for a healthy prometheus, has %+v", graf.DependsOn)
+	}
+	loopbackOnly(graf, 3000)
 }

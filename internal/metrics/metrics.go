@@ -45,9 +45,9 @@ var (
 // safe for concurrent use.
 type Metrics struct {
 	reg *prometheus.Registry
-	// families maps each metric name this package defines to its label
-	// names, for the dashboard test and the docs.
-	families map[string][]string
+	// families describes each metric this package defines, for the
+	// dashboard test.
+	families map[string]Family
 
 	purchases      map[string]prometheus.Counter
 	purchaseTook   prometheus.Histogram
@@ -78,7 +78,7 @@ type Metrics struct {
 // New builds the registry with the Go runtime and process collectors and
 // every metric of the service, each labelled series made up front.
 func New() *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), families: map[string][]string{}, httpSeries: map[httpKey]httpSeries{}}
+	m := &Metrics{reg: prometheus.NewRegistry(), families: map[string]Family{}, httpSeries: map[httpKey]httpSeries{}}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	purchases := m.counterVec("purchases_total", "Purchases by outcome: accepted or the error code of the answer.", "outcome")
@@ -116,10 +116,17 @@ func New() *Metrics {
 // Registry is the registry every collector is on.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Families maps each metric name the service defines (histograms by their
-// base name) to its label names. The Go runtime and process metrics are not
-// in it: Gather lists those.
-func (m *Metrics) Families() map[string][]string { return m.families }
+// Family describes one metric the service defines.
+type Family struct {
+	Type   string // counter, gauge or histogram
+	Labels []string
+}
+
+// Families describes every metric the service defines, by name (a
+// histogram by its base name), whether or not it has a series yet. The Go
+// runtime, process and database pool metrics are not in it: Gather lists
+// those.
+func (m *Metrics) Families() map[string]Family { return m.families }
 
 // WatchDB adds the database pool's statistics (go_sql_*).
 func (m *Metrics) WatchDB(db *sql.DB) {
@@ -129,12 +136,12 @@ func (m *Metrics) WatchDB(db *sql.DB) {
 // WatchRedisPool adds the Redis client pool's statistics.
 func (m *Metrics) WatchRedisPool(stats func() *redis.PoolStats) {
 	gauge := func(name, help string, v func(*redis.PoolStats) uint32) {
-		m.families[namespace+"_"+name] = nil
+		m.families[namespace+"_"+name] = Family{Type: "gauge"}
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help},
 			func() float64 { return float64(v(stats())) }))
 	}
 	counter := func(name, help string, v func(*redis.PoolStats) uint32) {
-		m.families[namespace+"_"+name] = nil
+		m.families[namespace+"_"+name] = Family{Type: "counter"}
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help},
 			func() float64 { return float64(v(stats())) }))
 	}
@@ -203,37 +210,37 @@ func series(v *prometheus.CounterVec, values []string) map[string]prometheus.Cou
 
 func (m *Metrics) counter(name, help string) prometheus.Counter {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help})
-	m.add(name, nil, c)
+	m.add(name, Family{Type: "counter"}, c)
 	return c
 }
 
 func (m *Metrics) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
-	m.add(name, labels, c)
+	m.add(name, Family{Type: "counter", Labels: labels}, c)
 	return c
 }
 
 func (m *Metrics) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
-	m.add(name, labels, g)
+	m.add(name, Family{Type: "gauge", Labels: labels}, g)
 	return g
 }
 
 func (m *Metrics) histogram(name, help string, buckets []float64) prometheus.Histogram {
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets})
-	m.add(name, nil, h)
+	m.add(name, Family{Type: "histogram"}, h)
 	return h
 }
 
 func (m *Metrics) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, labels)
-	m.add(name, labels, h)
+	m.add(name, Family{Type: "histogram", Labels: labels}, h)
 	return h
 }
 
-func (m *Metrics) add(name string, labels []string, c prometheus.Collector) {
+func (m *Metrics) add(name string, f Family, c prometheus.Collector) {
 	m.reg.MustRegister(c)
-	m.families[namespace+"_"+name] = labels
+	m.families[namespace+"_"+name] = f
 }
 
 // statusText holds "100" to "599" so that labelling a status allocates
