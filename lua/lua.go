@@ -23,6 +23,10 @@ var (
 	releaseSrc string
 	//go:embed snapshot.lua
 	snapshotSrc string
+	//go:embed send_code.lua
+	sendCodeSrc string
+	//go:embed check_code.lua
+	checkCodeSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -46,3 +50,10 @@ func Release() *redis.Script { return redis.NewScript(releaseSrc) }
 
 // Snapshot reads a shard's stream and delay queue atomically.
 func Snapshot() *redis.Script { return redis.NewScript(snapshotSrc) }
+
+// SendCode stores a login code (as an HMAC) under the resend and daily
+// limits of its phone.
+func SendCode() *redis.Script { return redis.NewScript(sendCodeSrc) }
+
+// CheckCode checks and consumes a login code, counting wrong tries.
+func CheckCode() *redis.Script { return redis.NewScript(checkCodeSrc) }

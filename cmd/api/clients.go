@@ -43,11 +43,17 @@ func openRedis(ctx context.Context, cfg config, log *slog.Logger) (*redis.Client
 		}
 	}
 	// Short timeouts: when Redis is down, purchases answer 503 quickly
-	// instead of piling up.
-	opts.DialTimeout = time.Second
-	opts.ReadTimeout = time.Second
-	opts.WriteTimeout = time.Second
-	opts.PoolTimeout = time.Second
+	// instead of piling up. The in-process Redis cannot be down, only slow
+	// on a busy machine (its scripts run in Go under one lock): give it
+	// longer.
+	timeout := time.Second
+	if cfg.embeddedRedis() {
+		timeout = 10 * time.Second
+	}
+	opts.DialTimeout = timeout
+	opts.ReadTimeout = timeout
+	opts.WriteTimeout = timeout
+	opts.PoolTimeout = timeout
 	opts.PoolSize = max(cfg.RedisPool, 4*runtime.GOMAXPROCS(0))
 	opts.MinIdleConns = min(opts.PoolSize, 16)
 	rdb := redis.NewClient(opts)

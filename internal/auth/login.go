@@ -6,7 +6,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,15 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// The login scripts live beside the code that reads their answers; each
-// has a KEYS/ARGV/returns header.
-var (
-	//go:embed send_code.lua
-	sendCodeSrc string
-	//go:embed check_code.lua
-	checkCodeSrc string
+	"seckill/lua"
 )
 
 // Refusals of a login step; the HTTP edge turns each into a status and code.
@@ -104,7 +96,7 @@ func NewLogin(rdb redis.UniversalClient, users *Users, signer *Signer, sender Se
 	return &Login{
 		rdb: rdb, users: users, signer: signer, sender: sender, cfg: cfg,
 		keys: codeKeys{prefix: cfg.KeyPrefix},
-		send: redis.NewScript(sendCodeSrc), check: redis.NewScript(checkCodeSrc), log: log,
+		send: lua.SendCode(), check: lua.CheckCode(), log: log,
 	}
 }
 
