@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/mq"
+	"seckill/internal/testenv"
 	"seckill/internal/voucher"
 )
 
@@ -26,7 +27,16 @@ func BenchmarkWriterBatch(b *testing.B) {
 			size := c.size
 			e := newWriterEnv(b)
 			if c.locks {
-				locks := NewLocks([]redis.UniversalClient{e.rdb}, 10*time.Second, slog.New(slog.DiscardHandler))
+				// As many connections as the service has: a batch takes
+				// its locks all at once.
+				opts, err := redis.ParseURL(testenv.RedisURL(b))
+				if err != nil {
+					b.Fatal(err)
+				}
+				opts.PoolSize = 256
+				node := redis.NewClient(opts)
+				b.Cleanup(func() { node.Close() })
+				locks := NewLocks([]redis.UniversalClient{node}, 10*time.Second, slog.New(slog.DiscardHandler))
 				e.w = NewWriter(e.db, e.rdb, e.keys, WriterConfig{Locks: locks, KeyPrefix: e.keys.Prefix()}, slog.New(slog.DiscardHandler))
 			}
 			v := e.voucher(b, 1<<30)

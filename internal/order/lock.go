@@ -49,7 +49,7 @@ var errLockTaken = errors.New("lock held elsewhere")
 func (l *Locks) tryAll(ctx context.Context, keys, values []string) ([]*redsync.Mutex, error) {
 	held := make([]*redsync.Mutex, len(keys))
 	errs := make([]error, len(keys))
-	sem := make(chan struct{}, 32)
+	sem := make(chan struct{}, 128)
 	var wg sync.WaitGroup
 	for i, k := range keys {
 		wg.Add(1)
