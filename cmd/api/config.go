@@ -27,20 +27,24 @@ type config struct {
 	KeyPrefix         string        // SECKILL_KEY_PREFIX
 	Batch             int           // SECKILL_WORKER_BATCH
 	Block             time.Duration // SECKILL_WORKER_BLOCK
-	Shutdown          time.Duration // SECKILL_SHUTDOWN_TIMEOUT
-	Warm              time.Duration // SECKILL_WARM_INTERVAL
-	RedisPool         int           // SECKILL_REDIS_POOL
-	LogLevel          slog.Level    // SECKILL_LOG_LEVEL
-	LogFormat         string        // SECKILL_LOG_FORMAT: json or text
-	LockNodes         []string      // SECKILL_LOCK_NODES: Redis URLs; empty: the main Redis
-	LockTTL           time.Duration // SECKILL_LOCK_TTL
-	ReclaimIdle       time.Duration // SECKILL_RECLAIM_IDLE
-	MaxDeliveries     int           // SECKILL_MAX_DELIVERIES
-	MaxAttempts       int           // SECKILL_MAX_ATTEMPTS
-	AdminAddr         string        // SECKILL_ADMIN_ADDR; "off" disables the admin listener
-	MetricsEvery      time.Duration // SECKILL_METRICS_INTERVAL: how often stream and delay-queue gauges are read
-	// CrashPoint names a point where the process exits at once, for fault
-	// tests: after_commit_before_ack. Never set it in production.
+	// Consumers is how many batches one instance writes at once per shard.
+	Consumers     int           // SECKILL_WORKER_CONSUMERS
+	Shutdown      time.Duration // SECKILL_SHUTDOWN_TIMEOUT
+	Warm          time.Duration // SECKILL_WARM_INTERVAL
+	RedisPool     int           // SECKILL_REDIS_POOL
+	LogLevel      slog.Level    // SECKILL_LOG_LEVEL
+	LogFormat     string        // SECKILL_LOG_FORMAT: json or text
+	LockNodes     []string      // SECKILL_LOCK_NODES: Redis URLs; empty: the main Redis
+	LockTTL       time.Duration // SECKILL_LOCK_TTL
+	ReclaimIdle   time.Duration // SECKILL_RECLAIM_IDLE
+	MaxDeliveries int           // SECKILL_MAX_DELIVERIES
+	MaxAttempts   int           // SECKILL_MAX_ATTEMPTS
+	AdminAddr     string        // SECKILL_ADMIN_ADDR; "off" disables the admin listener
+	MetricsEvery  time.Duration // SECKILL_METRICS_INTERVAL: how often stream and delay-queue gauges are read
+	// CrashPoint names a point where the worker stops, for fault tests:
+	// after_commit_before_ack exits the process there; hang_after_read
+	// blocks the worker holding the batch it read (to be killed). Never set
+	// it in production.
 	CrashPoint string // SECKILL_CRASH_POINT
 
 	// Web holds login, web page and rate-limit settings (config_web.go).
@@ -90,6 +94,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		KeyPrefix:         str("SECKILL_KEY_PREFIX", "seckill"),
 		Batch:             num("SECKILL_WORKER_BATCH", 100, 1, 10_000),
 		Block:             dur("SECKILL_WORKER_BLOCK", time.Second),
+		Consumers:         num("SECKILL_WORKER_CONSUMERS", 2, 1, 64),
 		Shutdown:          dur("SECKILL_SHUTDOWN_TIMEOUT", 15*time.Second),
 		Warm:              dur("SECKILL_WARM_INTERVAL", 5*time.Second),
 		RedisPool:         num("SECKILL_REDIS_POOL", 256, 1, 10_000),
@@ -119,8 +124,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, "SECKILL_LOG_FORMAT must be json or text")
 	}
-	if c.CrashPoint != "" && c.CrashPoint != "after_commit_before_ack" {
-		errs = append(errs, "SECKILL_CRASH_POINT must be empty or after_commit_before_ack")
+	if c.CrashPoint != "" && c.CrashPoint != "after_commit_before_ack" && c.CrashPoint != "hang_after_read" {
+		errs = append(errs, "SECKILL_CRASH_POINT must be empty, after_commit_before_ack or hang_after_read")
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{} ") {
 		errs = append(errs, "SECKILL_KEY_PREFIX must not contain braces or spaces")

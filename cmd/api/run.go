@@ -223,9 +223,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 			return err
 		}
 		defer closeLocks()
+		// Crash points of the fault tests: exit between commit and ack, or
+		// stop dead holding a batch just read.
 		var hook func()
-		if cfg.CrashPoint == "after_commit_before_ack" {
+		var afterRead func(int)
+		switch cfg.CrashPoint {
+		case "after_commit_before_ack":
 			hook = func() { os.Exit(3) }
+		case "hang_after_read":
+			afterRead = func(int) { select {} }
 		}
 		writer := order.NewWriter(db, rdb, keys, order.WriterConfig{
 			Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
@@ -234,12 +240,16 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		name := mq.ConsumerName()
 		for shard := range keys.Shards() {
 			delay := mq.NewDelayQueue(rdb, keys.Delayed(shard), keys.Stream(shard))
-			c := mq.NewConsumer(rdb, mq.ConsumerConfig{
-				Stream: keys.Stream(shard), Group: orderGroup, Consumer: name,
-				Batch: cfg.Batch, Block: cfg.Block, Grace: cfg.Shutdown / 2,
-				ReclaimIdle: cfg.ReclaimIdle, Delay: delay, Observer: m,
-			}, writer, log)
-			fg.Go(func() error { return c.Run(fctx) })
+			// Several consumers per shard: one batch's Redis round trips
+			// overlap another's transaction.
+			for i := range cfg.Consumers {
+				c := mq.NewConsumer(rdb, mq.ConsumerConfig{
+					Stream: keys.Stream(shard), Group: orderGroup, Consumer: fmt.Sprintf("%s-%d", name, i),
+					Batch: cfg.Batch, Block: cfg.Block, Grace: cfg.Shutdown / 2,
+					ReclaimIdle: cfg.ReclaimIdle, Delay: delay, Observer: m, AfterRead: afterRead,
+				}, writer, log)
+				fg.Go(func() error { return c.Run(fctx) })
+			}
 			poller := mq.NewPoller(delay, mq.PollerConfig{}, log)
 			g.Go(func() error { return poller.Run(bg) })
 		}
@@ -250,7 +260,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		vouchers := voucher.NewHTTP(vstore, vstate, voucher.NewReserver(rdb, keys), ids, log)
 		vouchers.Observe(m)
 		r := apiEngine(log, m, deps{
-			cfg: cfg, log: log, rdb: rdb, db: db, signer: signer, keys: keys,
+			cfg: cfg, log: log, rdb: rdb, db: db, signer: signer, keys: keys, stdout: stdout,
 			vouchers: vouchers,
 			orders:   order.NewHTTP(ostore, rdb, keys, log),
 			health:   &health{rdb: rdb, db: db},

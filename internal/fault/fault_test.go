@@ -60,18 +60,15 @@ func TestKilledWorkerNeverRestarted(t *testing.T) {
 	c := newCluster(t, true)
 	api := c.start("api", map[string]string{"SECKILL_ROLE": "api"})
 	vid := c.createVoucher(api.base, stock)
-	victim := c.start("victim", map[string]string{"SECKILL_ROLE": "worker"})
-	// Frozen, the victim still receives entries: Redis hands them to its
-	// blocked read. Then it dies with them.
-	if err := victim.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	// The victim stops dead once it has read a batch, holding it.
+	victim := c.start("victim", map[string]string{"SECKILL_ROLE": "worker", "SECKILL_CRASH_POINT": "hang_after_read"})
 	s := newSale()
 	c.burst(s, []string{api.base}, vid, users, requests, nil)
-	held := c.heldByOthers("")
-	if held == 0 {
-		t.Fatal("the frozen worker holds no entries; the scenario would prove nothing")
-	}
+	var held int64
+	waitFor(t, 20*time.Second, "the victim holds a batch", func() bool {
+		held = c.heldByOthers("")
+		return held > 0
+	})
 	victim.signal(t, syscall.SIGKILL)
 	c.start("survivor", map[string]string{"SECKILL_ROLE": "worker"})
 	rep := c.quiesce(s, vid, settle)
@@ -91,10 +88,9 @@ func TestSIGTERMMidLoad(t *testing.T) {
 	b := c.start("b", nil)
 	vid := c.createVoucher(a.base, stock)
 	s := newSale()
-	var code int
-	c.burst(s, []string{b.base}, vid, users, requests, func() { go func() { code = a.signal(t, syscall.SIGTERM) }() })
-	waitFor(t, 20*time.Second, "a exited", a.exited)
-	if code != 0 {
+	exit := make(chan int, 1)
+	c.burst(s, []string{b.base}, vid, users, requests, func() { go func() { exit <- a.signal(t, syscall.SIGTERM) }() })
+	if code := <-exit; code != 0 {
 		t.Fatalf("a exited %d after SIGTERM, want 0", code)
 	}
 	rep := c.quiesce(s, vid, settle)

@@ -97,6 +97,9 @@ type ConsumerConfig struct {
 	// RetryBackoff is the delay before attempt n+1 (n >= 0); default 200ms
 	// doubling per attempt up to 30s, with full jitter.
 	RetryBackoff func(attempt int) time.Duration
+	// AfterRead, when set, runs after a batch was read and before it is
+	// handled: the hook fault tests use to stop a worker holding a batch.
+	AfterRead func(n int)
 	// Observer, when set, hears what the consumer does (metrics).
 	Observer Observer
 }
@@ -241,6 +244,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 				break
 			}
 			continue
+		}
+		if len(batch) > 0 && c.cfg.AfterRead != nil {
+			c.cfg.AfterRead(len(batch))
 		}
 		// The same batch is handed over again until it is done: a read
 		// again would count as another delivery.
