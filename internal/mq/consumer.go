@@ -250,13 +250,25 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		// The same batch is handed over again until it is done: a read
 		// again would count as another delivery.
-		for len(batch) > 0 {
-			err := c.process(work, batch)
-			if err == nil {
-				break
+		// The batch is kept fresh the whole time, backoffs included: while
+		// MySQL is down every consumer fails alike, and entries passed
+		// around meanwhile would count deliveries towards a dead letter.
+		if len(batch) > 0 {
+			stopKeepalive := c.keepalive(work, batch)
+			gaveUp := false
+			for {
+				err := c.process(work, batch)
+				if err == nil {
+					break
+				}
+				if ctx.Err() != nil || !fail(err) {
+					gaveUp = true // left pending: others reclaim it
+					break
+				}
 			}
-			if ctx.Err() != nil || !fail(err) {
-				return nil // left pending: others reclaim it
+			stopKeepalive()
+			if gaveUp {
+				return nil
 			}
 		}
 		if failing {
@@ -352,12 +364,9 @@ func (c *Consumer) countDeliveries(ctx context.Context, batch []Message) error {
 	return nil
 }
 
-// process hands the batch to the handler, keeping its entries fresh
-// meanwhile, and carries out the outcomes.
+// process hands the batch to the handler and carries out the outcomes.
 func (c *Consumer) process(ctx context.Context, batch []Message) error {
-	stopKeepalive := c.keepalive(ctx, batch)
 	outcomes, err := c.handler.Handle(ctx, batch)
-	stopKeepalive()
 	if err != nil {
 		return fmt.Errorf("handle batch of %d: %w", len(batch), err)
 	}
