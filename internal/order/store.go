@@ -27,17 +27,18 @@ func (Order) TableName() string { return "orders" }
 
 // DeadLetter is a stream message that could not become an order.
 type DeadLetter struct {
-	ID        int64  `gorm:"primaryKey"`
-	Stream    string `gorm:"column:stream"`
-	MessageID string `gorm:"column:message_id"`
-	OrderID   *int64 `gorm:"column:order_id"`
-	UserID    *int64 `gorm:"column:user_id"`
-	VoucherID *int64 `gorm:"column:voucher_id"`
-	Reason    string `gorm:"column:reason"`
-	Payload   string `gorm:"column:payload"`
-	CreatedAt time.Time
+	ID        int64  `gorm:"primaryKey" json:"id"`
+	Stream    string `gorm:"column:stream" json:"stream"`
+	MessageID string `gorm:"column:message_id" json:"message_id"`
+	// Order ids are strings in JSON, like everywhere in the API.
+	OrderID   *int64    `gorm:"column:order_id" json:"order_id,string"`
+	UserID    *int64    `gorm:"column:user_id" json:"user_id"`
+	VoucherID *int64    `gorm:"column:voucher_id" json:"voucher_id"`
+	Reason    string    `gorm:"column:reason" json:"reason"`
+	Payload   string    `gorm:"column:payload" json:"payload"`
+	CreatedAt time.Time `json:"created_at"`
 	// ReplayedAt is set when an operator sent the order through again.
-	ReplayedAt *time.Time `gorm:"column:replayed_at"`
+	ReplayedAt *time.Time `gorm:"column:replayed_at" json:"replayed_at"`
 }
 
 // TableName is the table of sql/*/0001_init.sql.
