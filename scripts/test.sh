@@ -17,4 +17,7 @@ if [ -n "$unformatted" ]; then
   echo "not gofmt'd: $unformatted" >&2
   exit 1
 fi
+# Screenshots of the shop page from the browser test land here.
+export SECKILL_ARTIFACTS="${SECKILL_ARTIFACTS:-$PWD/artifacts}"
+mkdir -p "$SECKILL_ARTIFACTS"
 go test -race -count=1 -timeout 20m "$@" ./...
