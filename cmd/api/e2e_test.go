@@ -33,9 +33,8 @@ type service struct {
 	base string
 }
 
-// startService runs the whole program with env on a free port and waits
-// for /healthz; cleanup stops it like SIGTERM does and checks it exited
-// cleanly.
+// startService runs the whole program with env (and the test defaults
+// below) on a free port and waits for /healthz.
 func startService(t *testing.T, env map[string]string) service {
 	t.Helper()
 	addr := freeAddr(t)
@@ -43,10 +42,21 @@ func startService(t *testing.T, env map[string]string) service {
 	env["SECKILL_TOKEN_SECRET"] = testSecret
 	env["SECKILL_LOG_LEVEL"] = "warn"
 	env["SECKILL_WORKER_BLOCK"] = "100ms"
+	runService(t, env)
+	return service{base: "http://" + addr}
+}
+
+// runService runs the whole program with exactly env, as main does, and
+// waits for /healthz on SECKILL_ADDR. Cleanup stops it like SIGTERM does
+// and checks it exited cleanly; on failure the service's log is shown.
+// It returns the log so far.
+func runService(t testing.TB, env map[string]string) (logs func() string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	var out bytes.Buffer
 	var mu sync.Mutex
+	logs = func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
 	go func() {
 		done <- run(ctx, []string{"api"}, func(k string) string { return env[k] }, lockedWriter{&mu, &out})
 	}()
@@ -61,16 +71,14 @@ func startService(t *testing.T, env map[string]string) service {
 			t.Errorf("service did not stop within 30s")
 		}
 		if t.Failed() {
-			mu.Lock()
-			t.Logf("service log:\n%s", out.String())
-			mu.Unlock()
+			t.Logf("service log:\n%s", logs())
 		}
 	})
-	base := "http://" + addr
+	base := "http://" + env["SECKILL_ADDR"]
 	waitFor(t, 30*time.Second, func() bool {
 		select {
 		case err := <-done:
-			t.Fatalf("service exited at start: %v", err)
+			t.Fatalf("service exited at start: %v\n%s", err, logs())
 		default:
 		}
 		resp, err := http.Get(base + "/healthz")
@@ -80,7 +88,7 @@ func startService(t *testing.T, env map[string]string) service {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	return service{base: base}
+	return logs
 }
 
 type lockedWriter struct {
@@ -94,7 +102,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -104,7 +112,7 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func waitFor(t *testing.T, within time.Duration, cond func() bool) {
+func waitFor(t testing.TB, within time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {

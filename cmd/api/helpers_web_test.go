@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,9 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
@@ -60,60 +57,11 @@ func startWeb(t testing.TB, env map[string]string) webService {
 		def["SECKILL_MYSQL_DSN"] = testenv.MySQLDSN(t)
 	}
 	s.dsn = def["SECKILL_MYSQL_DSN"]
-	addr := freeAddrTB(t)
+	addr := freeAddr(t)
 	def["SECKILL_ADDR"] = addr
 	s.base = "http://" + addr
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	var out bytes.Buffer
-	var mu sync.Mutex
-	s.logs = func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
-	go func() {
-		done <- run(ctx, []string{"api"}, func(k string) string { return def[k] }, lockedWriter{&mu, &out})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("service exited with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("service did not stop within 30s")
-		}
-		if t.Failed() {
-			t.Logf("service log:\n%s", s.logs())
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case err := <-done:
-			t.Fatalf("service exited at start: %v\n%s", err, s.logs())
-		default:
-		}
-		if resp, err := http.Get(s.base + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return s
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("service not healthy within 30s\n%s", s.logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func freeAddrTB(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	s.logs = runService(t, def)
+	return s
 }
 
 // answer is a decoded HTTP answer.

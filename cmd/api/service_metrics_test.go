@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -59,41 +58,7 @@ func startObserved(t *testing.T, env map[string]string) observed {
 	}
 	o := observed{base: "http://" + def["SECKILL_ADDR"], admin: "http://" + def["SECKILL_ADMIN_ADDR"]}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	var out bytes.Buffer
-	var mu sync.Mutex
-	o.logs = func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
-	go func() {
-		done <- run(ctx, []string{"api"}, func(k string) string { return def[k] }, lockedWriter{&mu, &out})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("service exited with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("service did not stop within 30s")
-		}
-		if t.Failed() {
-			t.Logf("service log:\n%s", o.logs())
-		}
-	})
-	waitFor(t, 20*time.Second, func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("service exited at start: %v\n%s", err, o.logs())
-		default:
-		}
-		resp, err := http.Get(o.base + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	o.logs = runService(t, def)
 	return o
 }
 

@@ -4,6 +4,9 @@
 package apierr
 
 import (
+	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"strconv"
 
@@ -47,4 +50,28 @@ func PathID(c *gin.Context, name string) (int64, bool) {
 		return 0, false
 	}
 	return id, true
+}
+
+// DecodeJSON reads a request body of at most limit bytes holding exactly
+// one JSON object with known fields only, into dst. On anything else it
+// answers 400 bad_request (413 body_too_large past the limit) and reports
+// false.
+func DecodeJSON(c *gin.Context, limit int64, dst any) bool {
+	body := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			Abort(c, http.StatusRequestEntityTooLarge, "body_too_large", "the request body is too large")
+			return false
+		}
+		BadRequest(c, "the body must be one JSON object with the documented fields")
+		return false
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		BadRequest(c, "the body must hold exactly one JSON object")
+		return false
+	}
+	return true
 }

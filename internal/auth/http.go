@@ -1,9 +1,7 @@
 package auth
 
 import (
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -25,33 +23,12 @@ type loginRequest struct {
 	Code  string `json:"code"`
 }
 
-// decodeJSON reads exactly one JSON object with known fields only.
-func decodeJSON(c *gin.Context, limit int64, dst any) bool {
-	body := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			apierr.Abort(c, http.StatusRequestEntityTooLarge, "body_too_large", "the request body is too large")
-			return false
-		}
-		apierr.BadRequest(c, "the body must be one JSON object with the documented fields")
-		return false
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		apierr.BadRequest(c, "the body must hold exactly one JSON object")
-		return false
-	}
-	return true
-}
-
 // RequestCode is POST /api/v1/auth/code {"phone"}: it sends a code and
 // answers 202 with how long it lives and when another may be asked for.
 // The code is never in the answer.
 func (l *Login) RequestCode(c *gin.Context) {
 	var req codeRequest
-	if !decodeJSON(c, maxLoginBody, &req) {
+	if !apierr.DecodeJSON(c, maxLoginBody, &req) {
 		return
 	}
 	err := l.SendCode(c.Request.Context(), req.Phone)
@@ -69,7 +46,7 @@ func (l *Login) RequestCode(c *gin.Context) {
 // a bearer token, or 401 for a wrong, expired, used or locked code.
 func (l *Login) SignIn(c *gin.Context) {
 	var req loginRequest
-	if !decodeJSON(c, maxLoginBody, &req) {
+	if !apierr.DecodeJSON(c, maxLoginBody, &req) {
 		return
 	}
 	s, err := l.Verify(c.Request.Context(), req.Phone, req.Code)

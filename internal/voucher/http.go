@@ -2,9 +2,7 @@ package voucher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -141,31 +139,10 @@ func (r createRequest) validate(now time.Time) string {
 	return ""
 }
 
-// decodeJSON reads exactly one JSON object with known fields only.
-func decodeJSON(c *gin.Context, limit int64, dst any) bool {
-	body := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			apierr.Abort(c, http.StatusRequestEntityTooLarge, "body_too_large", "the request body is too large")
-			return false
-		}
-		apierr.BadRequest(c, "the body must be one JSON object with the documented fields")
-		return false
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		apierr.BadRequest(c, "the body must hold exactly one JSON object")
-		return false
-	}
-	return true
-}
-
 // Create puts a voucher on sale: the database row, then its Redis state.
 func (h *HTTP) Create(c *gin.Context) {
 	var req createRequest
-	if !decodeJSON(c, maxCreateBody, &req) {
+	if !apierr.DecodeJSON(c, maxCreateBody, &req) {
 		return
 	}
 	now := time.Now()
