@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"seckill/internal/testenv"
 	"sync"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestOneUserThousandPurchases(t *testing.T) {
 			t.Logf("answers %v", codes)
 
 			g := s.db(t)
-			waitFor(t, 30*time.Second, func() bool {
+			testenv.WaitFor(t, 30*time.Second, "condition", func() bool {
 				var c int64
 				g.Table("orders").Where("voucher_id = ?", vid).Count(&c)
 				return c == 1

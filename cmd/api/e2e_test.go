@@ -75,7 +75,7 @@ func runService(t testing.TB, env map[string]string) (logs func() string) {
 		}
 	})
 	base := "http://" + env["SECKILL_ADDR"]
-	waitFor(t, 30*time.Second, func() bool {
+	testenv.WaitFor(t, 30*time.Second, "condition", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("service exited at start: %v\n%s", err, logs())
@@ -110,17 +110,6 @@ func freeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-func waitFor(t testing.TB, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func token(t *testing.T, user int64, role string) string {

@@ -42,7 +42,7 @@ func TestHostileInput(t *testing.T) {
 	rdb := testenv.Redis(t)
 	// The accepted order drains to MariaDB first, so the worker changes
 	// nothing while the hostile requests run.
-	waitFor(t, 30*time.Second, func() bool {
+	testenv.WaitFor(t, 30*time.Second, "condition", func() bool {
 		var n int64
 		g.Table("orders").Count(&n)
 		return n == 1

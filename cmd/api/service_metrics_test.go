@@ -333,7 +333,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 func lastOutboxCode(t *testing.T, outbox, phone string) string {
 	t.Helper()
 	var code string
-	waitFor(t, 5*time.Second, func() bool {
+	testenv.WaitFor(t, 5*time.Second, "condition", func() bool {
 		f, err := openFile(outbox)
 		if err != nil {
 			return false
@@ -423,7 +423,7 @@ func TestAccessLog(t *testing.T) {
 	}
 
 	lines := map[string]map[string]any{} // request id -> access log line
-	waitFor(t, 5*time.Second, func() bool {
+	testenv.WaitFor(t, 5*time.Second, "condition", func() bool {
 		for line := range strings.Lines(o.logs()) {
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "request" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"seckill/internal/testenv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,7 @@ func TestCrashAfterCommitBeforeAck(t *testing.T) {
 	crashy := c.start("crashy-worker", map[string]string{"SECKILL_ROLE": "worker", "SECKILL_CRASH_POINT": "after_commit_before_ack"})
 	s := newSale()
 	c.burst(s, []string{api.base}, vid, users, requests, nil)
-	waitFor(t, 20*time.Second, "crash point reached", crashy.exited)
+	testenv.WaitFor(t, 20*time.Second, "crash point reached", crashy.exited)
 	if code := crashy.cmd.ProcessState.ExitCode(); code != 3 {
 		t.Fatalf("crashy worker exited %d, want 3 (the crash point)", code)
 	}
@@ -65,7 +66,7 @@ func TestKilledWorkerNeverRestarted(t *testing.T) {
 	s := newSale()
 	c.burst(s, []string{api.base}, vid, users, requests, nil)
 	var held int64
-	waitFor(t, 20*time.Second, "the victim holds a batch", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the victim holds a batch", func() bool {
 		held = c.heldByOthers("")
 		return held > 0
 	})
@@ -236,7 +237,7 @@ func TestHeldLocksGoThroughDelayQueue(t *testing.T) {
 	}
 	s := newSale()
 	c.burst(s, []string{a.base, b.base}, vid, users, requests, nil)
-	waitFor(t, 20*time.Second, "held buyers in the delay queue", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "held buyers in the delay queue", func() bool {
 		n, _ := c.rdb.ZCard(ctx, c.keys.Delayed(0)).Result()
 		return n > 0
 	})

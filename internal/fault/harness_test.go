@@ -167,11 +167,11 @@ func (c *cluster) start(name string, extra map[string]string) *instance {
 		}
 	})
 	if extra["SECKILL_ROLE"] == "worker" {
-		waitFor(c.t, 20*time.Second, "worker "+name+" started", func() bool {
+		testenv.WaitFor(c.t, 20*time.Second, "worker "+name+" started", func() bool {
 			return in.exited() || strings.Contains(out.String(), `"worker started"`) || c.workerStarted(name)
 		})
 	} else {
-		waitFor(c.t, 20*time.Second, "instance "+name+" healthy", func() bool {
+		testenv.WaitFor(c.t, 20*time.Second, "instance "+name+" healthy", func() bool {
 			if in.exited() {
 				c.t.Fatalf("instance %s exited at start", name)
 			}
@@ -222,17 +222,6 @@ func tailLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func token(t *testing.T, user int64, role string) string {

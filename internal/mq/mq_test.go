@@ -18,17 +18,6 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 var quiet = slog.New(slog.DiscardHandler)
 
-func waitFor(t *testing.T, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func names(t *testing.T) (stream, delayed string) {
 	p := testenv.Prefix(t)
 	return p + ":{0}:stream", p + ":{0}:delayed"
@@ -181,7 +170,7 @@ func TestConsumerRetryThroughDelayQueue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = p.Run(ctx) }()
-	waitFor(t, 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "condition", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range 5 {
@@ -191,7 +180,7 @@ func TestConsumerRetryThroughDelayQueue(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, 10*time.Second, drained(t, rdb, stream, key))
+	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(t, rdb, stream, key))
 	mu.Lock()
 	defer mu.Unlock()
 	for n, a := range attempts {
@@ -230,7 +219,7 @@ func TestConsumerReclaimsFromDeadConsumer(t *testing.T) {
 		Stream: stream, Group: "g", Consumer: "alive", Block: 20 * time.Millisecond,
 		ReclaimIdle: 100 * time.Millisecond, ReclaimEvery: 20 * time.Millisecond,
 	}, h, quiet))
-	waitFor(t, 10*time.Second, drained(t, rdb, stream, key))
+	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(t, rdb, stream, key))
 	mu.Lock()
 	defer mu.Unlock()
 	if len(deliveries) != 3 {
@@ -268,7 +257,7 @@ func TestConsumerKeepsLiveBatch(t *testing.T) {
 	cfg.Consumer = "slow"
 	runConsumer(t, NewConsumer(rdb, cfg, slow, quiet))
 	t.Cleanup(free) // runs before the consumer's cleanup: it must not block
-	waitFor(t, 5*time.Second, func() bool { return slowCalls.Load() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "the slow consumer took its batch", func() bool { return slowCalls.Load() == 1 })
 	cfg.Consumer = "other"
 	runConsumer(t, NewConsumer(rdb, cfg, other, quiet))
 	// Let the other consumer scan for idle entries for five idle times;
@@ -281,7 +270,7 @@ func TestConsumerKeepsLiveBatch(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	free()
-	waitFor(t, 10*time.Second, drained(t, rdb, stream, key))
+	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(t, rdb, stream, key))
 	if otherCalls.Load() != 0 {
 		t.Fatalf("the other consumer took %d entries", otherCalls.Load())
 	}

@@ -197,7 +197,7 @@ func TestConsumerRedeliversCommittedBatch(t *testing.T) {
 		e.w, slog.New(slog.DiscardHandler))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(cctx) }()
-	waitFor(t, 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "condition", func() bool {
 		p, err := e.rdb.XPending(ctx, stream, "g").Result()
 		return err == nil && p.Count == 0
 	})
@@ -210,17 +210,5 @@ func TestConsumerRedeliversCommittedBatch(t *testing.T) {
 	}
 	if n, _ := e.rdb.XLen(ctx, stream).Result(); n != 0 {
 		t.Fatalf("%d entries left in the stream; acked entries are deleted", n)
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", within)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
