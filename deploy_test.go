@@ -34,7 +34,7 @@ func TestComposeFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("load docker-compose.yml: %v", err)
 	}
-	want := []string{"api1", "api2", "grafana", "mysql", "nginx", "prometheus", "redis"}
+	want := []string{"api1", "api2", "grafana", "mysql", "nginx", "prometheus", "redis", "redis-locks"}
 	if got := slices.Sorted(slices.Values(p.ServiceNames())); !slices.Equal(got, want) {
 		t.Fatalf("services %v, want %v", got, want)
 	}
@@ -72,6 +72,16 @@ func TestComposeFile(t *testing.T) {
 	if !strings.HasPrefix(redis.Image, "redis:7") {
 		t.Errorf("redis image %q, want redis:7.x", redis.Image)
 	}
+	// Buyer locks need no durability: a Redis of their own without AOF, so
+	// that no lock write waits for an fsync.
+	locks := svc("redis-locks")
+	hasHealthcheck(locks)
+	if locks.Image != redis.Image {
+		t.Errorf("redis-locks image %q, want the main Redis's %q", locks.Image, redis.Image)
+	}
+	if c := locks.Command; !hasArgs(c, "--appendonly", "no") || !hasArgs(c, "--save", "") || slices.Contains(c, "--appendfsync") {
+		t.Errorf("redis-locks command %q: want --appendonly no and --save \"\"", c)
+	}
 	mysql := svc("mysql")
 	hasHealthcheck(mysql)
 	if !strings.HasPrefix(mysql.Image, "mysql:8") {
@@ -89,7 +99,7 @@ func TestComposeFile(t *testing.T) {
 		s := svc(name)
 		apis = append(apis, name)
 		hasHealthcheck(s)
-		needHealthy(s, "redis", "mysql")
+		needHealthy(s, "redis", "redis-locks", "mysql")
 		if s.Build == nil || s.Build.Context == "" {
 			t.Errorf("%s is not built from the Dockerfile", name)
 		}
@@ -104,6 +114,9 @@ func TestComposeFile(t *testing.T) {
 		}
 		if env("SECKILL_REDIS_URL") != "redis://redis:6379/0" || !strings.Contains(env("SECKILL_MYSQL_DSN"), "@tcp(mysql:3306)/seckill") {
 			t.Errorf("%s: stores %q and %q", name, env("SECKILL_REDIS_URL"), env("SECKILL_MYSQL_DSN"))
+		}
+		if env("SECKILL_LOCK_NODES") != "redis://redis-locks:6379/0" {
+			t.Errorf("%s: SECKILL_LOCK_NODES is %q, want the lock Redis", name, env("SECKILL_LOCK_NODES"))
 		}
 		if len(s.Ports) != 0 {
 			t.Errorf("%s publishes ports %v; only nginx should", name, s.Ports)
@@ -194,7 +207,8 @@ func TestDockerfile(t *testing.T) {
 }
 
 // TestClusterScriptMatchesCompose: the local cluster runs Redis with the same
-// durability flags and fills every placeholder of the nginx template.
+// durability flags, buyer locks on a second Redis without persistence like
+// compose's redis-locks, and fills every placeholder of the nginx template.
 func TestClusterScriptMatchesCompose(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile("scripts/cluster-up.sh")
@@ -207,11 +221,54 @@ func TestClusterScriptMatchesCompose(t *testing.T) {
 			t.Errorf("cluster-up.sh lacks %q", want)
 		}
 	}
+	// The lock Redis is started without persistence and handed to the
+	// instances; cluster-down.sh stops it.
+	if start := command(script, "start redis-locks "); start == "" {
+		t.Error("cluster-up.sh starts no redis-locks")
+	} else if !strings.Contains(start, `--appendonly no`) || !strings.Contains(start, `--save ""`) || strings.Contains(start, "--appendfsync") {
+		t.Errorf("cluster-up.sh starts the lock Redis with persistence: %q", start)
+	}
+	if !regexp.MustCompile(`export SECKILL_LOCK_NODES="redis://127\.0\.0\.1:\$lock_redis_port/0"`).MatchString(script) ||
+		!strings.Contains(script, `echo "SECKILL_LOCK_NODES='$SECKILL_LOCK_NODES'"`) {
+		t.Error("cluster-up.sh does not give the instances and cluster.env SECKILL_LOCK_NODES on the lock Redis")
+	}
+	if down, err := os.ReadFile("scripts/cluster-down.sh"); err != nil {
+		t.Error(err)
+	} else if !regexp.MustCompile(`(?m)^\s*stop redis-locks$`).Match(down) {
+		t.Error("cluster-down.sh does not stop redis-locks")
+	}
 	for _, name := range placeholders(t) {
 		if !strings.Contains(script, `s|\${`+name+`}|`) {
 			t.Errorf("cluster-up.sh does not fill %s", name)
 		}
 	}
+}
+
+// hasArgs: args holds want as consecutive elements.
+func hasArgs(args []string, want ...string) bool {
+	for i := range args {
+		if i+len(want) <= len(args) && slices.Equal(args[i:i+len(want)], want) {
+			return true
+		}
+	}
+	return false
+}
+
+// command is the shell command of script whose line begins with prefix,
+// continuation lines joined; empty if there is none.
+func command(script, prefix string) string {
+	var cmd strings.Builder
+	for _, line := range strings.Split(script, "\n") {
+		if cmd.Len() == 0 && !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		body, more := strings.CutSuffix(line, "\\")
+		cmd.WriteString(body)
+		if !more {
+			break
+		}
+	}
+	return cmd.String()
 }
 
 // placeholders lists the ${NAME}s of the nginx template.

@@ -52,6 +52,7 @@ func startCluster(t *testing.T, extraEnv ...string) *cluster {
 		"SECKILL_CLUSTER_HTTP_PORT="+freePort(t),
 		"SECKILL_CLUSTER_API_PORTS="+freePort(t)+" "+freePort(t),
 		"SECKILL_CLUSTER_REDIS_PORT="+freePort(t),
+		"SECKILL_CLUSTER_LOCK_REDIS_PORT="+freePort(t),
 		"SECKILL_CLUSTER_MYSQL_PORT="+freePort(t),
 		"SECKILL_CLUSTER_WATCH_PID="+strconv.Itoa(os.Getpid()),
 		"SECKILL_KEY_PREFIX=seckill",

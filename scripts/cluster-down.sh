@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cluster-down.sh: stops what scripts/cluster-up.sh started, by the pids it
 # recorded, and nothing else: nginx first, then the instances (SIGTERM lets
-# them finish the batch in flight), then MariaDB and Redis.
+# them finish the batch in flight), then MariaDB, Redis and the lock Redis.
 #
 #   scripts/cluster-down.sh           stop; keep the data for the next cluster-up.sh
 #   scripts/cluster-down.sh --purge   stop and delete the state directory
@@ -56,6 +56,7 @@ if [ -d "$run" ]; then
   wait
   stop mariadb
   stop redis
+  stop redis-locks
 fi
 if $purge; then
   rm -rf "$dir"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cluster-up.sh: seckill as it runs in production, on this machine's loopback,
 # from the installed binaries: redis-server (AOF, fsync always, noeviction),
-# mariadbd (its own datadir), two or more API instances and nginx in front.
+# a second redis-server for buyer locks only (no persistence), mariadbd (its
+# own datadir), two or more API instances and nginx in front.
 # Prints the URL and an admin token; scripts/cluster-down.sh stops it.
 #
 #   scripts/cluster-up.sh           start the cluster
@@ -15,6 +16,8 @@
 #   SECKILL_CLUSTER_API_PORT     first instance's port; the others follow (18081)
 #   SECKILL_CLUSTER_API_PORTS    or each instance's port, space-separated
 #   SECKILL_CLUSTER_REDIS_PORT   redis-server (16379)
+#   SECKILL_CLUSTER_LOCK_REDIS_PORT  redis-server for buyer locks, no persistence (16380);
+#                                the instances get it as SECKILL_LOCK_NODES
 #   SECKILL_CLUSTER_MYSQL_PORT   mariadbd (13306)
 #   SECKILL_CLUSTER_WATCH_PID    stop the cluster when this process exits (tests)
 #   SECKILL_API_BIN              use this api binary instead of building one
@@ -36,6 +39,7 @@ instances=${SECKILL_CLUSTER_INSTANCES:-2}
 http_port=${SECKILL_CLUSTER_HTTP_PORT:-18080}
 api_port=${SECKILL_CLUSTER_API_PORT:-18081}
 redis_port=${SECKILL_CLUSTER_REDIS_PORT:-16379}
+lock_redis_port=${SECKILL_CLUSTER_LOCK_REDIS_PORT:-16380}
 mysql_port=${SECKILL_CLUSTER_MYSQL_PORT:-13306}
 
 say() { printf 'cluster: %s\n' "$*" >&2; }
@@ -85,9 +89,10 @@ http_ok() {
   [[ $line == "HTTP/1."?" 200"* ]]
 }
 
+# redis_ok PORT: the redis-server on PORT answers PING.
 redis_ok() {
   local line
-  exec 3<>"/dev/tcp/127.0.0.1/$redis_port" || return 1
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
   printf 'PING\r\n' >&3
   IFS= read -r -t 2 line <&3 || { exec 3>&-; return 1; }
   exec 3>&-
@@ -96,9 +101,12 @@ redis_ok() {
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# instance_env: the settings every instance gets.
+# instance_env: the settings every instance gets. Buyer locks need no
+# durability (MySQL's keys are the real guard): on the AOF Redis every lock
+# write would wait for an fsync.
 instance_env() {
   export SECKILL_REDIS_URL="redis://127.0.0.1:$redis_port/0"
+  export SECKILL_LOCK_NODES="redis://127.0.0.1:$lock_redis_port/0"
   export SECKILL_MYSQL_DSN="root@tcp(127.0.0.1:$mysql_port)/seckill"
   SECKILL_TOKEN_SECRET=$(cat "$dir/token-secret")
   export SECKILL_TOKEN_SECRET
@@ -124,8 +132,8 @@ need mariadbd
 need mariadb-install-db
 need mariadb
 need nginx
-mkdir -p "$run" "$logs" "$dir/redis" "$dir/mysql" "$dir/nginx/logs" "$dir/nginx/temp" "$dir/bin"
-for name in nginx redis mariadb; do
+mkdir -p "$run" "$logs" "$dir/redis" "$dir/redis-locks" "$dir/mysql" "$dir/nginx/logs" "$dir/nginx/temp" "$dir/bin"
+for name in nginx redis redis-locks mariadb; do
   alive "$name" && die "a cluster already runs in $dir (scripts/cluster-down.sh stops it)"
 done
 read -r -a api_ports <<<"${SECKILL_CLUSTER_API_PORTS:-}"
@@ -133,7 +141,7 @@ if [ ${#api_ports[@]} -eq 0 ]; then
   for i in $(seq 0 $((instances - 1))); do api_ports+=($((api_port + i))); done
 fi
 instances=${#api_ports[@]}
-for p in "$http_port" "$redis_port" "$mysql_port" "${api_ports[@]}"; do
+for p in "$http_port" "$redis_port" "$lock_redis_port" "$mysql_port" "${api_ports[@]}"; do
   port_free "$p" || die "port $p is taken; choose others with SECKILL_CLUSTER_*_PORT"
 done
 
@@ -154,7 +162,12 @@ fi
 say "redis-server on 127.0.0.1:$redis_port (appendonly, fsync always, noeviction)"
 start redis "$logs/redis.log" redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir/redis" \
   --daemonize no --appendonly yes --appendfsync always --maxmemory-policy noeviction --save ""
-wait_for redis-server 30 redis redis_ok
+wait_for redis-server 30 redis redis_ok "$redis_port"
+
+say "redis-server for buyer locks on 127.0.0.1:$lock_redis_port (no persistence)"
+start redis-locks "$logs/redis-locks.log" redis-server --port "$lock_redis_port" --bind 127.0.0.1 \
+  --dir "$dir/redis-locks" --daemonize no --appendonly no --save "" --maxmemory-policy noeviction
+wait_for "redis-server for locks" 30 redis-locks redis_ok "$lock_redis_port"
 
 root_user=()
 [ "$(id -u)" -eq 0 ] && root_user=(--user=root) # mariadbd refuses root otherwise
@@ -212,6 +225,7 @@ admin=$("$dir/bin/api" token --user 1 --admin --ttl 24h)
   echo "SECKILL_ADMIN_TOKEN='$admin'"
   echo "SECKILL_TOKEN_SECRET='$SECKILL_TOKEN_SECRET'"
   echo "SECKILL_REDIS_URL='$SECKILL_REDIS_URL'"
+  echo "SECKILL_LOCK_NODES='$SECKILL_LOCK_NODES'"
   echo "SECKILL_MYSQL_DSN='$SECKILL_MYSQL_DSN'"
   echo "SECKILL_KEY_PREFIX='${SECKILL_KEY_PREFIX:-seckill}'"
   echo "SECKILL_SHARDS='${SECKILL_SHARDS:-1}'"
@@ -229,7 +243,7 @@ trap - ERR
 
 cat <<EOF
 
-seckill cluster is up: nginx in front of $instances instances, Redis and MariaDB on loopback.
+seckill cluster is up: nginx in front of $instances instances, Redis, a lock Redis and MariaDB on loopback.
 
   URL          http://127.0.0.1:$http_port
   instances    ${urls[*]}
