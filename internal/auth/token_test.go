@@ -131,3 +131,40 @@ func TestMiddleware(t *testing.T) {
 		t.Errorf("identity not passed on: %s", w.Body.String())
 	}
 }
+
+// TestVerifiedTokenCache: a verified token is answered from the cache, and
+// the cache never lets anything else through.
+func TestVerifiedTokenCache(t *testing.T) {
+	t.Parallel()
+	s := mustSigner(t, secret)
+	tok, _ := s.Mint(Identity{UserID: 5, Role: RoleUser}, time.Minute)
+	start := make(chan struct{})
+	errs := make(chan error, 200)
+	for range 200 {
+		go func() {
+			<-start
+			id, err := s.Parse(tok)
+			if err == nil && id.UserID != 5 {
+				err = errors.New("wrong identity from the cache")
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range 200 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	parts := strings.Split(tok, ".")
+	for _, bad := range []string{tok + "x", parts[0] + "." + parts[1] + ".", tok[:len(tok)-1]} {
+		if _, err := s.Parse(bad); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("%q accepted after the good token was cached", bad)
+		}
+	}
+	// Another signer (another secret) does not share the cache.
+	other := mustSigner(t, []byte("another-secret-another-secret-xx"))
+	if _, err := other.Parse(tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatal("a token of another secret was accepted")
+	}
+}
