@@ -193,8 +193,11 @@ urls=()
 upstreams=""
 for i in $(seq 1 "$instances"); do
   port=${api_ports[$((i - 1))]}
-  say "api-$i on 127.0.0.1:$port"
-  SECKILL_ADDR="127.0.0.1:$port" start "api-$i" "$logs/api-$i.log" "$dir/bin/api" serve
+  # Each instance's admin listener (dead letters, reconcile, pprof) on its
+  # own loopback port: the API port + 10000.
+  say "api-$i on 127.0.0.1:$port (admin on 127.0.0.1:$((port + 10000)))"
+  SECKILL_ADDR="127.0.0.1:$port" SECKILL_ADMIN_ADDR="${SECKILL_ADMIN_ADDR:-127.0.0.1:$((port + 10000))}" \
+    start "api-$i" "$logs/api-$i.log" "$dir/bin/api" serve
   urls+=("http://127.0.0.1:$port")
   upstreams+="server 127.0.0.1:$port max_fails=1 fail_timeout=2s; "
 done

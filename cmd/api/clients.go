@@ -159,7 +159,10 @@ func openLocks(cfg config, main *redis.Client, log *slog.Logger) (*order.Locks, 
 			closeAll()
 			return nil, nil, fmt.Errorf("SECKILL_LOCK_NODES: %w", err)
 		}
-		// A dead node must not hold up the others: fail fast.
+		// A batch takes its locks all at once: as many connections as the
+		// main Redis has. A dead node must not hold up the others: fail
+		// fast.
+		opts.PoolSize = max(cfg.RedisPool, 4*runtime.GOMAXPROCS(0))
 		opts.DialTimeout = 200 * time.Millisecond
 		opts.ReadTimeout = 500 * time.Millisecond
 		opts.WriteTimeout = 500 * time.Millisecond
