@@ -37,6 +37,9 @@ func (k Keys) Tag(shard int) string { return k.prefix + ":{" + strconv.Itoa(shar
 // closed while it is missing.
 func (k Keys) Ready(shard int) string { return k.Tag(shard) + ":ready" }
 
+// Rebuilding is held by the one instance rebuilding a shard's state.
+func (k Keys) Rebuilding(shard int) string { return k.Tag(shard) + ":rebuilding" }
+
 // State is a voucher's sale state: stock, begin_ms, end_ms.
 func (k Keys) State(voucherID int64) string {
 	return fmt.Sprintf("%s:voucher:%d", k.Tag(k.Shard(voucherID)), voucherID)

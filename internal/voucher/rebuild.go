@@ -14,6 +14,9 @@ import (
 	"seckill/lua"
 )
 
+// rebuildLease bounds how long a crashed instance's rebuild blocks others.
+const rebuildLease = time.Minute
+
 // Ledger reads what the database knows of a voucher's sales; the order
 // side supplies it.
 type Ledger interface {
@@ -162,6 +165,22 @@ func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, e
 		return 0, fmt.Errorf("check shard %d: %w", shard, err)
 	}
 	rebuild := ready == 0
+	if rebuild {
+		// One instance rebuilds a shard at a time, and only while the
+		// marker is still missing: a second rebuild after the first
+		// reopened the shard would overwrite live purchases.
+		took, err := rdb.SetNX(ctx, w.keys.Rebuilding(shard), "1", rebuildLease).Result()
+		if err != nil {
+			return 0, fmt.Errorf("take shard %d rebuild lease: %w", shard, err)
+		}
+		if !took {
+			return 0, nil // another instance is at it
+		}
+		defer rdb.Del(context.WithoutCancel(ctx), w.keys.Rebuilding(shard))
+		if ready, err = rdb.Exists(ctx, w.keys.Ready(shard)).Result(); err != nil || ready == 1 {
+			return 0, err // rebuilt meanwhile
+		}
+	}
 	var todo []Voucher
 	if rebuild {
 		todo = vs
