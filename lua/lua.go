@@ -23,6 +23,8 @@ var (
 	releaseSrc string
 	//go:embed snapshot.lua
 	snapshotSrc string
+	//go:embed settle.lua
+	settleSrc string
 	//go:embed send_code.lua
 	sendCodeSrc string
 	//go:embed check_code.lua
@@ -57,3 +59,6 @@ func SendCode() *redis.Script { return redis.NewScript(sendCodeSrc) }
 
 // CheckCode checks and consumes a login code, counting wrong tries.
 func CheckCode() *redis.Script { return redis.NewScript(checkCodeSrc) }
+
+// Settle makes Redis agree with an order the worker wrote.
+func Settle() *redis.Script { return redis.NewScript(settleSrc) }

@@ -3,6 +3,7 @@ package order
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,6 +102,8 @@ type Writer struct {
 	cfg     WriterConfig
 	log     *slog.Logger
 	release *redis.Script
+	// settleScript is lua/settle.lua.
+	settleScript *redis.Script
 }
 
 // NewWriter returns a Writer; it owns none of its clients.
@@ -111,7 +114,7 @@ func NewWriter(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, cfg Wr
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
-	return &Writer{db: db, rdb: rdb, keys: keys, cfg: cfg, log: log, release: lua.Release()}
+	return &Writer{db: db, rdb: rdb, keys: keys, cfg: cfg, log: log, release: lua.Release(), settleScript: lua.Settle()}
 }
 
 // item is one message on its way: decoded, and with the reason it is
@@ -192,7 +195,7 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	var err error
 	began := time.Now()
 	for attempt := 1; attempt <= w.cfg.Attempts; attempt++ {
-		err = w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(tx, work) })
+		err = w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(tx, work) }, w.txOptions())
 		if err == nil || !isRetryable(err) {
 			break
 		}
@@ -213,7 +216,9 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 		w.cfg.Observer.RedisError("give_back")
 		return nil, err
 	}
-	w.forgetPending(ctx, work)
+	if err := w.settle(ctx, work); err != nil {
+		return nil, err
+	}
 	return outcomes, nil
 }
 
@@ -291,14 +296,14 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 		return w.unseenBad(tx, items)
 	}
 	var done []int64
-	if err := tx.Raw("SELECT id FROM orders WHERE id IN ?", ids).Scan(&done).Error; err != nil {
+	if err := tx.Raw(w.locking("SELECT id FROM orders WHERE id IN ?"), ids).Scan(&done).Error; err != nil {
 		return nil, fmt.Errorf("find written orders: %w", err)
 	}
 	var dead []struct {
 		OrderID int64
 		Reason  string
 	}
-	if err := tx.Raw("SELECT order_id, reason FROM dead_letters WHERE order_id IN ? AND replayed_at IS NULL", ids).Scan(&dead).Error; err != nil {
+	if err := tx.Raw(w.locking("SELECT order_id, reason FROM dead_letters WHERE order_id IN ? AND replayed_at IS NULL"), ids).Scan(&dead).Error; err != nil {
 		return nil, fmt.Errorf("find dead letters: %w", err)
 	}
 	written := make(map[int64]bool, len(done))
@@ -422,7 +427,7 @@ func (w *Writer) one(tx *gorm.DB, it *item, sp string) error {
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
 	var n int64
-	if err := tx.Raw("SELECT COUNT(*) FROM orders WHERE id = ?", o.OrderID).Scan(&n).Error; err != nil {
+	if err := tx.Raw(w.locking("SELECT COUNT(*) FROM orders WHERE id = ?"), o.OrderID).Scan(&n).Error; err != nil {
 		return fmt.Errorf("find order %d: %w", o.OrderID, err)
 	}
 	if n == 1 {
@@ -481,23 +486,57 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 	return nil
 }
 
-// forgetPending drops written orders from the pending index. Best effort:
-// the status route looks at the database after the index, so a stale entry
-// is only memory.
-func (w *Writer) forgetPending(ctx context.Context, items []*item) {
-	byShard := map[int][]string{}
+// txOptions runs the batch at READ COMMITTED on MySQL: its locking reads
+// then see, and wait for, what a concurrent writer of the same order
+// commits, without the gap locks that make concurrent batches deadlock.
+// SQLite has one writer and needs nothing.
+func (w *Writer) txOptions() *sql.TxOptions {
+	if w.db.Dialector.Name() == "mysql" {
+		return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	return nil
+}
+
+// locking turns a query of the batch into a locking read on MySQL: a
+// worker that took over a message from a stalled one must see the stalled
+// one's commit (or wait for it), never an older snapshot, or one order
+// could end as both an order and a dead letter.
+func (w *Writer) locking(query string) string {
+	if w.db.Dialector.Name() == "mysql" {
+		return query + " LOCK IN SHARE MODE"
+	}
+	return query
+}
+
+// settle makes Redis agree with the orders just written: it drops them
+// from the pending index and, when a rebuild of Redis missed one (it was
+// in this worker's hands), records its buyer and takes its unit. While a
+// shard is being rebuilt it cannot settle, and the batch is tried again.
+func (w *Writer) settle(ctx context.Context, items []*item) error {
+	pipe := w.rdb.Pipeline()
+	var cmds []*redis.Cmd
 	for _, it := range items {
-		if it.bad {
+		if it.bad || it.reason != "" {
 			continue
 		}
-		s := w.keys.Shard(it.ord.VoucherID)
-		byShard[s] = append(byShard[s], strconv.FormatInt(it.ord.OrderID, 10))
+		o := it.ord
+		shard := w.keys.Shard(o.VoucherID)
+		keys := []string{w.keys.Ready(shard), w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(shard)}
+		cmds = append(cmds, w.settleScript.Eval(ctx, pipe, keys, o.UserID, o.OrderID))
 	}
-	pipe := w.rdb.Pipeline()
-	for s, ids := range byShard {
-		pipe.HDel(ctx, w.keys.Pending(s), ids...)
+	if len(cmds) == 0 {
+		return nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		w.log.Warn("pending index not cleaned", "err", err)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("settle %d orders in redis: %w", len(cmds), err)
 	}
+	for _, c := range cmds {
+		if n, _ := c.Int(); n != 1 {
+			return fmt.Errorf("settle orders in redis: %w", errNotReady)
+		}
+	}
+	return nil
 }
+
+// errNotReady means a shard's Redis state is being rebuilt.
+var errNotReady = errors.New("shard state not ready")

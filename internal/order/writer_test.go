@@ -38,6 +38,11 @@ func newWriterEnv(t testing.TB) writerEnv {
 	}
 	rdb := testenv.Redis(t)
 	keys := voucher.NewKeys(testenv.Prefix(t), 1)
+	// The shard is ready, as after the service's warm-up: the writer
+	// settles Redis only in a ready shard.
+	if err := voucher.NewState(rdb, keys).MarkReady(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
 	return writerEnv{db: g, rdb: rdb, keys: keys, w: NewWriter(g, rdb, keys, WriterConfig{}, slog.New(slog.DiscardHandler))}
 }
 
