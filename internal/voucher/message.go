@@ -19,6 +19,13 @@ type Message struct {
 // messageVersion is the "v" field the script writes.
 const messageVersion = "1"
 
+// An order's accepted time must fall in this range (the sale windows'
+// range): anything else is a corrupt message.
+var (
+	minAccepted = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxAccepted = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
 // ErrBadMessage marks a stream entry that is not a valid order message.
 var ErrBadMessage = errors.New("bad order message")
 
@@ -68,6 +75,10 @@ func Decode(values map[string]any) (Message, error) {
 		return Message{}, err
 	}
 	m.AcceptedAt = time.UnixMilli(at).UTC()
+	if m.AcceptedAt.Before(minAccepted) || !m.AcceptedAt.Before(maxAccepted) {
+		// The database would refuse it, and the batch would fail for good.
+		return Message{}, fmt.Errorf("%w: field \"at\" is out of range", ErrBadMessage)
+	}
 	return m, nil
 }
 

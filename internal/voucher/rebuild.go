@@ -233,9 +233,10 @@ func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, e
 	return len(todo), nil
 }
 
-// noticeRestart logs when the Redis server is another process than before
-// (its run_id changed): a restart or a failover. What it lost, if anything,
-// shows as missing ready markers, which Warm repairs.
+// noticeRestart notices when the Redis server is another process than
+// before (its run_id changed): a restart or a failover. It then drops the
+// ready markers, so Warm rebuilds every shard from the database and the
+// orders in flight.
 func (w *Warmer) noticeRestart(ctx context.Context) {
 	info, err := w.state.rdb.Info(ctx, "server").Result()
 	if err != nil {
@@ -244,7 +245,15 @@ func (w *Warmer) noticeRestart(ctx context.Context) {
 	for line := range strings.Lines(info) {
 		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
 			if w.runID != "" && id != w.runID {
-				w.log.Warn("redis server changed (restart or failover); checking its state", "run_id", id)
+				// A failover can lose acknowledged writes without losing
+				// the ready markers: rebuild every shard to be sure.
+				// Purchases answer not_ready for the few seconds it takes.
+				w.log.Warn("redis server changed (restart or failover); rebuilding its state", "run_id", id)
+				for shard := range w.keys.Shards() {
+					if err := w.state.rdb.Del(ctx, w.keys.Ready(shard)).Err(); err != nil {
+						return // the next round tries again
+					}
+				}
 			}
 			w.runID = id
 		}
