@@ -194,7 +194,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	// The foreground (HTTP server, workers) stops on ctx or on the first
 	// failure among them. Background services stop only after the
 	// foreground did, so requests in flight still get ids and state.
-	fg, fctx := errgroup.WithContext(ctx)
+	fgCtx, stopFG := context.WithCancel(ctx)
+	defer stopFG()
+	fg, fctx := errgroup.WithContext(fgCtx)
 	var g errgroup.Group
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
@@ -220,6 +222,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	if cfg.runWorker() {
 		locks, closeLocks, err := openLocks(cfg, rdb, log)
 		if err != nil {
+			stopBG()
+			_ = g.Wait()
 			return err
 		}
 		defer closeLocks()
@@ -267,6 +271,10 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		})
 		ln, err := net.Listen("tcp", cfg.Addr)
 		if err != nil {
+			// Stop what already runs, in order, before the deferred
+			// closes take its clients away.
+			stopFG()
+			_ = fg.Wait()
 			stopBG()
 			_ = g.Wait()
 			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)

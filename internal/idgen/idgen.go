@@ -42,6 +42,7 @@ var ErrNoLease = errors.New("id worker lease not held")
 type Generator struct {
 	rdb    redis.Cmdable
 	key    string
+	prefix string
 	owner  string
 	worker int64
 	ttl    time.Duration
@@ -94,28 +95,42 @@ func Lease(ctx context.Context, rdb redis.Cmdable, cfg Config, log *slog.Logger)
 	// Start at a random number so instances that start together rarely race
 	// for the same one.
 	start := int64(b[0])<<2 | int64(b[1]&3)
+	w, key, before, err := take(ctx, rdb, cfg.KeyPrefix, owner, ttl, start)
+	if err != nil {
+		return nil, err
+	}
+	g := &Generator{
+		rdb: rdb, key: key, owner: owner, worker: w, ttl: ttl, log: log, now: time.Now,
+		prefix: cfg.KeyPrefix, validUntil: before.Add(ttl - ttl/10),
+	}
+	log.Info("id worker leased", "worker", w)
+	return g, nil
+}
+
+// take leases the first free worker number from start on; before is when
+// the winning request was sent, the lease's start as far as we know.
+func take(ctx context.Context, rdb redis.Cmdable, prefix, owner string, ttl time.Duration, start int64) (w int64, key string, before time.Time, err error) {
 	for i := int64(0); i <= maxWorker; i++ {
-		w := (start + i) & maxWorker
-		key := leaseKey(cfg.KeyPrefix, w)
-		before := time.Now()
+		w = (start + i) & maxWorker
+		key = leaseKey(prefix, w)
+		before = time.Now()
 		ok, err := rdb.SetNX(ctx, key, owner, ttl).Result()
 		if err != nil {
-			return nil, fmt.Errorf("lease id worker: %w", err)
+			return 0, "", time.Time{}, fmt.Errorf("lease id worker: %w", err)
 		}
 		if ok {
-			g := &Generator{
-				rdb: rdb, key: key, owner: owner, worker: w, ttl: ttl, log: log, now: time.Now,
-				validUntil: before.Add(ttl - ttl/10),
-			}
-			log.Info("id worker leased", "worker", w)
-			return g, nil
+			return w, key, before, nil
 		}
 	}
-	return nil, fmt.Errorf("lease id worker: all %d worker numbers are taken", maxWorker+1)
+	return 0, "", time.Time{}, fmt.Errorf("lease id worker: all %d worker numbers are taken", maxWorker+1)
 }
 
 // Worker is the leased worker number.
-func (g *Generator) Worker() int64 { return g.worker }
+func (g *Generator) Worker() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.worker
+}
 
 // Next returns a new id.
 func (g *Generator) Next() (int64, error) {
@@ -178,19 +193,21 @@ func (g *Generator) Run(ctx context.Context) error {
 			g.mu.Unlock()
 		default:
 			// The lease expired and may be someone else's now: stop making
-			// ids, and try to take it back only if it is free.
+			// ids and lease a free number afresh (it may be the same one,
+			// if nobody took it).
 			g.mu.Lock()
 			g.validUntil = time.Time{}
 			g.mu.Unlock()
-			ok, err := g.rdb.SetNX(ctx, g.key, g.owner, g.ttl).Result()
-			if err == nil && ok {
-				g.mu.Lock()
-				g.validUntil = before.Add(g.ttl - g.ttl/10)
-				g.mu.Unlock()
-				g.log.Warn("id worker lease was lost and taken back", "worker", g.worker)
-			} else {
-				g.log.Error("id worker lease lost; purchases fail until it is free again", "worker", g.worker)
+			w, key, before, err := take(ctx, g.rdb, g.prefix, g.owner, g.ttl, g.worker)
+			if err != nil {
+				g.log.Error("id worker lease lost; purchases fail until a number is leased again", "worker", g.worker, "err", err)
+				continue
 			}
+			g.mu.Lock()
+			lost := g.worker
+			g.worker, g.key, g.validUntil = w, key, before.Add(g.ttl-g.ttl/10)
+			g.mu.Unlock()
+			g.log.Warn("id worker lease was lost; leased again", "lost", lost, "worker", w)
 		}
 	}
 }

@@ -134,3 +134,33 @@ func TestLeaseReleasedOnStop(t *testing.T) {
 		t.Fatalf("err = %v after stop, want ErrNoLease", err)
 	}
 }
+
+// TestLeaseLostIsLeasedAgain: when the lease key disappears (Redis lost
+// its data) and someone else takes that number, the generator leases a
+// free number of its own instead of sharing it.
+func TestLeaseLostIsLeasedAgain(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	cfg := Config{KeyPrefix: testenv.Prefix(t), TTL: 300 * time.Millisecond}
+	g, err := Lease(ctx, rdb, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := g.Worker()
+	// Someone else now holds the number.
+	if err := rdb.Set(ctx, leaseKey(cfg.KeyPrefix, first), "someone-else", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	testenv.WaitFor(t, 5*time.Second, "a new worker number", func() bool {
+		_, err := g.Next()
+		return g.Worker() != first && err == nil
+	})
+	if owner, _ := rdb.Get(ctx, leaseKey(cfg.KeyPrefix, first)).Result(); owner != "someone-else" {
+		t.Fatalf("the other holder's lease was touched: %q", owner)
+	}
+}
