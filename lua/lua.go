@@ -23,6 +23,10 @@ var (
 	releaseSrc string
 	//go:embed snapshot.lua
 	snapshotSrc string
+	//go:embed replace.lua
+	replaceSrc string
+	//go:embed reopen.lua
+	reopenSrc string
 	//go:embed settle.lua
 	settleSrc string
 	//go:embed send_code.lua
@@ -62,3 +66,9 @@ func CheckCode() *redis.Script { return redis.NewScript(checkCodeSrc) }
 
 // Settle makes Redis agree with an order the worker wrote.
 func Settle() *redis.Script { return redis.NewScript(settleSrc) }
+
+// Replace overwrites a voucher's state under a shard's rebuild lease.
+func Replace() *redis.Script { return redis.NewScript(replaceSrc) }
+
+// Reopen marks a rebuilt shard ready and drops its rebuild lease.
+func Reopen() *redis.Script { return redis.NewScript(reopenSrc) }

@@ -2,6 +2,8 @@ package voucher
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,8 +16,9 @@ import (
 	"seckill/lua"
 )
 
-// rebuildLease bounds how long a crashed instance's rebuild blocks others.
-const rebuildLease = time.Minute
+// rebuildLease bounds how long a crashed instance's rebuild blocks others;
+// each voucher replaced extends it.
+const rebuildLease = 30 * time.Second
 
 // Ledger reads what the database knows of a voucher's sales; the order
 // side supplies it.
@@ -165,19 +168,23 @@ func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, e
 		return 0, fmt.Errorf("check shard %d: %w", shard, err)
 	}
 	rebuild := ready == 0
+	var token string // the rebuild lease's owner token
 	if rebuild {
 		// One instance rebuilds a shard at a time, and only while the
 		// marker is still missing: a second rebuild after the first
 		// reopened the shard would overwrite live purchases.
-		took, err := rdb.SetNX(ctx, w.keys.Rebuilding(shard), "1", rebuildLease).Result()
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		token = hex.EncodeToString(b[:])
+		took, err := rdb.SetNX(ctx, w.keys.Rebuilding(shard), token, rebuildLease).Result()
 		if err != nil {
 			return 0, fmt.Errorf("take shard %d rebuild lease: %w", shard, err)
 		}
 		if !took {
 			return 0, nil // another instance is at it
 		}
-		defer rdb.Del(context.WithoutCancel(ctx), w.keys.Rebuilding(shard))
 		if ready, err = rdb.Exists(ctx, w.keys.Ready(shard)).Result(); err != nil || ready == 1 {
+			rdb.Del(context.WithoutCancel(ctx), w.keys.Rebuilding(shard))
 			return 0, err // rebuilt meanwhile
 		}
 	}
@@ -201,7 +208,7 @@ func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, e
 	}
 	if len(todo) == 0 {
 		if rebuild {
-			return 0, w.state.MarkReady(ctx, shard)
+			return 0, w.state.Reopen(ctx, token, shard)
 		}
 		return 0, nil
 	}
@@ -215,7 +222,7 @@ func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, e
 			return 0, err
 		}
 		if rebuild {
-			err = w.state.Replace(ctx, v, e.stock, e.buyers)
+			err = w.state.Replace(ctx, token, rebuildLease, v, e.stock, e.buyers)
 		} else {
 			v.Stock = int(e.stock)
 			_, err = w.state.Load(ctx, v, e.buyers)
@@ -228,7 +235,7 @@ func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, e
 	}
 	if rebuild {
 		w.log.Warn("shard state rebuilt from the database", "shard", shard, "vouchers", len(todo))
-		return len(todo), w.state.MarkReady(ctx, shard)
+		return len(todo), w.state.Reopen(ctx, token, shard)
 	}
 	return len(todo), nil
 }

@@ -2,6 +2,7 @@ package voucher
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -99,5 +100,37 @@ func TestRebuildAfterStateLoss(t *testing.T) {
 	diffs, err = w.Reconcile(ctx)
 	if err != nil || len(diffs) != 1 || diffs[0].What != "stock" || diffs[0].Redis != "50" || diffs[0].Expected != "5" {
 		t.Fatalf("reconcile after drift: %+v, %v", diffs, err)
+	}
+}
+
+// TestRebuildLeaseGuardsWrites: a rebuild that lost its lease to another
+// writes nothing: neither a voucher's state nor the ready marker.
+func TestRebuildLeaseGuardsWrites(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	keys := NewKeys(testenv.Prefix(t), 1)
+	st := NewState(rdb, keys)
+	v := Voucher{ID: 7, TotalStock: 5, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
+	if err := rdb.Set(ctx, keys.Rebuilding(0), "newer", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Replace(ctx, "older", time.Minute, v, 5, map[int64]int64{1: 2}); !errors.Is(err, errLeaseLost) {
+		t.Fatalf("replace with a lost lease: %v, want errLeaseLost", err)
+	}
+	if err := st.Reopen(ctx, "older", 0); !errors.Is(err, errLeaseLost) {
+		t.Fatalf("reopen with a lost lease: %v, want errLeaseLost", err)
+	}
+	if n, _ := rdb.Exists(ctx, keys.State(7), keys.Buyers(7), keys.Ready(0)).Result(); n != 0 {
+		t.Fatalf("%d keys written by a rebuild without its lease", n)
+	}
+	if err := st.Replace(ctx, "newer", time.Minute, v, 4, map[int64]int64{1: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Reopen(ctx, "newer", 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Exists(ctx, keys.Rebuilding(0)).Result(); n != 0 {
+		t.Fatal("the lease outlived the rebuild")
 	}
 }

@@ -13,14 +13,16 @@ import (
 
 // State writes and reads the sale state the purchase script works on.
 type State struct {
-	rdb  redis.UniversalClient
-	keys Keys
-	load *redis.Script
+	rdb     redis.UniversalClient
+	keys    Keys
+	load    *redis.Script
+	replace *redis.Script
+	reopen  *redis.Script
 }
 
 // NewState returns a State; it does not own rdb.
 func NewState(rdb redis.UniversalClient, keys Keys) *State {
-	return &State{rdb: rdb, keys: keys, load: lua.Load()}
+	return &State{rdb: rdb, keys: keys, load: lua.Load(), replace: lua.Replace(), reopen: lua.Reopen()}
 }
 
 // buyerChunk bounds the fields of one HSET when buyers are loaded.
@@ -89,22 +91,39 @@ func (s *State) Stocks(ctx context.Context, ids []int64) (map[int64]int64, error
 	return out, nil
 }
 
-// Replace overwrites v's state and buyers: the rebuild of a shard whose
-// purchases are stopped (its ready marker is missing), so nothing else
-// writes them meanwhile.
-func (s *State) Replace(ctx context.Context, v Voucher, stock int64, buyers map[int64]int64) error {
-	pipe := s.rdb.TxPipeline()
-	pipe.Del(ctx, s.keys.Buyers(v.ID), s.keys.State(v.ID))
-	args := make([]any, 0, 2*len(buyers))
+// Replace overwrites v's state and buyers during a rebuild of its shard
+// (purchases there are stopped: its ready marker is missing), if token
+// still holds the shard's rebuild lease.
+func (s *State) Replace(ctx context.Context, token string, lease time.Duration, v Voucher, stock int64, buyers map[int64]int64) error {
+	args := make([]any, 0, 5+2*len(buyers))
+	args = append(args, token, lease.Milliseconds(), stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli())
 	for uid, oid := range buyers {
 		args = append(args, uid, oid)
 	}
-	if len(args) > 0 {
-		pipe.HSet(ctx, s.keys.Buyers(v.ID), args...)
-	}
-	pipe.HSet(ctx, s.keys.State(v.ID), "stock", stock, "begin_ms", v.BeginAt.UnixMilli(), "end_ms", v.EndAt.UnixMilli())
-	if _, err := pipe.Exec(ctx); err != nil {
+	keys := []string{s.keys.Rebuilding(s.keys.Shard(v.ID)), s.keys.State(v.ID), s.keys.Buyers(v.ID)}
+	n, err := s.replace.Run(ctx, s.rdb, keys, args...).Int()
+	if err != nil {
 		return fmt.Errorf("replace state of voucher %d: %w", v.ID, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("replace state of voucher %d: %w", v.ID, errLeaseLost)
 	}
 	return nil
 }
+
+// Reopen marks a rebuilt shard ready, if token still holds its rebuild
+// lease.
+func (s *State) Reopen(ctx context.Context, token string, shard int) error {
+	keys := []string{s.keys.Rebuilding(shard), s.keys.Ready(shard)}
+	n, err := s.reopen.Run(ctx, s.rdb, keys, token, time.Now().UTC().Format(time.RFC3339)).Int()
+	if err != nil {
+		return fmt.Errorf("reopen shard %d: %w", shard, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("reopen shard %d: %w", shard, errLeaseLost)
+	}
+	return nil
+}
+
+// errLeaseLost means a rebuild outlived its lease; another one took over.
+var errLeaseLost = errors.New("shard rebuild lease lost")
