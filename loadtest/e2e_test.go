@@ -4,16 +4,14 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"seckill/internal/testenv"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,11 +47,11 @@ func startCluster(t *testing.T, extraEnv ...string) *cluster {
 	dir := t.TempDir()
 	env := append(os.Environ(),
 		"SECKILL_CLUSTER_DIR="+dir,
-		"SECKILL_CLUSTER_HTTP_PORT="+freePort(t),
-		"SECKILL_CLUSTER_API_PORTS="+freePort(t)+" "+freePort(t),
-		"SECKILL_CLUSTER_REDIS_PORT="+freePort(t),
-		"SECKILL_CLUSTER_LOCK_REDIS_PORT="+freePort(t),
-		"SECKILL_CLUSTER_MYSQL_PORT="+freePort(t),
+		"SECKILL_CLUSTER_HTTP_PORT="+testenv.FreePort(t),
+		"SECKILL_CLUSTER_API_PORTS="+testenv.FreePort(t)+" "+testenv.FreePort(t),
+		"SECKILL_CLUSTER_REDIS_PORT="+testenv.FreePort(t),
+		"SECKILL_CLUSTER_LOCK_REDIS_PORT="+testenv.FreePort(t),
+		"SECKILL_CLUSTER_MYSQL_PORT="+testenv.FreePort(t),
 		"SECKILL_CLUSTER_WATCH_PID="+strconv.Itoa(os.Getpid()),
 		"SECKILL_KEY_PREFIX=seckill",
 		"SECKILL_LOG_LEVEL=warn",
@@ -128,34 +126,6 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 	return env
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-// syncBuffer collects the load generator's output for the test log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestClusterSurvivesSIGKILL is issue 4's end-to-end run: the local cluster
 // (two instances behind nginx, Redis with AOF always, MariaDB), a burst of
 // 5,000 purchases from 2,000 buyers for a stock of 500, one instance killed
@@ -171,7 +141,7 @@ func TestClusterSurvivesSIGKILL(t *testing.T) {
 		"SECKILL_RECLAIM_IDLE=2s", "SECKILL_WORKER_BLOCK=100ms",
 	)
 	victim := c.pid(t, "api-1")
-	var out syncBuffer
+	var out testenv.Buffer
 	summary := filepath.Join(t.TempDir(), "summary.json")
 	getenv := func(k string) string { return c.env[k] }
 	cfg, opts, err := parseRun([]string{

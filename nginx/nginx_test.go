@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"seckill/internal/testenv"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,7 +110,7 @@ func nginxArgs(dir string, extra ...string) []string {
 func TestConfigIsValid(t *testing.T) {
 	t.Parallel()
 	bin := nginxBin(t)
-	dir := prefix(t, vars("127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)))
+	dir := prefix(t, vars("127.0.0.1:"+testenv.FreePort(t), "127.0.0.1:"+testenv.FreePort(t), "127.0.0.1:"+testenv.FreePort(t)))
 	out, err := exec.Command(bin, nginxArgs(dir, "-t")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nginx -t: %v\n%s", err, out)
@@ -311,7 +312,7 @@ func send(t *testing.T, method, url string, hdr map[string]string, body io.Reade
 func TestForwardsClientAndRequestID(t *testing.T) {
 	t.Parallel()
 	a := newStub(t, "a", "ok")
-	listen := "127.0.0.1:" + freePort(t)
+	listen := "127.0.0.1:" + testenv.FreePort(t)
 	base := startNginx(t, prefix(t, vars(listen, a.addr())), listen)
 
 	got := send(t, "GET", base+"/healthz", map[string]string{"X-Forwarded-For": "6.6.6.6", "X-Real-IP": "6.6.6.6"}, nil)
@@ -347,7 +348,7 @@ func TestForwardsClientAndRequestID(t *testing.T) {
 func TestNeverResendsAPurchase(t *testing.T) {
 	t.Parallel()
 	bad, good := newStub(t, "bad", "drop"), newStub(t, "good", "ok")
-	listen := "127.0.0.1:" + freePort(t)
+	listen := "127.0.0.1:" + testenv.FreePort(t)
 	base := startNginx(t, prefix(t, vars(listen, bad.addr(), good.addr())), listen)
 
 	hitBad := false
@@ -389,7 +390,7 @@ func TestNeverResendsAPurchase(t *testing.T) {
 func TestRateLimitAnswersJSON(t *testing.T) {
 	t.Parallel()
 	a := newStub(t, "a", "ok")
-	listen := "127.0.0.1:" + freePort(t)
+	listen := "127.0.0.1:" + testenv.FreePort(t)
 	v := vars(listen, a.addr())
 	v["SECKILL_NGINX_PURCHASE_RATE"], v["SECKILL_NGINX_PURCHASE_BURST"] = "1r/m", "2"
 	base := startNginx(t, prefix(t, v), listen)
@@ -421,8 +422,8 @@ func TestGatewayErrorsAnswerJSON(t *testing.T) {
 	t.Parallel()
 	t.Run("all instances down", func(t *testing.T) {
 		t.Parallel()
-		listen := "127.0.0.1:" + freePort(t)
-		base := startNginx(t, prefix(t, vars(listen, "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t))), listen)
+		listen := "127.0.0.1:" + testenv.FreePort(t)
+		base := startNginx(t, prefix(t, vars(listen, "127.0.0.1:"+testenv.FreePort(t), "127.0.0.1:"+testenv.FreePort(t))), listen)
 		if got := send(t, "POST", base+"/api/v1/vouchers/1/orders", nil, nil); got.status != 502 || got.code != "bad_gateway" {
 			t.Errorf("purchase with no instance: %+v", got)
 		}
@@ -430,7 +431,7 @@ func TestGatewayErrorsAnswerJSON(t *testing.T) {
 	t.Run("instance too slow", func(t *testing.T) {
 		t.Parallel()
 		slow, other := newStub(t, "slow", "hang"), newStub(t, "slow2", "hang")
-		listen := "127.0.0.1:" + freePort(t)
+		listen := "127.0.0.1:" + testenv.FreePort(t)
 		v := vars(listen, slow.addr(), other.addr())
 		v["SECKILL_NGINX_PROXY_TIMEOUT"] = "1s"
 		base := startNginx(t, prefix(t, v), listen)
@@ -445,7 +446,7 @@ func TestGatewayErrorsAnswerJSON(t *testing.T) {
 	t.Run("body too large", func(t *testing.T) {
 		t.Parallel()
 		a := newStub(t, "a", "ok")
-		listen := "127.0.0.1:" + freePort(t)
+		listen := "127.0.0.1:" + testenv.FreePort(t)
 		base := startNginx(t, prefix(t, vars(listen, a.addr())), listen)
 		got := send(t, "POST", base+"/api/v1/vouchers", nil, strings.NewReader(strings.Repeat("x", 100<<10)))
 		if got.status != 413 || got.code != "body_too_large" {
@@ -459,7 +460,7 @@ func TestGatewayErrorsAnswerJSON(t *testing.T) {
 func TestErrorLogIsQuiet(t *testing.T) {
 	t.Parallel()
 	bin := nginxBin(t)
-	dir := prefix(t, vars("127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)))
+	dir := prefix(t, vars("127.0.0.1:"+testenv.FreePort(t), "127.0.0.1:"+testenv.FreePort(t)))
 	out, err := exec.Command(bin, nginxArgs(dir, "-t")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nginx -t: %v\n%s", err, out)
@@ -471,14 +472,4 @@ func TestErrorLogIsQuiet(t *testing.T) {
 			t.Errorf("nginx -t: %s", line)
 		}
 	}
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -54,11 +53,10 @@ func runService(t testing.TB, env map[string]string) (logs func() string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var out bytes.Buffer
-	var mu sync.Mutex
-	logs = func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
+	var out testenv.Buffer
+	logs = out.String
 	go func() {
-		done <- run(ctx, []string{"api"}, func(k string) string { return env[k] }, lockedWriter{&mu, &out})
+		done <- run(ctx, []string{"api"}, func(k string) string { return env[k] }, &out)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -91,26 +89,7 @@ func runService(t testing.TB, env map[string]string) (logs func() string) {
 	return logs
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t testing.TB) string { return "127.0.0.1:" + testenv.FreePort(t) }
 
 func token(t *testing.T, user int64, role string) string {
 	t.Helper()

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -109,36 +108,11 @@ type instance struct {
 	done chan struct{}
 }
 
-// lockedBuffer collects a process's output. The buffer is a named field,
-// not embedded: an embedded bytes.Buffer's ReadFrom would let os/exec copy
-// around the lock.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // start runs the service binary with the cluster's settings and extra
 // ones, and waits for it to answer (API instances) or to start its worker.
 func (c *cluster) start(name string, extra map[string]string) *instance {
 	c.t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := "127.0.0.1:" + testenv.FreePort(c.t)
 	env := os.Environ()
 	for k, v := range c.env {
 		env = append(env, k+"="+v)
@@ -147,7 +121,7 @@ func (c *cluster) start(name string, extra map[string]string) *instance {
 	for k, v := range extra {
 		env = append(env, k+"="+v)
 	}
-	out := &lockedBuffer{}
+	out := &testenv.Buffer{}
 	cmd := exec.Command(binary)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = out, out
