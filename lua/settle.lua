@@ -1,28 +1,32 @@
--- settle.lua: make Redis agree with an order the worker just wrote.
+-- settle.lua: make Redis agree with the orders of one shard the worker just
+-- wrote, one call per shard and batch.
 --
--- Normally the purchase script already recorded the buyer and took the
--- unit, and this only drops the order from the pending index. After Redis
--- lost its data and the shard was rebuilt from MySQL while this order was
--- in a worker's hands (committed after the rebuild read MySQL), the buyer
--- is missing: record it and take the unit now. While the shard is not
--- ready (a rebuild is under way) nothing is settled: the caller tries
--- again later, after the rebuild.
+-- Normally the purchase script already recorded each buyer and took the
+-- unit, and this only drops the orders from the pending index. After Redis
+-- lost its data and the shard was rebuilt from MySQL while an order was in
+-- a worker's hands (committed after the rebuild read MySQL), its buyer is
+-- missing: record it and take the unit now. While the shard is not ready
+-- (a rebuild is under way) nothing is settled: the caller tries again
+-- later, after the rebuild.
 --
 -- KEYS[1] shard ready marker
--- KEYS[2] voucher state (hash: stock, ...)
--- KEYS[3] voucher buyers (hash: user id -> order id)
--- KEYS[4] shard pending-order index
--- ARGV[1] user id
--- ARGV[2] order id
+-- KEYS[2] shard pending-order index
+-- KEYS[2i+1], KEYS[2i+2] for order i (i = 1..n): its voucher's state
+--   (hash: stock, ...) and buyers (hash: user id -> order id)
+-- ARGV[2i-1], ARGV[2i] for order i: user id, order id
 --
--- Returns 1 when settled (buyer now recorded, or recorded before),
+-- Returns 1 when settled (every buyer now recorded, or recorded before),
 -- 0 when the shard is not ready.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
-redis.call('HDEL', KEYS[4], ARGV[2])
-if redis.call('HSETNX', KEYS[3], ARGV[1], ARGV[2]) == 1 and redis.call('HEXISTS', KEYS[2], 'stock') == 1 then
-  redis.call('HINCRBY', KEYS[2], 'stock', -1)
+for i = 1, #ARGV / 2 do
+  local user, order = ARGV[2 * i - 1], ARGV[2 * i]
+  local state, buyers = KEYS[2 * i + 1], KEYS[2 * i + 2]
+  redis.call('HDEL', KEYS[2], order)
+  if redis.call('HSETNX', buyers, user, order) == 1 and redis.call('HEXISTS', state, 'stock') == 1 then
+    redis.call('HINCRBY', state, 'stock', -1)
+  end
 end
 return 1

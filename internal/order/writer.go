@@ -508,31 +508,38 @@ func (w *Writer) locking(query string) string {
 	return query
 }
 
-// settle makes Redis agree with the orders just written: it drops them
-// from the pending index and, when a rebuild of Redis missed one (it was
-// in this worker's hands), records its buyer and takes its unit. While a
-// shard is being rebuilt it cannot settle, and the batch is tried again.
+// settle makes Redis agree with the orders just written, one script call
+// per shard: it drops them from the pending index and, when a rebuild of
+// Redis missed one (it was in this worker's hands), records its buyer and
+// takes its unit. While a shard is being rebuilt it cannot settle, and the
+// batch is tried again.
 func (w *Writer) settle(ctx context.Context, items []*item) error {
-	pipe := w.rdb.Pipeline()
-	var cmds []*redis.Cmd
+	type call struct {
+		keys []string
+		args []any
+	}
+	calls := map[int]*call{}
 	for _, it := range items {
 		if it.bad || it.reason != "" {
 			continue
 		}
 		o := it.ord
 		shard := w.keys.Shard(o.VoucherID)
-		keys := []string{w.keys.Ready(shard), w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(shard)}
-		cmds = append(cmds, w.settleScript.Eval(ctx, pipe, keys, o.UserID, o.OrderID))
+		c := calls[shard]
+		if c == nil {
+			c = &call{keys: []string{w.keys.Ready(shard), w.keys.Pending(shard)}}
+			calls[shard] = c
+		}
+		c.keys = append(c.keys, w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID))
+		c.args = append(c.args, o.UserID, o.OrderID)
 	}
-	if len(cmds) == 0 {
-		return nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("settle %d orders in redis: %w", len(cmds), err)
-	}
-	for _, c := range cmds {
-		if n, _ := c.Int(); n != 1 {
-			return fmt.Errorf("settle orders in redis: %w", errNotReady)
+	for shard, c := range calls {
+		n, err := w.settleScript.Run(ctx, w.rdb, c.keys, c.args...).Int()
+		if err != nil {
+			return fmt.Errorf("settle %d orders of shard %d in redis: %w", len(c.args)/2, shard, err)
+		}
+		if n != 1 {
+			return fmt.Errorf("settle orders of shard %d in redis: %w", shard, errNotReady)
 		}
 	}
 	return nil
