@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-redsync/redsync/v4"
 	rsredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,7 +31,7 @@ type Locks struct {
 func NewLocks(nodes []redis.UniversalClient, ttl time.Duration, log *slog.Logger) *Locks {
 	pools := make([]rsredis.Pool, len(nodes))
 	for i, n := range nodes {
-		pools[i] = goredis.NewPool(n)
+		pools[i] = newPipePool(n)
 	}
 	return &Locks{rs: redsync.New(pools...), ttl: cmp.Or(ttl, 10*time.Second), log: log}
 }

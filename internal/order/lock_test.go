@@ -2,10 +2,14 @@ package order
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/mq"
@@ -162,5 +166,83 @@ func TestWriterDeliveryLimit(t *testing.T) {
 	}
 	if s, o, d := e.counts(t, v); s != 5 || o != 0 || d != 1 {
 		t.Fatalf("stock %d orders %d dead %d; want 5 0 1", s, o, d)
+	}
+}
+
+// pipelineCounter counts the pipelines a client sends and the commands in
+// them.
+type pipelineCounter struct{ pipes, cmds atomic.Int64 }
+
+func (c *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.pipes.Add(1)
+		c.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestLocksStampede: 500 lock calls released at once on 20 keys, each for
+// an order of its own: exactly one winner per key, although the calls share
+// pipelines. After the node forgot its scripts (restart, SCRIPT FLUSH) the
+// release still deletes every lock.
+func TestLocksStampede(t *testing.T) {
+	t.Parallel()
+	s := testenv.StartRedis(t, testenv.RedisOptions{})
+	node := s.Client(t)
+	var count pipelineCounter
+	node.AddHook(&count)
+	l := NewLocks([]redis.UniversalClient{node}, 10*time.Second, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+
+	const callers, keys = 500, 20
+	held := make([]*redsync.Mutex, callers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			h, err := l.tryAll(ctx, []string{fmt.Sprintf("k%d", i%keys)}, []string{fmt.Sprintf("order:%d", i)})
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			held[i] = h[0]
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d lock calls failed", failed.Load())
+	}
+	winners := map[int]int{}
+	for i, m := range held {
+		if m != nil {
+			winners[i%keys]++
+		}
+	}
+	for k := range keys {
+		if winners[k] != 1 {
+			t.Errorf("key k%d: %d holders, want 1", k, winners[k])
+		}
+	}
+	if p, c := count.pipes.Load(), count.cmds.Load(); p >= c {
+		t.Errorf("%d pipelines for %d commands: the calls did not share pipelines", p, c)
+	} else {
+		t.Logf("%d commands in %d pipelines", c, p)
+	}
+
+	if err := node.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l.release(ctx, held)
+	if n, err := node.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("%d keys left after release (%v), want 0", n, err)
 	}
 }
