@@ -15,7 +15,7 @@ import (
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
 
-func mustSigner(t *testing.T, s []byte) *Signer {
+func mustSigner(t testing.TB, s []byte) *Signer {
 	t.Helper()
 	sg, err := NewSigner(s)
 	if err != nil {
@@ -38,6 +38,10 @@ func TestMintParseRoundTrip(t *testing.T) {
 		}
 		if got != want {
 			t.Fatalf("got %+v, want %+v", got, want)
+		}
+		// Tokens of Mint take verify's short path.
+		if !strings.HasPrefix(tok, s.head+".") {
+			t.Fatalf("token %q does not start with the header %q the short path expects", tok, s.head)
 		}
 	}
 }
@@ -166,5 +170,28 @@ func TestVerifiedTokenCache(t *testing.T) {
 	other := mustSigner(t, []byte("another-secret-another-secret-xx"))
 	if _, err := other.Parse(tok); !errors.Is(err, ErrInvalidToken) {
 		t.Fatal("a token of another secret was accepted")
+	}
+}
+
+// BenchmarkVerify checks a token never seen before, as a buyer's first
+// purchase does: the short path against the library's parser.
+func BenchmarkVerify(b *testing.B) {
+	s := mustSigner(b, secret)
+	tok, err := s.Mint(Identity{UserID: 42, Role: RoleUser}, time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		f    func(string) (Identity, time.Time, error)
+	}{{"short", s.verify}, {"library", s.verifyFull}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := c.f(tok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

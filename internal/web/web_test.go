@@ -60,8 +60,15 @@ func TestPageAndHeaders(t *testing.T) {
 		t.Error("CSP allows unsafe-inline or unsafe-eval")
 	}
 	api := get(r, "/api/v1/x")
-	if api.Header().Get("Cache-Control") != "no-store" || api.Header().Get("X-Content-Type-Options") != "nosniff" {
+	if api.Header().Get("Cache-Control") != "no-store" || api.Header().Get("X-Content-Type-Options") != "nosniff" ||
+		api.Header().Get("X-Frame-Options") != "DENY" || api.Header().Get("Content-Security-Policy") != apiCSP {
 		t.Errorf("api headers: %v", api.Header())
+	}
+	// A second answer gets its own values: the shared ones are not
+	// modified through an earlier answer's header map.
+	api.Header().Add("X-Frame-Options", "SAMEORIGIN")
+	if again := get(r, "/api/v1/x"); len(again.Header().Values("X-Frame-Options")) != 1 {
+		t.Errorf("a header value leaked between answers: %v", again.Header().Values("X-Frame-Options"))
 	}
 }
 
