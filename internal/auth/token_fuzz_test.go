@@ -115,6 +115,20 @@ func FuzzVerifyAgrees(f *testing.F) {
 		fmt.Sprintf(`{"iss":"seckill","sub":"7","role":"user","exp":%d,"aud":["x"]} `, exp),
 		fmt.Sprintf(`{"iss":"seckill","sub":"7","role":"user","exp":%d}{}`, exp),
 		`null`, `[]`, ``, `{`,
+		// Mint's exact form and near misses of it.
+		fmt.Sprintf(`{"role":"user","iss":"seckill","sub":"42","exp":%d,"iat":1796004920}`, exp),
+		fmt.Sprintf(`{"role":"admin","iss":"seckill","sub":"1","exp":%d,"iat":0}`, exp),
+		fmt.Sprintf(`{"role":"user","iss":"seckill","sub":"042","exp":%d,"iat":1}`, exp),
+		fmt.Sprintf(`{"role":"user","iss":"seckill","sub":"0","exp":%d,"iat":1}`, exp),
+		fmt.Sprintf(`{"role":"user","iss":"seckill","sub":"9223372036854775807","exp":%d,"iat":1}`, exp),
+		fmt.Sprintf(`{"role":"user","iss":"seckill","sub":"42","exp":%d0000,"iat":1}`, exp),
+		fmt.Sprintf(`{"role":"user","iss":"seckill","sub":"42","exp":0%d,"iat":1}`, exp),
+		fmt.Sprintf(`{"role":"user","iss":"seckill","sub":"42","exp":%d,"iat":1} `, exp),
+		fmt.Sprintf(`{"role":"us\u0065r","iss":"seckill","sub":"42","exp":%d,"iat":1}`, exp),
+		fmt.Sprintf(`{"role":"users","iss":"seckill","sub":"42","exp":%d,"iat":1}`, exp),
+		fmt.Sprintf(`{"role":"user","iss":"seckill","sub":"42","exp":%d,"iat":1,"role":"admin"}`, exp),
+		fmt.Sprintf(`{"role":"user","iss":"seckill","sub":"42","exp":%d.0,"iat":1}`, exp),
+		`{"role":"user","iss":"seckill","sub":"42","exp":1,"iat":1}`,
 	} {
 		f.Add([]byte(p), uint8(0))
 		f.Add([]byte(p), uint8(1))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,9 +40,17 @@ func TestMintParseRoundTrip(t *testing.T) {
 		if got != want {
 			t.Fatalf("got %+v, want %+v", got, want)
 		}
-		// Tokens of Mint take verify's short path.
+		// Tokens of Mint take verify's short path, claims included.
 		if !strings.HasPrefix(tok, s.head+".") {
 			t.Fatalf("token %q does not start with the header %q the short path expects", tok, s.head)
+		}
+		body, err := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c claims
+		if !mintedClaims(body, &c) || c.Role != want.Role || c.Subject != strconv.FormatInt(want.UserID, 10) {
+			t.Fatalf("claims %s not read by mintedClaims (got %+v)", body, c)
 		}
 	}
 }

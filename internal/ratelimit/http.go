@@ -15,6 +15,11 @@ import (
 // at least 1) when the bucket of key(c) is empty. A key of "" is not
 // limited. A nil or switched-off limiter adds nothing.
 func Middleware(l *Limiter, key func(*gin.Context) string) gin.HandlerFunc {
+	if l == nil || l.rule.Off() {
+		// Not even the key: a client address behind proxies is parsed
+		// from headers, for nothing.
+		return func(c *gin.Context) { c.Next() }
+	}
 	return func(c *gin.Context) {
 		k := key(c)
 		if k == "" {
