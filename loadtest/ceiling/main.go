@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -51,6 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	addr := fs.String("addr", "127.0.0.1:18090", "listen address")
 	redisURL := fs.String("redis", getenv("SECKILL_REDIS_URL"), "Redis (SECKILL_REDIS_URL)")
 	pool := fs.Int("pool", 256, "Redis connections, as SECKILL_REDIS_POOL")
+	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this loopback address, to compare profiles with an instance's")
 	prefix := fs.String("key-prefix", fmt.Sprintf("ceiling%d", time.Now().UnixNano()), "key prefix (a fresh one per start)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -121,6 +123,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
 	log.Info("ceiling server listening", "addr", ln.Addr().String(), "key_prefix", *prefix)
+	if *pprofAddr != "" {
+		pln, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--pprof: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = psrv.Serve(pln) }()
+		defer psrv.Close()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
