@@ -76,7 +76,7 @@ func (a *admin) replay(c *gin.Context) {
 	case errors.Is(err, order.ErrNotFound):
 		apierr.Abort(c, http.StatusNotFound, "not_found", "no dead letter has this id")
 	case errors.Is(err, order.ErrNotReplayable):
-		apierr.Abort(c, http.StatusConflict, "not_replayable", "this dead letter holds no order")
+		apierr.Abort(c, http.StatusConflict, "not_replayable", "this dead letter holds no order to send again (undecodable, or its order id belongs to another order)")
 	case errors.As(err, &held):
 		c.AbortWithStatusJSON(http.StatusConflict, apierr.Body{Code: "already_purchased", Message: "the buyer holds another order", OrderID: held.OrderID})
 	case errors.Is(err, voucher.ErrSoldOut):

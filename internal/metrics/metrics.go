@@ -32,7 +32,7 @@ var PurchaseOutcomes = []string{
 // DeadLetterReasons are the reasons the order writer gives; any other
 // reason is counted as "other".
 var DeadLetterReasons = []string{
-	"undecodable", "unknown_voucher", "out_of_stock", "duplicate_buyer", "delivery_limit", "attempt_limit",
+	"undecodable", "unknown_voucher", "out_of_stock", "duplicate_buyer", "id_collision", "delivery_limit", "attempt_limit",
 }
 
 // Operations whose failures are counted; any other is counted as "other".

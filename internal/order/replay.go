@@ -11,8 +11,9 @@ import (
 	"seckill/internal/voucher"
 )
 
-// ErrNotReplayable means a dead letter holds no order to send again (its
-// message did not decode).
+// ErrNotReplayable means a dead letter holds no order to send again: its
+// message did not decode, or its order id belongs to another order (its
+// buyer got the reservation back and may simply buy again).
 var ErrNotReplayable = errors.New("dead letter cannot be replayed")
 
 // DeadLetters lists dead letters and sends them through the pipeline again.
@@ -55,7 +56,7 @@ func (d *DeadLetters) Replay(ctx context.Context, id int64) (DeadLetter, error) 
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", id, err)
 	}
-	if dl.OrderID == nil || dl.UserID == nil || dl.VoucherID == nil {
+	if dl.OrderID == nil || dl.UserID == nil || dl.VoucherID == nil || dl.Reason == ReasonIDCollision {
 		return dl, fmt.Errorf("dead letter %d: %w", id, ErrNotReplayable)
 	}
 	now := time.Now().UTC()

@@ -3,6 +3,7 @@ package order
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"seckill/internal/mq"
@@ -83,5 +84,79 @@ func TestWriterSeesConcurrentCommit(t *testing.T) {
 	}
 	if s, o, d := e.counts(t, v); s != 9 || o != 1 || d != 0 {
 		t.Fatalf("stock %d orders %d dead %d; want 9 1 0", s, o, d)
+	}
+}
+
+// TestWriterIDCollision: a message whose order id already belongs to
+// another buyer's order (ids minted twice) is not taken as written: it
+// becomes a dead letter, its buyer's reservation is given back, and the
+// other order stays as it was. Both ways of finding it: before the insert,
+// and through the insert's duplicate key when the other order was
+// committed meanwhile.
+func TestWriterIDCollision(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	ctx := context.Background()
+	v := e.voucher(t, 10)
+	// Redis reserved units for buyers 1, 2 and 3; 1's order is written
+	// with id 1401, then 2's and 3's messages come with the same id and
+	// with 1402 (which buyer 4's order takes meanwhile).
+	stateEnv(t, e, v, 7, map[int64]int64{1: 1401, 2: 1401, 3: 1402})
+	handle(t, e.w, []mq.Message{msg(1, 1401, 1, v)})
+
+	if out := handle(t, e.w, []mq.Message{msg(2, 1401, 2, v)}); out[0] != mq.Ack {
+		t.Fatalf("outcome %v, want Ack (dead letter)", out[0])
+	}
+
+	late := &item{msg: msg(3, 1402, 3, v)}
+	o, err := voucher.Decode(late.msg.Values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.ord = o
+	tx := e.db.WithContext(ctx).Begin(e.w.txOptions())
+	defer tx.Rollback()
+	if fresh, err := e.w.unseen(tx, []*item{late}); err != nil || len(fresh) != 1 {
+		t.Fatalf("unseen: %v, %v", fresh, err)
+	}
+	handle(t, e.w, []mq.Message{msg(4, 1402, 4, v)}) // another buyer's order, same id
+	if err := e.w.one(tx, late, "m0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := e.w.giveBack(ctx, []*item{late}); err != nil {
+		t.Fatal(err)
+	}
+
+	st := NewStore(e.db)
+	for _, c := range []struct{ order, user int64 }{{1401, 2}, {1402, 3}} {
+		d, err := st.DeadLetterOf(ctx, c.order)
+		if err != nil || d.Reason != ReasonIDCollision || d.UserID == nil || *d.UserID != c.user {
+			t.Errorf("order id %d: dead letter %+v, %v; want id_collision for user %d", c.order, d, err, c.user)
+		}
+	}
+	var owners []buyerOf
+	if err := e.db.Raw("SELECT id, user_id, voucher_id FROM orders WHERE voucher_id = ? ORDER BY id", v).Scan(&owners).Error; err != nil {
+		t.Fatal(err)
+	}
+	if want := []buyerOf{{1401, 1, v}, {1402, 4, v}}; !slices.Equal(owners, want) {
+		t.Fatalf("orders %v, want %v", owners, want)
+	}
+	if s, o, d := e.counts(t, v); s != 8 || o != 2 || d != 2 {
+		t.Fatalf("stock %d orders %d dead %d; want 8 2 2", s, o, d)
+	}
+	stock, buyers := redisStock(t, e, v)
+	// The id is taken: such a dead letter is not sent again (its buyer
+	// may buy again under a new id).
+	d, _ := st.DeadLetterOf(ctx, 1401)
+	if _, err := NewDeadLetters(e.db, voucher.NewReserver(e.rdb, e.keys)).Replay(ctx, d.ID); !errors.Is(err, ErrNotReplayable) {
+		t.Fatalf("replay of an id collision: %v, want ErrNotReplayable", err)
+	}
+	// Buyer 4's order was settled into Redis by the writer; 2 and 3 got
+	// their units back. Redis agrees with MySQL: 8 left.
+	if stock != 8 || len(buyers) != 2 || buyers["1"] != "1401" || buyers["4"] != "1402" {
+		t.Fatalf("redis stock %d buyers %v; want 8 and buyers 1 and 4", stock, buyers)
 	}
 }

@@ -28,6 +28,11 @@ const (
 	ReasonUnknownVoucher = "unknown_voucher"
 	ReasonOutOfStock     = "out_of_stock"
 	ReasonDuplicateBuyer = "duplicate_buyer"
+	// ReasonIDCollision: another buyer's order already has this order id
+	// (ids minted twice, as after a lost id lease). Acking it as written
+	// would lose the order without a trace; as a dead letter its buyer's
+	// reservation is given back and the buyer can buy again.
+	ReasonIDCollision = "id_collision"
 	// ReasonDeliveryLimit: delivered more than MaxDeliveries times (its
 	// consumers kept dying on it).
 	ReasonDeliveryLimit = "delivery_limit"
@@ -40,7 +45,8 @@ const (
 // stock: those whose unit MySQL still has. An order refused for lack of
 // MySQL stock, or for an unknown voucher, has no unit to give back.
 func restocks(reason string) bool {
-	return reason == ReasonDeliveryLimit || reason == ReasonAttemptLimit || reason == ReasonDuplicateBuyer
+	return reason == ReasonDeliveryLimit || reason == ReasonAttemptLimit || reason == ReasonDuplicateBuyer ||
+		reason == ReasonIDCollision
 }
 
 // WriterConfig tunes the Writer.
@@ -295,8 +301,8 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 	if len(ids) == 0 {
 		return w.unseenBad(tx, items)
 	}
-	var done []int64
-	if err := tx.Raw(w.locking("SELECT id FROM orders WHERE id IN ?"), ids).Scan(&done).Error; err != nil {
+	var done []buyerOf
+	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id FROM orders WHERE id IN ?"), ids).Scan(&done).Error; err != nil {
 		return nil, fmt.Errorf("find written orders: %w", err)
 	}
 	var dead []struct {
@@ -306,9 +312,9 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 	if err := tx.Raw(w.locking("SELECT order_id, reason FROM dead_letters WHERE order_id IN ? AND replayed_at IS NULL"), ids).Scan(&dead).Error; err != nil {
 		return nil, fmt.Errorf("find dead letters: %w", err)
 	}
-	written := make(map[int64]bool, len(done))
-	for _, id := range done {
-		written[id] = true
+	written := make(map[int64]buyerOf, len(done))
+	for _, o := range done {
+		written[o.ID] = o
 	}
 	deadReason := make(map[int64]string, len(dead))
 	for _, d := range dead {
@@ -320,15 +326,20 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 			continue
 		}
 		id := it.ord.OrderID
+		o, isOrder := written[id]
 		switch {
-		case written[id]:
+		case isOrder && o == it.buyer():
 			it.reason = "" // an order: nothing to give back
 		case deadReason[id] != "":
 			it.reason = deadReason[id]
+		case isOrder: // another buyer's order has this id
+			it.reason = ReasonIDCollision
+			fresh = append(fresh, it)
+			it.fresh = true
 		default:
 			fresh = append(fresh, it)
 			it.fresh = true
-			written[id] = true // a batch never writes one order twice
+			written[id] = it.buyer() // a batch never writes one order twice
 		}
 	}
 	bad, err := w.unseenBad(tx, items)
@@ -426,15 +437,30 @@ func (w *Writer) one(tx *gorm.DB, it *item, sp string) error {
 	if err := tx.RollbackTo(sp).Error; err != nil {
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
-	var n int64
-	if err := tx.Raw(w.locking("SELECT COUNT(*) FROM orders WHERE id = ?"), o.OrderID).Scan(&n).Error; err != nil {
+	var found []buyerOf
+	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id FROM orders WHERE id = ?"), o.OrderID).Scan(&found).Error; err != nil {
 		return fmt.Errorf("find order %d: %w", o.OrderID, err)
 	}
-	if n == 1 {
+	switch {
+	case len(found) == 1 && found[0] == it.buyer():
 		return nil // written by a concurrent batch: done
+	case len(found) == 1:
+		it.reason = ReasonIDCollision
+	default:
+		it.reason = ReasonDuplicateBuyer
 	}
-	it.reason = ReasonDuplicateBuyer
 	return w.deadLetter(tx, it)
+}
+
+// buyerOf is an order id with the buyer and voucher it was accepted for.
+type buyerOf struct {
+	ID        int64
+	UserID    int64
+	VoucherID int64
+}
+
+func (it *item) buyer() buyerOf {
+	return buyerOf{ID: it.ord.OrderID, UserID: it.ord.UserID, VoucherID: it.ord.VoucherID}
 }
 
 // deadLetter records why an item is not an order. The caller's savepoint
@@ -456,7 +482,11 @@ func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 	if err != nil && !isDuplicate(err) {
 		return fmt.Errorf("dead-letter message %s: %w", it.msg.ID, err)
 	}
-	w.log.Warn("message dead-lettered", "message_id", it.msg.ID, "order_id", it.ord.OrderID, "reason", it.reason)
+	level := slog.LevelWarn
+	if it.reason == ReasonIDCollision {
+		level = slog.LevelError // order ids were minted twice: a fault to look into
+	}
+	w.log.Log(context.Background(), level, "message dead-lettered", "message_id", it.msg.ID, "order_id", it.ord.OrderID, "reason", it.reason)
 	return nil
 }
 
