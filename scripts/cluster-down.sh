@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cluster-down.sh: stops what scripts/cluster-up.sh started, by the pids it
-# recorded, and nothing else: nginx first, then the instances (SIGTERM lets
-# them finish the batch in flight), then MariaDB, Redis and the lock Redis.
+# recorded, and nothing else: nginx (and the ceiling server) first, then the
+# instances (SIGTERM lets them finish the batch in flight), then MariaDB,
+# Redis and the lock Redis.
 #
 #   scripts/cluster-down.sh           stop; keep the data for the next cluster-up.sh
 #   scripts/cluster-down.sh --purge   stop and delete the state directory
@@ -48,6 +49,7 @@ if [ -d "$run" ]; then
   fi
   rm -f "$run/watchdog.pid"
   stop nginx
+  stop ceiling
   for f in "$run"/api-*.pid "$run"/worker-*.pid; do
     [ -e "$f" ] || continue
     name=$(basename "$f" .pid)

@@ -7,6 +7,11 @@
 #
 #   scripts/cluster-up.sh           start the cluster
 #   scripts/cluster-up.sh worker    add an instance with SECKILL_ROLE=worker to a running cluster
+#   scripts/cluster-up.sh api       add an instance with SECKILL_ROLE=api outside nginx, with every
+#                                   core of the machine, to measure one instance alone
+#                                   (loadtest/README.md)
+#   scripts/cluster-up.sh ceiling   add loadtest/ceiling (the bare purchase script behind Gin) on
+#                                   the cluster's Redis, the yardstick of loadtest/README.md
 #
 # State (pids, logs, data, cluster.env) lives in SECKILL_CLUSTER_DIR, default
 # .cluster/ in the repository; data is kept across down/up unless
@@ -19,6 +24,11 @@
 #   SECKILL_CLUSTER_LOCK_REDIS_PORT  redis-server for buyer locks, no persistence (16380);
 #                                the instances get it as SECKILL_LOCK_NODES
 #   SECKILL_CLUSTER_MYSQL_PORT   mariadbd (13306)
+#   SECKILL_CLUSTER_SOLO_PORT    the instance of "cluster-up.sh api" (18089)
+#   SECKILL_CLUSTER_CEILING_PORT the server of "cluster-up.sh ceiling" (18090)
+#   SECKILL_CLUSTER_GOMAXPROCS   cores each instance behind nginx schedules Go code on: by default
+#                                the machine's cores shared out among them (at least 1), as a CPU
+#                                limit per container would; "auto" leaves Go's default (all cores)
 #   SECKILL_CLUSTER_WATCH_PID    stop the cluster when this process exits (tests)
 #   SECKILL_API_BIN              use this api binary instead of building one
 #   SECKILL_NGINX_PURCHASE_RATE, SECKILL_NGINX_PURCHASE_BURST, SECKILL_NGINX_PROXY_TIMEOUT
@@ -41,6 +51,8 @@ api_port=${SECKILL_CLUSTER_API_PORT:-18081}
 redis_port=${SECKILL_CLUSTER_REDIS_PORT:-16379}
 lock_redis_port=${SECKILL_CLUSTER_LOCK_REDIS_PORT:-16380}
 mysql_port=${SECKILL_CLUSTER_MYSQL_PORT:-13306}
+solo_port=${SECKILL_CLUSTER_SOLO_PORT:-18089}
+ceiling_port=${SECKILL_CLUSTER_CEILING_PORT:-18090}
 
 say() { printf 'cluster: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -127,6 +139,37 @@ if [ "${1:-}" = "worker" ]; then
   exit 0
 fi
 
+if [ "${1:-}" = "ceiling" ]; then
+  [ -f "$dir/cluster.env" ] && alive redis || die "no cluster runs in $dir; start one with scripts/cluster-up.sh"
+  alive ceiling && die "the ceiling server already runs (pid $(cut -d' ' -f1 "$run/ceiling.pid"))"
+  port_free "$ceiling_port" || die "port $ceiling_port is taken; choose another with SECKILL_CLUSTER_CEILING_PORT"
+  need go
+  (cd "$root" && go build -o "$dir/bin/ceiling" ./loadtest/ceiling)
+  # Started like the instances (its own session): servers compared with
+  # each other must be scheduled alike (loadtest/README.md, "autogroups").
+  start ceiling "$logs/ceiling.log" "$dir/bin/ceiling" --addr "127.0.0.1:$ceiling_port" \
+    --redis "redis://127.0.0.1:$redis_port/0" --pprof "127.0.0.1:$((ceiling_port + 10000))"
+  wait_for "ceiling server" 30 ceiling grep -q 'ceiling server listening' "$logs/ceiling.log"
+  say "ceiling ready: http://127.0.0.1:$ceiling_port (pid $(cut -d' ' -f1 "$run/ceiling.pid"))"
+  exit 0
+fi
+
+if [ "${1:-}" = "api" ]; then
+  [ -f "$dir/cluster.env" ] && alive redis || die "no cluster runs in $dir; start one with scripts/cluster-up.sh"
+  alive api-solo && die "the solo instance already runs (pid $(cut -d' ' -f1 "$run/api-solo.pid"))"
+  port_free "$solo_port" || die "port $solo_port is taken; choose another with SECKILL_CLUSTER_SOLO_PORT"
+  set -a
+  # shellcheck disable=SC1091
+  . "$dir/cluster.env"
+  set +a
+  say "api-solo on 127.0.0.1:$solo_port (admin on 127.0.0.1:$((solo_port + 10000))), not behind nginx"
+  SECKILL_ROLE=api SECKILL_ADDR="127.0.0.1:$solo_port" SECKILL_ADMIN_ADDR="127.0.0.1:$((solo_port + 10000))" \
+    start api-solo "$logs/api-solo.log" "$dir/bin/api" serve
+  wait_for api-solo 60 api-solo http_ok "$solo_port" /readyz
+  say "api-solo ready: http://127.0.0.1:$solo_port (pid $(cut -d' ' -f1 "$run/api-solo.pid"))"
+  exit 0
+fi
+
 need redis-server
 need mariadbd
 need mariadb-install-db
@@ -189,15 +232,25 @@ wait_for mariadbd 60 mariadb "${mysql_cli[@]}" -e 'SELECT 1'
 "${mysql_cli[@]}" -e 'CREATE DATABASE IF NOT EXISTS seckill CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci'
 
 instance_env
+# Instances sharing a machine each get their share of its cores: Go's
+# default, every core for each, has them preempt one another, and it costs
+# about a tenth of the throughput through nginx (loadtest/README.md).
+procs=${SECKILL_CLUSTER_GOMAXPROCS:-$(($(nproc) / instances))}
+[ "$procs" = auto ] || [ "$procs" -ge 1 ] 2>/dev/null || procs=1
 urls=()
 upstreams=""
 for i in $(seq 1 "$instances"); do
   port=${api_ports[$((i - 1))]}
   # Each instance's admin listener (dead letters, reconcile, pprof) on its
   # own loopback port: the API port + 10000.
-  say "api-$i on 127.0.0.1:$port (admin on 127.0.0.1:$((port + 10000)))"
-  SECKILL_ADDR="127.0.0.1:$port" SECKILL_ADMIN_ADDR="${SECKILL_ADMIN_ADDR:-127.0.0.1:$((port + 10000))}" \
-    start "api-$i" "$logs/api-$i.log" "$dir/bin/api" serve
+  say "api-$i on 127.0.0.1:$port (admin on 127.0.0.1:$((port + 10000)), GOMAXPROCS $procs)"
+  if [ "$procs" = auto ]; then
+    SECKILL_ADDR="127.0.0.1:$port" SECKILL_ADMIN_ADDR="${SECKILL_ADMIN_ADDR:-127.0.0.1:$((port + 10000))}" \
+      start "api-$i" "$logs/api-$i.log" "$dir/bin/api" serve
+  else
+    GOMAXPROCS=$procs SECKILL_ADDR="127.0.0.1:$port" SECKILL_ADMIN_ADDR="${SECKILL_ADMIN_ADDR:-127.0.0.1:$((port + 10000))}" \
+      start "api-$i" "$logs/api-$i.log" "$dir/bin/api" serve
+  fi
   urls+=("http://127.0.0.1:$port")
   upstreams+="server 127.0.0.1:$port max_fails=1 fail_timeout=2s; "
 done
