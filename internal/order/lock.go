@@ -57,17 +57,23 @@ func (l *Locks) tryAll(ctx context.Context, keys, values []string) ([]*redsync.M
 			defer wg.Done()
 			defer func() { <-sem }()
 			v := values[i]
-			m := l.rs.NewMutex(k, redsync.WithExpiry(l.ttl), redsync.WithTries(1), redsync.WithFailFast(true),
-				redsync.WithValue(v), redsync.WithGenValueFunc(func() (string, error) { return v, nil }))
+			mutex := func() *redsync.Mutex {
+				return l.rs.NewMutex(k, redsync.WithExpiry(l.ttl), redsync.WithTries(1), redsync.WithFailFast(true),
+					redsync.WithValue(v), redsync.WithGenValueFunc(func() (string, error) { return v, nil }))
+			}
+			m := mutex()
 			err := m.TryLockContext(ctx)
 			if err != nil && taken(err) {
 				// Ours from an earlier try? Extending succeeds only where
 				// the value is this order's. (redsync's clean-up after a
 				// failed try deletes the keys holding our value, so a
-				// second try then succeeds instead.)
+				// second try then succeeds instead.) The second try uses
+				// a Mutex of its own: with fail-fast, calls of the first
+				// may still be running on the slower nodes.
 				if ok, _ := m.ExtendContext(ctx); ok {
 					err = nil
 				} else {
+					m = mutex()
 					err = m.TryLockContext(ctx)
 				}
 			}

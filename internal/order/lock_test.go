@@ -246,3 +246,66 @@ func TestLocksStampede(t *testing.T) {
 		t.Fatalf("%d keys left after release (%v), want 0", n, err)
 	}
 }
+
+// slowRelease holds up the first pipeline that carries redsync's release
+// script (EVALSHA hash 1 key value) for longer than redsync waits for it:
+// a slow link for that one round trip. done is closed once that pipeline
+// has run.
+type slowRelease struct {
+	delay time.Duration
+	once  sync.Once
+	done  chan struct{}
+}
+
+func (s *slowRelease) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (s *slowRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (s *slowRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if a := c.Args(); len(a) == 5 && a[0] == "evalsha" {
+				first := false
+				s.once.Do(func() { first = true })
+				if first {
+					time.Sleep(s.delay) // the slow link
+					defer close(s.done)
+				}
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestLocksLateReleaseDeletesNothing: a release redsync gave up waiting
+// for must not reach Redis after a later take of the same lock. The order
+// takes over the lock an earlier try of it left; redsync's clean-up after
+// the refused SET NX (a release of the same value) is held up on the
+// wire past redsync's timeout; the lock the order then holds must still
+// be there once that release has run, and another order must not get it.
+func TestLocksLateReleaseDeletesNothing(t *testing.T) {
+	t.Parallel()
+	s := testenv.StartRedis(t, testenv.RedisOptions{})
+	node := s.Client(t)
+	slow := &slowRelease{delay: time.Second, done: make(chan struct{})} // redsync waits 500 ms (ttl 10s x 0.05)
+	node.AddHook(slow)
+	l := NewLocks([]redis.UniversalClient{node}, 10*time.Second, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	if err := node.Set(ctx, "k", "order:1", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := l.tryAll(ctx, []string{"k"}, []string{"order:1"})
+	if err != nil || held[0] == nil {
+		t.Fatalf("order 1 did not take over its own lock: %v", err)
+	}
+	select {
+	case <-slow.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held-up release never ran")
+	}
+	if v, err := node.Get(ctx, "k").Result(); err != nil || v != "order:1" {
+		t.Fatalf("lock k = %q (%v) after the late release, want order:1", v, err)
+	}
+	if other, err := l.tryAll(ctx, []string{"k"}, []string{"order:2"}); err != nil || other[0] != nil {
+		t.Fatalf("order 2 took k while order 1 holds it (%v)", err)
+	}
+}

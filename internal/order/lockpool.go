@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"time"
@@ -15,24 +16,39 @@ import (
 // commands travel: a batch takes and releases hundreds of locks at once,
 // one command per lock, and sent one by one each costs a round trip, a
 // pool connection and two system calls. Here the commands of concurrent
-// lock calls share pipelines: whatever arrives while the node's pipelines
-// are on the wire goes out together in the next one. A lone call goes out
-// at once, so nothing waits for company.
+// lock calls share pipelines: whatever arrives while a pipeline is on the
+// wire goes out together in the next one. A lone call goes out at once, so
+// nothing waits for company.
+//
+// Two rules keep the commands of one key in the order they were given, as
+// on a single connection:
+//   - a key always travels in the same lane, and a lane sends one pipeline
+//     at a time, in arrival order;
+//   - a caller that gives up (its context ended) before its command was
+//     sent takes the command back; once sent, it waits for the reply.
+//
+// Without them a release that a caller gave up on could reach Redis after
+// a later take of the same lock and delete it.
 type pipePool struct {
-	c redis.UniversalClient
-
-	mu      sync.Mutex
-	queue   []*pipeCall
-	senders int // goroutines sending pipelines now, at most maxSenders
+	c     redis.UniversalClient
+	seed  maphash.Seed
+	lanes [pipeLanes]pipeLane
 }
 
 const (
-	// maxSenders bounds the pipelines on the wire to one node at a time;
+	// pipeLanes bounds the pipelines on the wire to one node at a time;
 	// they are the connections the locks use.
-	maxSenders = 4
+	pipeLanes = 4
 	// maxPipe bounds one pipeline, so one slow reply holds up few locks.
 	maxPipe = 512
 )
+
+// pipeLane is a queue of calls and at most one goroutine sending them.
+type pipeLane struct {
+	mu      sync.Mutex
+	queue   []*pipeCall
+	sending bool
+}
 
 // pipeCall is one command waiting for its pipeline. script is set for an
 // EVALSHA, to send the script's text when the node does not know it.
@@ -42,12 +58,12 @@ type pipeCall struct {
 	keys   []string
 	args   []any
 	done   chan struct{}
+	sent   bool // taken into a pipeline; guarded by the lane's mu
 }
 
-func newPipePool(c redis.UniversalClient) *pipePool { return &pipePool{c: c} }
+func newPipePool(c redis.UniversalClient) *pipePool { return &pipePool{c: c, seed: maphash.MakeSeed()} }
 
-// Get returns a connection bound to ctx: a call returns when its reply
-// came or ctx ended.
+// Get returns a connection bound to ctx.
 func (p *pipePool) Get(ctx context.Context) (rsredis.Conn, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -55,47 +71,74 @@ func (p *pipePool) Get(ctx context.Context) (rsredis.Conn, error) {
 	return &pipeConn{p: p, ctx: ctx}, nil
 }
 
-// do queues call and waits for its reply. A sender is started when fewer
-// than maxSenders run; a running one picks the call up otherwise.
-func (p *pipePool) do(ctx context.Context, call *pipeCall) error {
-	call.done = make(chan struct{})
-	p.mu.Lock()
-	p.queue = append(p.queue, call)
-	start := p.senders < maxSenders
-	if start {
-		p.senders++
+// do queues call in key's lane and waits for its reply. It returns ctx's
+// error only when the command was never sent.
+func (p *pipePool) do(ctx context.Context, key string, call *pipeCall) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	p.mu.Unlock()
+	l := &p.lanes[maphash.String(p.seed, key)%pipeLanes]
+	call.done = make(chan struct{})
+	l.mu.Lock()
+	l.queue = append(l.queue, call)
+	start := !l.sending
+	l.sending = true
+	l.mu.Unlock()
 	if start {
-		go p.send()
+		go p.send(l)
 	}
 	select {
 	case <-call.done:
 		return nil
 	case <-ctx.Done():
-		// The command may still run; a lock it takes expires with its
-		// TTL, as with any reply lost on the way.
+	}
+	l.mu.Lock()
+	if !call.sent {
+		l.queue = deleteCall(l.queue, call)
+		l.mu.Unlock()
 		return ctx.Err()
 	}
+	l.mu.Unlock()
+	// On the wire: its reply decides, as with a plain client. The
+	// client's read timeout bounds the wait.
+	<-call.done
+	return nil
 }
 
-// send sends the queued calls in pipelines until the queue is empty.
-// Calls whose callers gave up are still sent: their replies are simply not
-// read. The client's own timeouts bound a pipeline to a node that hangs.
-func (p *pipePool) send() {
+// deleteCall removes call from q, keeping the order of the rest.
+func deleteCall(q []*pipeCall, call *pipeCall) []*pipeCall {
+	for i, c := range q {
+		if c == call {
+			copy(q[i:], q[i+1:])
+			q[len(q)-1] = nil
+			return q[:len(q)-1]
+		}
+	}
+	return q
+}
+
+// send sends the lane's queued calls, a pipeline at a time, until the
+// queue is empty. The client's own timeouts bound a pipeline to a node
+// that hangs.
+func (p *pipePool) send(l *pipeLane) {
 	ctx := context.Background()
 	for {
-		p.mu.Lock()
-		n := min(len(p.queue), maxPipe)
+		l.mu.Lock()
+		n := min(len(l.queue), maxPipe)
 		if n == 0 {
-			p.senders--
-			p.mu.Unlock()
+			l.sending = false
+			l.mu.Unlock()
 			return
 		}
 		batch := make([]*pipeCall, n)
-		copy(batch, p.queue)
-		p.queue = append(p.queue[:0], p.queue[n:]...)
-		p.mu.Unlock()
+		copy(batch, l.queue)
+		for _, c := range batch {
+			c.sent = true
+		}
+		rest := copy(l.queue, l.queue[n:])
+		clear(l.queue[rest:])
+		l.queue = l.queue[:rest]
+		l.mu.Unlock()
 
 		p.exec(ctx, batch)
 		for _, c := range batch {
@@ -140,7 +183,7 @@ type pipeConn struct {
 
 func (c *pipeConn) SetNX(name, value string, expiry time.Duration) (bool, error) {
 	cmd := redis.NewBoolCmd(c.ctx, "set", name, value, "px", expiry.Milliseconds(), "nx")
-	if err := c.p.do(c.ctx, &pipeCall{cmd: cmd}); err != nil {
+	if err := c.p.do(c.ctx, name, &pipeCall{cmd: cmd}); err != nil {
 		return false, err
 	}
 	ok, err := cmd.Result()
@@ -160,7 +203,11 @@ func (c *pipeConn) Eval(script *rsredis.Script, keysAndArgs ...any) (any, error)
 	}
 	cmdArgs = append(cmdArgs, args...)
 	call := &pipeCall{cmd: redis.NewCmd(c.ctx, cmdArgs...), script: script, keys: keys, args: args}
-	if err := c.p.do(c.ctx, call); err != nil {
+	lane := ""
+	if len(keys) > 0 {
+		lane = keys[0] // redsync's scripts take the lock's key first
+	}
+	if err := c.p.do(c.ctx, lane, call); err != nil {
 		return nil, err
 	}
 	v, err := call.cmd.(*redis.Cmd).Result()

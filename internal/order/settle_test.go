@@ -130,12 +130,15 @@ func TestWriterIDCollision(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st := NewStore(e.db)
-	for _, c := range []struct{ order, user int64 }{{1401, 2}, {1402, 3}} {
-		d, err := st.DeadLetterOf(ctx, c.order)
-		if err != nil || d.Reason != ReasonIDCollision || d.UserID == nil || *d.UserID != c.user {
-			t.Errorf("order id %d: dead letter %+v, %v; want id_collision for user %d", c.order, d, err, c.user)
+	for _, user := range []int64{2, 3} {
+		d := deadLetterOf(t, e, user, v)
+		if d.Reason != ReasonIDCollision || d.OrderID != nil {
+			t.Errorf("user %d: dead letter %+v; want id_collision, recorded without the order id", user, d)
 		}
+	}
+	// A redelivery of a collision changes nothing.
+	if out := handle(t, e.w, []mq.Message{msg(2, 1401, 2, v)}); out[0] != mq.Ack {
+		t.Fatalf("redelivery: outcome %v, want Ack", out[0])
 	}
 	var owners []buyerOf
 	if err := e.db.Raw("SELECT id, user_id, voucher_id FROM orders WHERE voucher_id = ? ORDER BY id", v).Scan(&owners).Error; err != nil {
@@ -150,7 +153,7 @@ func TestWriterIDCollision(t *testing.T) {
 	stock, buyers := redisStock(t, e, v)
 	// The id is taken: such a dead letter is not sent again (its buyer
 	// may buy again under a new id).
-	d, _ := st.DeadLetterOf(ctx, 1401)
+	d := deadLetterOf(t, e, 2, v)
 	if _, err := NewDeadLetters(e.db, voucher.NewReserver(e.rdb, e.keys)).Replay(ctx, d.ID); !errors.Is(err, ErrNotReplayable) {
 		t.Fatalf("replay of an id collision: %v, want ErrNotReplayable", err)
 	}
@@ -158,5 +161,80 @@ func TestWriterIDCollision(t *testing.T) {
 	// their units back. Redis agrees with MySQL: 8 left.
 	if stock != 8 || len(buyers) != 2 || buyers["1"] != "1401" || buyers["4"] != "1402" {
 		t.Fatalf("redis stock %d buyers %v; want 8 and buyers 1 and 4", stock, buyers)
+	}
+}
+
+// deadLetterOf returns the one dead letter of a buyer's message for a
+// voucher.
+func deadLetterOf(t *testing.T, e writerEnv, user, v int64) DeadLetter {
+	t.Helper()
+	var rows []DeadLetter
+	if err := e.db.Where("user_id = ? AND voucher_id = ?", user, v).Find(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("user %d voucher %d: %d dead letters, want 1", user, v, len(rows))
+	}
+	return rows[0]
+}
+
+// TestWriterIDOfAnotherDeadLetter: an order id that only another buyer's
+// dead letter holds is free among orders: the message becomes an order,
+// and the other buyer's dead letter stays as it was.
+func TestWriterIDOfAnotherDeadLetter(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	v1, v2 := e.voucher(t, 1), e.voucher(t, 10)
+	if err := e.db.Exec("UPDATE vouchers SET stock = 0 WHERE id = ?", v1).Error; err != nil {
+		t.Fatal(err)
+	}
+	stateEnv(t, e, v1, 0, map[int64]int64{1: 1501})
+	stateEnv(t, e, v2, 9, map[int64]int64{2: 1501})
+	handle(t, e.w, []mq.Message{msg(1, 1501, 1, v1)}) // out of stock in MySQL: a dead letter
+	for range 2 {                                     // the second time is a redelivery
+		if out := handle(t, e.w, []mq.Message{msg(2, 1501, 2, v2)}); out[0] != mq.Ack {
+			t.Fatalf("outcome %v, want Ack", out[0])
+		}
+	}
+	if s, o, d := e.counts(t, v2); s != 9 || o != 1 || d != 0 {
+		t.Fatalf("voucher 2: stock %d orders %d dead %d; want 9 1 0", s, o, d)
+	}
+	if d := deadLetterOf(t, e, 1, v1); d.Reason != ReasonOutOfStock || d.OrderID == nil || *d.OrderID != 1501 {
+		t.Fatalf("buyer 1's dead letter changed: %+v", d)
+	}
+	if stock, buyers := redisStock(t, e, v2); stock != 9 || buyers["2"] != "1501" {
+		t.Fatalf("voucher 2 in redis: stock %d buyers %v; want 9 and buyer 2", stock, buyers)
+	}
+}
+
+// TestWriterIDClashInOneBatch: two buyers' messages with one order id in
+// one batch: the first is decided (here a dead letter: no MySQL stock),
+// the second waits for a later batch, which writes it as an order. Each
+// ends as exactly one thing, each recorded for its own buyer.
+func TestWriterIDClashInOneBatch(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	v1, v2 := e.voucher(t, 1), e.voucher(t, 10)
+	if err := e.db.Exec("UPDATE vouchers SET stock = 0 WHERE id = ?", v1).Error; err != nil {
+		t.Fatal(err)
+	}
+	stateEnv(t, e, v1, 0, map[int64]int64{1: 1601})
+	stateEnv(t, e, v2, 9, map[int64]int64{2: 1601})
+	out := handle(t, e.w, []mq.Message{msg(1, 1601, 1, v1), msg(2, 1601, 2, v2)})
+	if out[0] != mq.Ack || out[1] != mq.Retry {
+		t.Fatalf("outcomes %v, want [Ack Retry]", out)
+	}
+	if out := handle(t, e.w, []mq.Message{msg(3, 1601, 2, v2)}); out[0] != mq.Ack {
+		t.Fatalf("later batch: outcome %v, want Ack", out[0])
+	}
+	if d := deadLetterOf(t, e, 1, v1); d.Reason != ReasonOutOfStock {
+		t.Fatalf("buyer 1: dead letter %+v, want out_of_stock", d)
+	}
+	var owners []buyerOf
+	if err := e.db.Raw("SELECT id, user_id, voucher_id FROM orders WHERE id = 1601").Scan(&owners).Error; err != nil {
+		t.Fatal(err)
+	}
+	if want := []buyerOf{{1601, 2, v2}}; !slices.Equal(owners, want) {
+		t.Fatalf("orders %v, want %v", owners, want)
 	}
 }

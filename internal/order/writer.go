@@ -131,6 +131,10 @@ type item struct {
 	bad    bool   // did not decode
 	reason string // set when the item is to be dead-lettered
 	fresh  bool   // not written before this batch's transaction: counted once
+	// idTaken: another buyer's order or dead letter has this order id, so
+	// a dead letter of this item is recorded without it (the id is unique
+	// among dead letters).
+	idTaken bool
 }
 
 // Handle writes the batch. Each message ends as an order, a dead letter
@@ -149,6 +153,11 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 			it.bad, it.reason = true, ReasonUndecodable
 		case m.Deliveries > w.cfg.MaxDeliveries:
 			it.ord, it.reason = o, ReasonDeliveryLimit
+		case clash(items, o):
+			// Another buyer's message in this batch has the same order id:
+			// which of them ends as what is decided once that one is
+			// committed, in a later batch.
+			outcomes[len(items)] = mq.Retry
 		default:
 			it.ord = o
 			if w.cfg.Locks != nil {
@@ -228,6 +237,17 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	return outcomes, nil
 }
 
+// clash reports whether an earlier item of the batch has o's order id for
+// another buyer (ids minted twice).
+func clash(items []item, o voucher.Message) bool {
+	for _, it := range items {
+		if !it.bad && it.ord.OrderID == o.OrderID && (it.ord.UserID != o.UserID || it.ord.VoucherID != o.VoucherID) {
+			return true
+		}
+	}
+	return false
+}
+
 // observeCommitted tells the observer what the committed transaction
 // recorded for the first time.
 func (w *Writer) observeCommitted(items []*item) {
@@ -288,8 +308,10 @@ func (w *Writer) write(tx *gorm.DB, items []*item) error {
 }
 
 // unseen returns the items not yet written: not an order, not a live dead
-// letter. Items already dead-lettered get that reason back, so their
-// reservation is given back again (a no-op if it was).
+// letter, both matched by order id and buyer. Items already dead-lettered
+// get that reason back, so their reservation is given back again (a no-op
+// if it was). An order id another buyer's order holds is a collision; one
+// only another buyer's dead letter holds is still free for an order.
 func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 	var ids []int64
 	for _, it := range items {
@@ -306,19 +328,27 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 		return nil, fmt.Errorf("find written orders: %w", err)
 	}
 	var dead []struct {
-		OrderID int64
-		Reason  string
+		OrderID   int64
+		UserID    int64
+		VoucherID int64
+		Reason    string
+		Replayed  bool
 	}
-	if err := tx.Raw(w.locking("SELECT order_id, reason FROM dead_letters WHERE order_id IN ? AND replayed_at IS NULL"), ids).Scan(&dead).Error; err != nil {
+	if err := tx.Raw(w.locking("SELECT order_id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed FROM dead_letters WHERE order_id IN ?"), ids).Scan(&dead).Error; err != nil {
 		return nil, fmt.Errorf("find dead letters: %w", err)
 	}
 	written := make(map[int64]buyerOf, len(done))
 	for _, o := range done {
 		written[o.ID] = o
 	}
-	deadReason := make(map[int64]string, len(dead))
+	type deadOf struct {
+		buyer    buyerOf
+		reason   string
+		replayed bool
+	}
+	deadLetters := make(map[int64]deadOf, len(dead))
 	for _, d := range dead {
-		deadReason[d.OrderID] = d.Reason
+		deadLetters[d.OrderID] = deadOf{buyerOf{d.OrderID, d.UserID, d.VoucherID}, d.Reason, d.Replayed}
 	}
 	var fresh []*item
 	for _, it := range items {
@@ -327,16 +357,37 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 		}
 		id := it.ord.OrderID
 		o, isOrder := written[id]
+		d, isDead := deadLetters[id]
+		it.idTaken = false
 		switch {
 		case isOrder && o == it.buyer():
 			it.reason = "" // an order: nothing to give back
-		case deadReason[id] != "":
-			it.reason = deadReason[id]
 		case isOrder: // another buyer's order has this id
+			if r, found, err := w.deadLetterOfMessage(tx, it); err != nil {
+				return nil, err
+			} else if found {
+				it.reason = r // and redelivered
+				continue
+			}
 			it.reason = ReasonIDCollision
+			it.idTaken = true
 			fresh = append(fresh, it)
 			it.fresh = true
+		case isDead && d.buyer == it.buyer() && !d.replayed:
+			it.reason = d.reason
 		default:
+			if isDead && d.buyer != it.buyer() {
+				// Another buyer's dead letter has the id: this one may
+				// still become an order (the id is free among orders),
+				// but a dead letter of it must not take that row.
+				if r, found, err := w.deadLetterOfMessage(tx, it); err != nil {
+					return nil, err
+				} else if found {
+					it.reason = r
+					continue
+				}
+				it.idTaken = true
+			}
 			fresh = append(fresh, it)
 			it.fresh = true
 			written[id] = it.buyer() // a batch never writes one order twice
@@ -344,6 +395,21 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 	}
 	bad, err := w.unseenBad(tx, items)
 	return append(fresh, bad...), err
+}
+
+// deadLetterOfMessage finds the dead letter recorded for this very stream
+// message (dead letters of an order id another buyer holds have no order
+// id): its reason, and whether there is one.
+func (w *Writer) deadLetterOfMessage(tx *gorm.DB, it *item) (string, bool, error) {
+	var reasons []string
+	if err := tx.Raw(w.locking("SELECT reason FROM dead_letters WHERE stream = ? AND message_id = ? AND replayed_at IS NULL"),
+		it.msg.Stream, it.msg.ID).Scan(&reasons).Error; err != nil {
+		return "", false, fmt.Errorf("find dead letter of message %s: %w", it.msg.ID, err)
+	}
+	if len(reasons) == 0 {
+		return "", false, nil
+	}
+	return reasons[0], true, nil
 }
 
 // unseenBad returns the undecodable items without a dead letter yet.
@@ -446,6 +512,7 @@ func (w *Writer) one(tx *gorm.DB, it *item, sp string) error {
 		return nil // written by a concurrent batch: done
 	case len(found) == 1:
 		it.reason = ReasonIDCollision
+		it.idTaken = true
 	default:
 		it.reason = ReasonDuplicateBuyer
 	}
@@ -475,10 +542,18 @@ func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 		o := it.ord
 		d.OrderID, d.UserID, d.VoucherID = &o.OrderID, &o.UserID, &o.VoucherID
 	}
-	err := tx.Clauses(clause.OnConflict{
-		Columns:   []clause.Column{{Name: "order_id"}},
-		DoUpdates: clause.Assignments(map[string]any{"reason": it.reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID}),
-	}).Create(&d).Error
+	var err error
+	if it.idTaken {
+		// The order id is another buyer's: recorded by message only; a
+		// redelivery meets the message's unique key.
+		d.OrderID = nil
+		err = tx.Create(&d).Error
+	} else {
+		err = tx.Clauses(clause.OnConflict{
+			Columns:   []clause.Column{{Name: "order_id"}},
+			DoUpdates: clause.Assignments(map[string]any{"reason": it.reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID}),
+		}).Create(&d).Error
+	}
 	if err != nil && !isDuplicate(err) {
 		return fmt.Errorf("dead-letter message %s: %w", it.msg.ID, err)
 	}
