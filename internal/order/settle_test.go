@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"gorm.io/gorm"
+
 	"seckill/internal/mq"
 	"seckill/internal/voucher"
 )
@@ -50,26 +52,32 @@ func TestWriterSettlesRedis(t *testing.T) {
 	}
 }
 
+// stalled is a worker that began its batch's transaction and found m not
+// yet written, then stalled: its item and open transaction.
+func stalled(t *testing.T, e writerEnv, m mq.Message) (*item, *gorm.DB) {
+	t.Helper()
+	it := &item{msg: m}
+	o, err := voucher.Decode(m.Values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it.ord = o
+	tx := e.db.WithContext(context.Background()).Begin(e.w.txOptions())
+	t.Cleanup(func() { tx.Rollback() })
+	if fresh, err := e.w.unseen(tx, []*item{it}); err != nil || len(fresh) != 1 {
+		t.Fatalf("unseen: %v, %v", fresh, err)
+	}
+	return it, tx
+}
+
 // TestWriterSeesConcurrentCommit: a worker that took over a message while
 // its first worker was only stalled must see that worker's commit, not an
 // older snapshot: the order ends as one order, never also a dead letter.
 func TestWriterSeesConcurrentCommit(t *testing.T) {
 	t.Parallel()
 	e := newWriterEnv(t)
-	ctx := context.Background()
 	v := e.voucher(t, 10)
-	late := &item{msg: msg(1, 1301, 9, v)}
-	o, err := voucher.Decode(late.msg.Values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	late.ord = o
-	tx := e.db.WithContext(ctx).Begin(e.w.txOptions())
-	defer tx.Rollback()
-	fresh, err := e.w.unseen(tx, []*item{late})
-	if err != nil || len(fresh) != 1 {
-		t.Fatalf("unseen: %v, %v", fresh, err)
-	}
+	late, tx := stalled(t, e, msg(1, 1301, 9, v))
 	// The other worker writes and commits the same order meanwhile.
 	handle(t, e.w, []mq.Message{msg(1, 1301, 9, v)})
 	// The stalled worker goes on the careful way: it must find the order.
@@ -108,17 +116,7 @@ func TestWriterIDCollision(t *testing.T) {
 		t.Fatalf("outcome %v, want Ack (dead letter)", out[0])
 	}
 
-	late := &item{msg: msg(3, 1402, 3, v)}
-	o, err := voucher.Decode(late.msg.Values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	late.ord = o
-	tx := e.db.WithContext(ctx).Begin(e.w.txOptions())
-	defer tx.Rollback()
-	if fresh, err := e.w.unseen(tx, []*item{late}); err != nil || len(fresh) != 1 {
-		t.Fatalf("unseen: %v, %v", fresh, err)
-	}
+	late, tx := stalled(t, e, msg(3, 1402, 3, v))
 	handle(t, e.w, []mq.Message{msg(4, 1402, 4, v)}) // another buyer's order, same id
 	if err := e.w.one(tx, late, "m0"); err != nil {
 		t.Fatal(err)
@@ -178,18 +176,27 @@ func deadLetterOf(t *testing.T, e writerEnv, user, v int64) DeadLetter {
 	return rows[0]
 }
 
+// oneIDTwoBuyers is an order id minted twice: Redis reserved voucher v1
+// (whose MySQL stock is gone) for buyer 1 and voucher v2 (stock 10) for
+// buyer 2, both under order id id.
+func oneIDTwoBuyers(t *testing.T, e writerEnv, id int64) (v1, v2 int64) {
+	t.Helper()
+	v1, v2 = e.voucher(t, 1), e.voucher(t, 10)
+	if err := e.db.Exec("UPDATE vouchers SET stock = 0 WHERE id = ?", v1).Error; err != nil {
+		t.Fatal(err)
+	}
+	stateEnv(t, e, v1, 0, map[int64]int64{1: id})
+	stateEnv(t, e, v2, 9, map[int64]int64{2: id})
+	return v1, v2
+}
+
 // TestWriterIDOfAnotherDeadLetter: an order id that only another buyer's
 // dead letter holds is free among orders: the message becomes an order,
 // and the other buyer's dead letter stays as it was.
 func TestWriterIDOfAnotherDeadLetter(t *testing.T) {
 	t.Parallel()
 	e := newWriterEnv(t)
-	v1, v2 := e.voucher(t, 1), e.voucher(t, 10)
-	if err := e.db.Exec("UPDATE vouchers SET stock = 0 WHERE id = ?", v1).Error; err != nil {
-		t.Fatal(err)
-	}
-	stateEnv(t, e, v1, 0, map[int64]int64{1: 1501})
-	stateEnv(t, e, v2, 9, map[int64]int64{2: 1501})
+	v1, v2 := oneIDTwoBuyers(t, e, 1501)
 	handle(t, e.w, []mq.Message{msg(1, 1501, 1, v1)}) // out of stock in MySQL: a dead letter
 	for range 2 {                                     // the second time is a redelivery
 		if out := handle(t, e.w, []mq.Message{msg(2, 1501, 2, v2)}); out[0] != mq.Ack {
@@ -214,12 +221,7 @@ func TestWriterIDOfAnotherDeadLetter(t *testing.T) {
 func TestWriterIDClashInOneBatch(t *testing.T) {
 	t.Parallel()
 	e := newWriterEnv(t)
-	v1, v2 := e.voucher(t, 1), e.voucher(t, 10)
-	if err := e.db.Exec("UPDATE vouchers SET stock = 0 WHERE id = ?", v1).Error; err != nil {
-		t.Fatal(err)
-	}
-	stateEnv(t, e, v1, 0, map[int64]int64{1: 1601})
-	stateEnv(t, e, v2, 9, map[int64]int64{2: 1601})
+	v1, v2 := oneIDTwoBuyers(t, e, 1601)
 	out := handle(t, e.w, []mq.Message{msg(1, 1601, 1, v1), msg(2, 1601, 2, v2)})
 	if out[0] != mq.Ack || out[1] != mq.Retry {
 		t.Fatalf("outcomes %v, want [Ack Retry]", out)
