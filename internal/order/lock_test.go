@@ -248,7 +248,7 @@ func TestLocksStampede(t *testing.T) {
 }
 
 // slowRelease holds up the first pipeline that carries redsync's release
-// script (EVALSHA hash 1 key value) for longer than redsync waits for it:
+// script (EVAL text 1 key value) for longer than redsync waits for it:
 // a slow link for that one round trip. done is closed once that pipeline
 // has run.
 type slowRelease struct {
@@ -262,7 +262,7 @@ func (s *slowRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook { re
 func (s *slowRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			if a := c.Args(); len(a) == 5 && a[0] == "evalsha" {
+			if a := c.Args(); len(a) == 5 && a[0] == "eval" {
 				first := false
 				s.once.Do(func() { first = true })
 				if first {

@@ -3,7 +3,6 @@ package order
 import (
 	"context"
 	"hash/maphash"
-	"strings"
 	"sync"
 	"time"
 
@@ -50,15 +49,11 @@ type pipeLane struct {
 	sending bool
 }
 
-// pipeCall is one command waiting for its pipeline. script is set for an
-// EVALSHA, to send the script's text when the node does not know it.
+// pipeCall is one command waiting for its pipeline.
 type pipeCall struct {
-	cmd    redis.Cmder
-	script *rsredis.Script
-	keys   []string
-	args   []any
-	done   chan struct{}
-	sent   bool // taken into a pipeline; guarded by the lane's mu
+	cmd  redis.Cmder
+	done chan struct{}
+	sent bool // taken into a pipeline; guarded by the lane's mu
 }
 
 func newPipePool(c redis.UniversalClient) *pipePool { return &pipePool{c: c, seed: maphash.MakeSeed()} }
@@ -74,12 +69,15 @@ func (p *pipePool) Get(ctx context.Context) (rsredis.Conn, error) {
 // do queues call in key's lane and waits for its reply. It returns ctx's
 // error only when the command was never sent.
 func (p *pipePool) do(ctx context.Context, key string, call *pipeCall) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	l := &p.lanes[maphash.String(p.seed, key)%pipeLanes]
 	call.done = make(chan struct{})
 	l.mu.Lock()
+	// Checked under the lane's lock: a caller that moved on (and may have
+	// queued a later command of this key since) never queues this one.
+	if err := ctx.Err(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
 	l.queue = append(l.queue, call)
 	start := !l.sending
 	l.sending = true
@@ -147,28 +145,12 @@ func (p *pipePool) send(l *pipeLane) {
 	}
 }
 
-// exec sends one pipeline and, for scripts the node did not know (it was
-// restarted or flushed), a second one with their text.
+// exec sends one pipeline. Each command carries its own error; Exec's is
+// the first of them.
 func (p *pipePool) exec(ctx context.Context, batch []*pipeCall) {
 	pipe := p.c.Pipeline()
 	for _, c := range batch {
 		_ = pipe.Process(ctx, c.cmd)
-	}
-	// Each command carries its own error; Exec's is the first of them.
-	_, _ = pipe.Exec(ctx)
-
-	var retry []*pipeCall
-	for _, c := range batch {
-		if c.script != nil && c.cmd.Err() != nil && strings.HasPrefix(c.cmd.Err().Error(), "NOSCRIPT") {
-			retry = append(retry, c)
-		}
-	}
-	if len(retry) == 0 {
-		return
-	}
-	pipe = p.c.Pipeline()
-	for _, c := range retry {
-		c.cmd = pipe.Eval(ctx, c.script.Src, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx)
 }
@@ -190,27 +172,23 @@ func (c *pipeConn) SetNX(name, value string, expiry time.Duration) (bool, error)
 	return ok, noNil(err)
 }
 
+// Eval sends the script's text (EVAL), not its hash: a node that was
+// restarted or flushed would refuse an EVALSHA, and sending it again after
+// the rest of its pipeline had run would put it after later commands of
+// its key. Redis caches the script by its text; the price is its bytes.
 func (c *pipeConn) Eval(script *rsredis.Script, keysAndArgs ...any) (any, error) {
-	keys := make([]string, script.KeyCount)
-	for i := range keys {
-		keys[i] = keysAndArgs[i].(string)
-	}
-	args := keysAndArgs[script.KeyCount:]
 	cmdArgs := make([]any, 0, 3+len(keysAndArgs))
-	cmdArgs = append(cmdArgs, "evalsha", script.Hash, len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	cmdArgs = append(cmdArgs, args...)
-	call := &pipeCall{cmd: redis.NewCmd(c.ctx, cmdArgs...), script: script, keys: keys, args: args}
+	cmdArgs = append(cmdArgs, "eval", script.Src, script.KeyCount)
+	cmdArgs = append(cmdArgs, keysAndArgs...)
 	lane := ""
-	if len(keys) > 0 {
-		lane = keys[0] // redsync's scripts take the lock's key first
+	if script.KeyCount > 0 {
+		lane, _ = keysAndArgs[0].(string) // redsync's scripts take the lock's key first
 	}
-	if err := c.p.do(c.ctx, lane, call); err != nil {
+	cmd := redis.NewCmd(c.ctx, cmdArgs...)
+	if err := c.p.do(c.ctx, lane, &pipeCall{cmd: cmd}); err != nil {
 		return nil, err
 	}
-	v, err := call.cmd.(*redis.Cmd).Result()
+	v, err := cmd.Result()
 	return v, noNil(err)
 }
 

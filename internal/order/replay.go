@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -56,14 +57,15 @@ func (d *DeadLetters) Replay(ctx context.Context, id int64) (DeadLetter, error) 
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", id, err)
 	}
-	if dl.OrderID == nil || dl.UserID == nil || dl.VoucherID == nil || dl.Reason == ReasonIDCollision {
+	orderID := orderOf(dl)
+	if orderID == 0 || dl.Reason == ReasonIDCollision {
 		return dl, fmt.Errorf("dead letter %d: %w", id, ErrNotReplayable)
 	}
 	now := time.Now().UTC()
 	if err := d.db.WithContext(ctx).Model(&DeadLetter{}).Where("id = ?", id).Update("replayed_at", now).Error; err != nil {
 		return dl, fmt.Errorf("mark dead letter %d replayed: %w", id, err)
 	}
-	if _, err := d.reserver.Reserve(ctx, *dl.VoucherID, *dl.UserID, *dl.OrderID); err != nil {
+	if _, err := d.reserver.Reserve(ctx, *dl.VoucherID, *dl.UserID, orderID); err != nil {
 		// Refused (sold out, ended, ...) or Redis failed: the dead letter
 		// stands as it was.
 		if uerr := d.db.WithContext(context.WithoutCancel(ctx)).Model(&DeadLetter{}).Where("id = ?", id).
@@ -74,4 +76,25 @@ func (d *DeadLetters) Replay(ctx context.Context, id int64) (DeadLetter, error) 
 	}
 	dl.ReplayedAt = &now
 	return dl, nil
+}
+
+// orderOf is the order id of a dead letter's order, 0 when it holds none.
+// A dead letter kept by its message alone (another buyer's dead letter has
+// the id) has it only in its payload, the stream message it was.
+func orderOf(dl DeadLetter) int64 {
+	if dl.UserID == nil || dl.VoucherID == nil {
+		return 0
+	}
+	if dl.OrderID != nil {
+		return *dl.OrderID
+	}
+	var values map[string]any
+	if json.Unmarshal([]byte(dl.Payload), &values) != nil {
+		return 0
+	}
+	m, err := voucher.Decode(values)
+	if err != nil || m.UserID != *dl.UserID || m.VoucherID != *dl.VoucherID {
+		return 0
+	}
+	return m.OrderID
 }

@@ -69,3 +69,27 @@ func TestReplayDeadLetter(t *testing.T) {
 		t.Fatalf("replay of an undecodable message: %v, want ErrNotReplayable", err)
 	}
 }
+
+// TestReplayDeadLetterKeptByMessage: a dead letter kept without its order
+// id (another buyer's dead letter has the id) is replayed with the id
+// from its message.
+func TestReplayDeadLetterKeptByMessage(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	ctx := context.Background()
+	v1, v2 := oneIDTwoBuyers(t, e, 1901)
+	handle(t, e.w, []mq.Message{msg(1, 1901, 1, v1)}) // out of stock: holds the id
+	over := msg(2, 1901, 2, v2)
+	over.Deliveries = 99
+	handle(t, e.w, []mq.Message{over}) // kept by its message
+	d := deadLetterOf(t, e, 2, v2)
+	if d.OrderID != nil || d.Reason != ReasonDeliveryLimit {
+		t.Fatalf("dead letter %+v, want delivery_limit without an order id", d)
+	}
+	if _, err := NewDeadLetters(e.db, voucher.NewReserver(e.rdb, e.keys)).Replay(ctx, d.ID); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if stock, buyers := redisStock(t, e, v2); stock != 9 || buyers["2"] != "1901" {
+		t.Fatalf("after replay: redis stock %d buyers %v; want 9 and buyer 2 -> 1901", stock, buyers)
+	}
+}

@@ -240,3 +240,47 @@ func TestWriterIDClashInOneBatch(t *testing.T) {
 		t.Fatalf("orders %v, want %v", owners, want)
 	}
 }
+
+// TestWriterIDClashAcrossWorkers: two workers each dead-letter one of two
+// buyers' messages that share an order id, the second after the first
+// committed under its nose: two dead letters, each with its own buyer.
+func TestWriterIDClashAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	v1, v2 := oneIDTwoBuyers(t, e, 1701)
+	if err := e.db.Exec("UPDATE vouchers SET stock = 0 WHERE id = ?", v2).Error; err != nil {
+		t.Fatal(err)
+	}
+	late, tx := stalled(t, e, msg(1, 1701, 1, v1))    // buyer 1's worker has read, and stalls
+	handle(t, e.w, []mq.Message{msg(2, 1701, 2, v2)}) // buyer 2: out of stock, committed
+	if err := e.w.one(tx, late, "m0"); err != nil {   // buyer 1: out of stock too
+		t.Fatal(err)
+	}
+	if err := tx.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ user, v int64 }{{1, v1}, {2, v2}} {
+		if d := deadLetterOf(t, e, c.user, c.v); d.Reason != ReasonOutOfStock {
+			t.Errorf("buyer %d: dead letter %+v, want out_of_stock", c.user, d)
+		}
+	}
+}
+
+// TestWriterIDClashBeforeDeliveryLimit: a message over its delivery
+// limit whose order id another message of the batch has for another
+// buyer also waits for a later batch, and then keeps its own reason.
+func TestWriterIDClashBeforeDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	v1, v2 := oneIDTwoBuyers(t, e, 1801)
+	over := msg(2, 1801, 2, v2)
+	over.Deliveries = 99
+	if out := handle(t, e.w, []mq.Message{msg(1, 1801, 1, v1), over}); out[0] != mq.Ack || out[1] != mq.Retry {
+		t.Fatalf("outcomes %v, want [Ack Retry]", out)
+	}
+	over.ID = "1-3" // back from the delay queue (still over the limit here)
+	handle(t, e.w, []mq.Message{over})
+	if d := deadLetterOf(t, e, 2, v2); d.Reason != ReasonDeliveryLimit {
+		t.Fatalf("buyer 2: dead letter %+v, want delivery_limit", d)
+	}
+}

@@ -15,7 +15,6 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"seckill/internal/mq"
 	"seckill/internal/voucher"
@@ -151,13 +150,13 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 		switch {
 		case err != nil:
 			it.bad, it.reason = true, ReasonUndecodable
-		case m.Deliveries > w.cfg.MaxDeliveries:
-			it.ord, it.reason = o, ReasonDeliveryLimit
 		case clash(items, o):
 			// Another buyer's message in this batch has the same order id:
 			// which of them ends as what is decided once that one is
 			// committed, in a later batch.
 			outcomes[len(items)] = mq.Retry
+		case m.Deliveries > w.cfg.MaxDeliveries:
+			it.ord, it.reason = o, ReasonDeliveryLimit
 		default:
 			it.ord = o
 			if w.cfg.Locks != nil {
@@ -509,7 +508,8 @@ func (w *Writer) one(tx *gorm.DB, it *item, sp string) error {
 	}
 	switch {
 	case len(found) == 1 && found[0] == it.buyer():
-		return nil // written by a concurrent batch: done
+		it.fresh = false // written by a concurrent batch: done, counted there
+		return nil
 	case len(found) == 1:
 		it.reason = ReasonIDCollision
 		it.idTaken = true
@@ -532,7 +532,10 @@ func (it *item) buyer() buyerOf {
 
 // deadLetter records why an item is not an order. The caller's savepoint
 // must have undone any write for the item. A replayed dead letter that
-// fails again is live again, with the new reason.
+// fails again is live again, with the new reason. A dead letter is kept
+// under its order id unless another buyer's dead letter has that id
+// (found here too, since a concurrent batch may have just committed one):
+// then it is kept by its message alone.
 func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 	payload, _ := json.Marshal(it.msg.Values)
 	d := DeadLetter{
@@ -542,19 +545,7 @@ func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 		o := it.ord
 		d.OrderID, d.UserID, d.VoucherID = &o.OrderID, &o.UserID, &o.VoucherID
 	}
-	var err error
-	if it.idTaken {
-		// The order id is another buyer's: recorded by message only; a
-		// redelivery meets the message's unique key.
-		d.OrderID = nil
-		err = tx.Create(&d).Error
-	} else {
-		err = tx.Clauses(clause.OnConflict{
-			Columns:   []clause.Column{{Name: "order_id"}},
-			DoUpdates: clause.Assignments(map[string]any{"reason": it.reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID}),
-		}).Create(&d).Error
-	}
-	if err != nil && !isDuplicate(err) {
+	if err := w.recordDeadLetter(tx, it, &d); err != nil {
 		return fmt.Errorf("dead-letter message %s: %w", it.msg.ID, err)
 	}
 	level := slog.LevelWarn
@@ -563,6 +554,46 @@ func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 	}
 	w.log.Log(context.Background(), level, "message dead-lettered", "message_id", it.msg.ID, "order_id", it.ord.OrderID, "reason", it.reason)
 	return nil
+}
+
+// recordDeadLetter inserts d; a message already recorded (a redelivery)
+// changes nothing.
+func (w *Writer) recordDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) error {
+	if it.idTaken || d.OrderID == nil {
+		d.OrderID = nil
+		if err := tx.Create(d).Error; err != nil && !isDuplicate(err) {
+			return err
+		}
+		return nil
+	}
+	const sp = "dead_letter"
+	if err := tx.SavePoint(sp).Error; err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	err := tx.Create(d).Error
+	if err == nil || !isDuplicate(err) {
+		return err
+	}
+	if err := tx.RollbackTo(sp).Error; err != nil {
+		return fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	var held []buyerOf
+	if err := tx.Raw(w.locking("SELECT order_id AS id, user_id, voucher_id FROM dead_letters WHERE order_id = ?"), *d.OrderID).Scan(&held).Error; err != nil {
+		return fmt.Errorf("find dead letter of order %d: %w", *d.OrderID, err)
+	}
+	switch {
+	case len(held) == 0:
+		return nil // the message itself is recorded: a redelivery
+	case held[0] == it.buyer():
+		// This order's letter, replayed or from another message of it:
+		// live again with the new reason.
+		return tx.Model(&DeadLetter{}).Where("order_id = ?", *d.OrderID).Updates(map[string]any{
+			"reason": d.Reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID,
+		}).Error
+	default:
+		it.idTaken = true
+		return w.recordDeadLetter(tx, it, d)
+	}
 }
 
 // giveBack returns the Redis reservation of every dead-lettered item.
