@@ -3,7 +3,9 @@ package order
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 
 	"gorm.io/gorm"
@@ -282,5 +284,111 @@ func TestWriterIDClashBeforeDeliveryLimit(t *testing.T) {
 	handle(t, e.w, []mq.Message{over})
 	if d := deadLetterOf(t, e, 2, v2); d.Reason != ReasonDeliveryLimit {
 		t.Fatalf("buyer 2: dead letter %+v, want delivery_limit", d)
+	}
+}
+
+// deadCounter counts the dead letters a writer reports as new.
+type deadCounter struct {
+	nopObserver
+	mu   sync.Mutex
+	dead map[string]int
+}
+
+func (o *deadCounter) DeadLettered(reason string) { o.mu.Lock(); o.dead[reason]++; o.mu.Unlock() }
+
+// TestWriterDeadLetterRecordedMeanwhile: a stalled worker's message was
+// dead-lettered by the worker that reclaimed it (over its delivery
+// limit); the stalled one, finding no stock, keeps that letter and its
+// reason and does not count it again.
+func TestWriterDeadLetterRecordedMeanwhile(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	obs := &deadCounter{dead: map[string]int{}}
+	w := NewWriter(e.db, e.rdb, e.keys, WriterConfig{Observer: obs}, slog.New(slog.DiscardHandler))
+	v := e.voucher(t, 1)
+	if err := e.db.Exec("UPDATE vouchers SET stock = 0 WHERE id = ?", v).Error; err != nil {
+		t.Fatal(err)
+	}
+	stateEnv(t, e, v, 0, map[int64]int64{9: 2001})
+	m := msg(1, 2001, 9, v)
+	late, tx := stalled(t, e, m)
+	over := m
+	over.Deliveries = 99
+	handle(t, w, []mq.Message{over}) // the reclaimer: delivery_limit, committed
+	if err := w.one(tx, late, "m0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	w.observeCommitted([]*item{late})
+	if late.reason != ReasonDeliveryLimit {
+		t.Errorf("the stalled worker's item has reason %q, want the letter's delivery_limit", late.reason)
+	}
+	if d := deadLetterOf(t, e, 9, v); d.Reason != ReasonDeliveryLimit {
+		t.Errorf("dead letter %+v, want delivery_limit kept", d)
+	}
+	if obs.dead[ReasonDeliveryLimit] != 1 || len(obs.dead) != 1 {
+		t.Errorf("dead letters counted %v, want one delivery_limit", obs.dead)
+	}
+}
+
+// TestWriterReplayedKeptByMessageRedelivered: a letter kept by its
+// message was replayed while its message was still pending (a worker
+// died before the ack); when that message is redelivered and fails again,
+// the letter is live again, not left marked replayed with no order.
+func TestWriterReplayedKeptByMessageRedelivered(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	ctx := context.Background()
+	v1, v2 := oneIDTwoBuyers(t, e, 2301)
+	handle(t, e.w, []mq.Message{msg(1, 2301, 1, v1)}) // buyer 1's letter holds the id
+	over := msg(2, 2301, 2, v2)
+	over.Deliveries = 99
+	handle(t, e.w, []mq.Message{over}) // buyer 2's, kept by its message
+	// As if the worker had died after the commit, before the give-back.
+	if err := e.rdb.HSet(ctx, e.keys.Buyers(v2), "2", 2301).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := deadLetterOf(t, e, 2, v2)
+	if _, err := NewDeadLetters(e.db, voucher.NewReserver(e.rdb, e.keys)).Replay(ctx, d.ID); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	over.Deliveries = 100
+	handle(t, e.w, []mq.Message{over}) // the pending message, reclaimed
+	if d := deadLetterOf(t, e, 2, v2); d.ReplayedAt != nil || d.Reason != ReasonDeliveryLimit {
+		t.Fatalf("dead letter %+v, want delivery_limit and live", d)
+	}
+}
+
+// TestWriterSameOrderTwiceInBatch: two messages of one order in a batch
+// (a replay beside a stale copy): the second waits for a later batch.
+func TestWriterSameOrderTwiceInBatch(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	v := e.voucher(t, 10)
+	stateEnv(t, e, v, 9, map[int64]int64{5: 2201})
+	stale := msg(1, 2201, 5, v)
+	stale.Deliveries = 99
+	out := handle(t, e.w, []mq.Message{stale, msg(2, 2201, 5, v)})
+	if out[0] != mq.Ack || out[1] != mq.Retry {
+		t.Fatalf("outcomes %v, want [Ack Retry]", out)
+	}
+}
+
+// TestWriterRetriedTransactionDecidesAfresh: a transaction tried again
+// (after a deadlock) starts from the reasons Handle gave, not from those
+// the failed attempt found (no stock then need not mean no stock now).
+func TestWriterRetriedTransactionDecidesAfresh(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	v := e.voucher(t, 10)
+	it, tx := stalled(t, e, msg(1, 2401, 3, v))
+	it.reason, it.idTaken = ReasonOutOfStock, true // what a failed attempt left
+	if fresh, err := e.w.unseen(tx, []*item{it}); err != nil || len(fresh) != 1 {
+		t.Fatalf("unseen: %v, %v", fresh, err)
+	}
+	if it.reason != "" || it.idTaken {
+		t.Fatalf("after unseen: reason %q idTaken %v, want none", it.reason, it.idTaken)
 	}
 }

@@ -134,6 +134,9 @@ type item struct {
 	// a dead letter of this item is recorded without it (the id is unique
 	// among dead letters).
 	idTaken bool
+	// given is the reason Handle gave before the transaction (delivery or
+	// attempt limit): a transaction tried again starts from it.
+	given string
 }
 
 // Handle writes the batch. Each message ends as an order, a dead letter
@@ -151,9 +154,9 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 		case err != nil:
 			it.bad, it.reason = true, ReasonUndecodable
 		case clash(items, o):
-			// Another buyer's message in this batch has the same order id:
-			// which of them ends as what is decided once that one is
-			// committed, in a later batch.
+			// Another message of this batch has the same order id: what
+			// this one ends as is decided once that one is committed, in
+			// a later batch.
 			outcomes[len(items)] = mq.Retry
 		case m.Deliveries > w.cfg.MaxDeliveries:
 			it.ord, it.reason = o, ReasonDeliveryLimit
@@ -200,6 +203,7 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	work := make([]*item, 0, len(items))
 	for i := range items {
 		if outcomes[i] != mq.Retry {
+			items[i].given = items[i].reason
 			work = append(work, &items[i])
 		}
 	}
@@ -236,11 +240,13 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	return outcomes, nil
 }
 
-// clash reports whether an earlier item of the batch has o's order id for
-// another buyer (ids minted twice).
+// clash reports whether an earlier item of the batch has o's order id:
+// another buyer's (ids minted twice), or another message of the same order
+// (a replay beside a stale copy still pending): one transaction decides
+// one message per order id.
 func clash(items []item, o voucher.Message) bool {
 	for _, it := range items {
-		if !it.bad && it.ord.OrderID == o.OrderID && (it.ord.UserID != o.UserID || it.ord.VoucherID != o.VoucherID) {
+		if !it.bad && it.ord.OrderID == o.OrderID {
 			return true
 		}
 	}
@@ -314,8 +320,10 @@ func (w *Writer) write(tx *gorm.DB, items []*item) error {
 func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 	var ids []int64
 	for _, it := range items {
-		it.fresh = false // a transaction tried again decides afresh
+		// A transaction tried again decides afresh.
+		it.fresh, it.idTaken = false, false
 		if !it.bad {
+			it.reason = it.given
 			ids = append(ids, it.ord.OrderID)
 		}
 	}
@@ -357,7 +365,6 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 		id := it.ord.OrderID
 		o, isOrder := written[id]
 		d, isDead := deadLetters[id]
-		it.idTaken = false
 		switch {
 		case isOrder && o == it.buyer():
 			it.reason = "" // an order: nothing to give back
@@ -556,44 +563,83 @@ func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 	return nil
 }
 
-// recordDeadLetter inserts d; a message already recorded (a redelivery)
-// changes nothing.
+// recordDeadLetter inserts d. When a row is there already: this order's
+// letter, replayed, is live again with this message and reason; a live one
+// (a concurrent worker recorded this order or this message meanwhile)
+// stands, and the item takes its reason and is not counted again; another
+// buyer's letter holding the order id leaves d to be kept by its message.
 func (w *Writer) recordDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) error {
-	if it.idTaken || d.OrderID == nil {
-		d.OrderID = nil
-		if err := tx.Create(d).Error; err != nil && !isDuplicate(err) {
+	if !it.idTaken && d.OrderID != nil {
+		const sp = "dead_letter"
+		if err := tx.SavePoint(sp).Error; err != nil {
+			return fmt.Errorf("savepoint: %w", err)
+		}
+		err := tx.Create(d).Error
+		if err == nil || !isDuplicate(err) {
 			return err
 		}
-		return nil
+		if err := tx.RollbackTo(sp).Error; err != nil {
+			return fmt.Errorf("rollback to savepoint: %w", err)
+		}
+		var held []struct {
+			ID, UserID, VoucherID int64
+			Replayed              bool
+		}
+		if err := tx.Raw(w.locking("SELECT order_id AS id, user_id, voucher_id, replayed_at IS NOT NULL AS replayed FROM dead_letters WHERE order_id = ?"),
+			*d.OrderID).Scan(&held).Error; err != nil {
+			return fmt.Errorf("find dead letter of order %d: %w", *d.OrderID, err)
+		}
+		switch {
+		case len(held) == 0: // the message's own key: see below
+		case (buyerOf{held[0].ID, held[0].UserID, held[0].VoucherID}) != it.buyer():
+			it.idTaken = true
+		case held[0].Replayed:
+			return w.revive(tx, it, d, "order_id = ?", *d.OrderID)
+		default:
+			return w.adopt(tx, it, d, "order_id = ?", *d.OrderID)
+		}
 	}
-	const sp = "dead_letter"
-	if err := tx.SavePoint(sp).Error; err != nil {
-		return fmt.Errorf("savepoint: %w", err)
-	}
+	d.OrderID = nil
 	err := tx.Create(d).Error
 	if err == nil || !isDuplicate(err) {
 		return err
 	}
-	if err := tx.RollbackTo(sp).Error; err != nil {
-		return fmt.Errorf("rollback to savepoint: %w", err)
+	return w.adopt(tx, it, d, "stream = ? AND message_id = ?", d.Stream, d.MessageID)
+}
+
+// adopt takes the letter found by where as this item's: a live one stands
+// and gives the item its reason; a replayed one is live again.
+func (w *Writer) adopt(tx *gorm.DB, it *item, d *DeadLetter, where string, args ...any) error {
+	var rows []struct {
+		Reason   string
+		Replayed bool
 	}
-	var held []buyerOf
-	if err := tx.Raw(w.locking("SELECT order_id AS id, user_id, voucher_id FROM dead_letters WHERE order_id = ?"), *d.OrderID).Scan(&held).Error; err != nil {
-		return fmt.Errorf("find dead letter of order %d: %w", *d.OrderID, err)
+	if err := tx.Raw(w.locking("SELECT reason, replayed_at IS NOT NULL AS replayed FROM dead_letters WHERE "+where), args...).
+		Scan(&rows).Error; err != nil {
+		return fmt.Errorf("find dead letter: %w", err)
 	}
-	switch {
-	case len(held) == 0:
-		return nil // the message itself is recorded: a redelivery
-	case held[0] == it.buyer():
-		// This order's letter, replayed or from another message of it:
-		// live again with the new reason.
-		return tx.Model(&DeadLetter{}).Where("order_id = ?", *d.OrderID).Updates(map[string]any{
-			"reason": d.Reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID,
-		}).Error
-	default:
-		it.idTaken = true
-		return w.recordDeadLetter(tx, it, d)
+	if len(rows) == 0 {
+		return fmt.Errorf("dead letter of message %s: a duplicate key but no row", it.msg.ID)
 	}
+	if rows[0].Replayed {
+		return w.revive(tx, it, d, where, args...)
+	}
+	it.reason, it.fresh = rows[0].Reason, false
+	return nil
+}
+
+// revive makes the replayed letter found by where live again, as this
+// message's. If this message has a letter of its own already (a concurrent
+// worker's), that one is adopted instead.
+func (w *Writer) revive(tx *gorm.DB, it *item, d *DeadLetter, where string, args ...any) error {
+	err := tx.Model(&DeadLetter{}).Where(where, args...).Updates(map[string]any{
+		"reason": d.Reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID,
+		"payload": d.Payload, "created_at": d.CreatedAt,
+	}).Error
+	if isDuplicate(err) {
+		return w.adopt(tx, it, d, "stream = ? AND message_id = ?", d.Stream, d.MessageID)
+	}
+	return err
 }
 
 // giveBack returns the Redis reservation of every dead-lettered item.
