@@ -147,21 +147,26 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	items := make([]item, 0, len(batch))
 	var lockKeys, lockValues []string
 	var lockIdx []int
+	ids := make(map[int64]bool, len(batch))
 	for _, m := range batch {
 		it := item{msg: m}
 		o, err := voucher.Decode(m.Values)
 		switch {
 		case err != nil:
 			it.bad, it.reason = true, ReasonUndecodable
-		case clash(items, o):
-			// Another message of this batch has the same order id: what
-			// this one ends as is decided once that one is committed, in
-			// a later batch.
+		case ids[o.OrderID]:
+			// An earlier message of this batch has the same order id:
+			// another buyer's (ids minted twice) or another message of
+			// this order (a replay beside a stale copy still pending). One
+			// transaction decides one message per order id; this one is
+			// decided in a later batch, once that one is committed.
 			outcomes[len(items)] = mq.Retry
 		case m.Deliveries > w.cfg.MaxDeliveries:
 			it.ord, it.reason = o, ReasonDeliveryLimit
+			ids[o.OrderID] = true
 		default:
 			it.ord = o
+			ids[o.OrderID] = true
 			if w.cfg.Locks != nil {
 				lockKeys = append(lockKeys, lockKey(w.cfg.KeyPrefix, o.VoucherID, o.UserID))
 				lockValues = append(lockValues, "order:"+strconv.FormatInt(o.OrderID, 10))
@@ -238,19 +243,6 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 		return nil, err
 	}
 	return outcomes, nil
-}
-
-// clash reports whether an earlier item of the batch has o's order id:
-// another buyer's (ids minted twice), or another message of the same order
-// (a replay beside a stale copy still pending): one transaction decides
-// one message per order id.
-func clash(items []item, o voucher.Message) bool {
-	for _, it := range items {
-		if !it.bad && it.ord.OrderID == o.OrderID {
-			return true
-		}
-	}
-	return false
 }
 
 // observeCommitted tells the observer what the committed transaction
