@@ -75,6 +75,8 @@ func (a *admin) replay(c *gin.Context) {
 		c.JSON(http.StatusAccepted, gin.H{"dead_letter": d, "status": "pending"})
 	case errors.Is(err, order.ErrNotFound):
 		apierr.Abort(c, http.StatusNotFound, "not_found", "no dead letter has this id")
+	case errors.Is(err, order.ErrInFlight):
+		apierr.Abort(c, http.StatusConflict, "in_flight", "the order's message is still being handled and will decide; nothing was sent again")
 	case errors.Is(err, order.ErrNotReplayable):
 		apierr.Abort(c, http.StatusConflict, "not_replayable", "this dead letter holds no order to send again (undecodable, or its order id belongs to another order)")
 	case errors.As(err, &held):

@@ -17,6 +17,12 @@ import (
 // buyer got the reservation back and may simply buy again).
 var ErrNotReplayable = errors.New("dead letter cannot be replayed")
 
+// ErrInFlight means the dead letter's order still holds its reservation in
+// Redis: its message is still being handled (a worker stopped between
+// recording the letter and acknowledging it), and its redelivery decides;
+// nothing was sent again.
+var ErrInFlight = errors.New("dead letter's order is still in flight")
+
 // DeadLetters lists dead letters and sends them through the pipeline again.
 type DeadLetters struct {
 	db       *gorm.DB
@@ -65,9 +71,16 @@ func (d *DeadLetters) Replay(ctx context.Context, id int64) (DeadLetter, error) 
 	if err := d.db.WithContext(ctx).Model(&DeadLetter{}).Where("id = ?", id).Update("replayed_at", now).Error; err != nil {
 		return dl, fmt.Errorf("mark dead letter %d replayed: %w", id, err)
 	}
-	if _, err := d.reserver.Reserve(ctx, *dl.VoucherID, *dl.UserID, orderID); err != nil {
-		// Refused (sold out, ended, ...) or Redis failed: the dead letter
-		// stands as it was.
+	res, err := d.reserver.Reserve(ctx, *dl.VoucherID, *dl.UserID, orderID)
+	if err == nil && res.Replayed && dl.ReplayedAt == nil {
+		// Nothing was sent: the buyer still holds this very order, from
+		// its first message. (Replayed before, it is that replay's
+		// message: the same answer as then.)
+		err = ErrInFlight
+	}
+	if err != nil {
+		// Refused (sold out, ended, ...), in flight, or Redis failed: the
+		// dead letter stands as it was.
 		if uerr := d.db.WithContext(context.WithoutCancel(ctx)).Model(&DeadLetter{}).Where("id = ?", id).
 			Update("replayed_at", nil).Error; uerr != nil {
 			return dl, errors.Join(err, uerr)

@@ -3,8 +3,10 @@ package order
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -334,9 +336,10 @@ func TestWriterDeadLetterRecordedMeanwhile(t *testing.T) {
 }
 
 // TestWriterReplayedKeptByMessageRedelivered: a letter kept by its
-// message was replayed while its message was still pending (a worker
-// died before the ack); when that message is redelivered and fails again,
-// the letter is live again, not left marked replayed with no order.
+// message is replayed while its message is still pending (a worker died
+// after the commit, before the give-back and the ack): the replay sends
+// nothing and says so, the letter stays live, and the redelivered message
+// ends as that letter again.
 func TestWriterReplayedKeptByMessageRedelivered(t *testing.T) {
 	t.Parallel()
 	e := newWriterEnv(t)
@@ -351,8 +354,11 @@ func TestWriterReplayedKeptByMessageRedelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := deadLetterOf(t, e, 2, v2)
-	if _, err := NewDeadLetters(e.db, voucher.NewReserver(e.rdb, e.keys)).Replay(ctx, d.ID); err != nil {
-		t.Fatalf("replay: %v", err)
+	if _, err := NewDeadLetters(e.db, voucher.NewReserver(e.rdb, e.keys)).Replay(ctx, d.ID); !errors.Is(err, ErrInFlight) {
+		t.Fatalf("replay: %v, want ErrInFlight", err)
+	}
+	if d := deadLetterOf(t, e, 2, v2); d.ReplayedAt != nil {
+		t.Fatalf("dead letter %+v marked replayed though nothing was sent", d)
 	}
 	over.Deliveries = 100
 	handle(t, e.w, []mq.Message{over}) // the pending message, reclaimed
@@ -390,5 +396,77 @@ func TestWriterRetriedTransactionDecidesAfresh(t *testing.T) {
 	}
 	if it.reason != "" || it.idTaken {
 		t.Fatalf("after unseen: reason %q idTaken %v, want none", it.reason, it.idTaken)
+	}
+}
+
+// TestWriterStaleCopyOfReplayedLetter: a message whose letter was
+// replayed comes again (still pending when its worker stopped after the
+// give-back), beside or before the replay's message: it changes nothing,
+// and the replay's message decides; the order ends as one order, its
+// letter stays replayed. Both with the letter under its order id and kept
+// by its message.
+func TestWriterStaleCopyOfReplayedLetter(t *testing.T) {
+	t.Parallel()
+	for _, keyless := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kept_by_message=%v", keyless), func(t *testing.T) {
+			t.Parallel()
+			e := newWriterEnv(t)
+			ctx := context.Background()
+			id := int64(3101)
+			v1, v := oneIDTwoBuyers(t, e, id)
+			if keyless {
+				handle(t, e.w, []mq.Message{msg(1, id, 1, v1)}) // buyer 1's letter holds the id
+			}
+			first := msg(2, id, 2, v)
+			first.Deliveries = 99
+			handle(t, e.w, []mq.Message{first}) // a letter, reservation given back
+			d := deadLetterOf(t, e, 2, v)
+			if (d.OrderID == nil) != keyless {
+				t.Fatalf("dead letter %+v: kept by message %v, want %v", d, d.OrderID == nil, keyless)
+			}
+			if _, err := NewDeadLetters(e.db, voucher.NewReserver(e.rdb, e.keys)).Replay(ctx, d.ID); err != nil {
+				t.Fatalf("replay: %v", err)
+			}
+			first.Deliveries = 100 // the stale copy, reclaimed
+			replay := msg(3, id, 2, v)
+			if out := handle(t, e.w, []mq.Message{first, replay}); out[0] != mq.Ack || out[1] != mq.Retry {
+				t.Fatalf("outcomes %v, want [Ack Retry]", out)
+			}
+			handle(t, e.w, []mq.Message{replay}) // back from the delay queue
+			if s, o, _ := e.counts(t, v); s != 9 || o != 1 {
+				t.Fatalf("stock %d orders %d, want 9 1", s, o)
+			}
+			if d := deadLetterOf(t, e, 2, v); d.ReplayedAt == nil {
+				t.Fatalf("the order's letter is live again: %+v", d)
+			}
+			if stock, buyers := redisStock(t, e, v); stock != 9 || buyers["2"] != strconv.FormatInt(id, 10) {
+				t.Fatalf("redis stock %d buyers %v, want 9 and buyer 2", stock, buyers)
+			}
+		})
+	}
+}
+
+// TestWriterStalledWorkerFindsItsOrderWritten: a stalled worker finds no
+// stock because the worker that took its message over wrote this very
+// order with the last unit: the order is done, not also a dead letter.
+func TestWriterStalledWorkerFindsItsOrderWritten(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	v := e.voucher(t, 1)
+	stateEnv(t, e, v, 0, map[int64]int64{9: 3001})
+	m := msg(1, 3001, 9, v)
+	late, tx := stalled(t, e, m)
+	handle(t, e.w, []mq.Message{m}) // the other worker: the order, with the last unit
+	if err := e.w.one(tx, late, "m0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	if late.reason != "" || late.fresh {
+		t.Fatalf("stalled worker's item: reason %q fresh %v, want written and not counted", late.reason, late.fresh)
+	}
+	if s, o, d := e.counts(t, v); s != 0 || o != 1 || d != 0 {
+		t.Fatalf("stock %d orders %d dead %d; want 0 1 0", s, o, d)
 	}
 }

@@ -137,6 +137,10 @@ type item struct {
 	// given is the reason Handle gave before the transaction (delivery or
 	// attempt limit): a transaction tried again starts from it.
 	given string
+	// decided: a stale copy of a message whose dead letter was replayed;
+	// the replay's own message decides the order. It is acknowledged and
+	// changes nothing: no order, no letter, nothing given back or settled.
+	decided bool
 }
 
 // Handle writes the batch. Each message ends as an order, a dead letter
@@ -313,7 +317,7 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 	var ids []int64
 	for _, it := range items {
 		// A transaction tried again decides afresh.
-		it.fresh, it.idTaken = false, false
+		it.fresh, it.idTaken, it.decided = false, false, false
 		if !it.bad {
 			it.reason = it.given
 			ids = append(ids, it.ord.OrderID)
@@ -332,8 +336,10 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 		VoucherID int64
 		Reason    string
 		Replayed  bool
+		Stream    string
+		MessageID string
 	}
-	if err := tx.Raw(w.locking("SELECT order_id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed FROM dead_letters WHERE order_id IN ?"), ids).Scan(&dead).Error; err != nil {
+	if err := tx.Raw(w.locking("SELECT order_id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed, stream, message_id FROM dead_letters WHERE order_id IN ?"), ids).Scan(&dead).Error; err != nil {
 		return nil, fmt.Errorf("find dead letters: %w", err)
 	}
 	written := make(map[int64]buyerOf, len(done))
@@ -341,13 +347,14 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 		written[o.ID] = o
 	}
 	type deadOf struct {
-		buyer    buyerOf
-		reason   string
-		replayed bool
+		buyer           buyerOf
+		reason          string
+		replayed        bool
+		stream, message string
 	}
 	deadLetters := make(map[int64]deadOf, len(dead))
 	for _, d := range dead {
-		deadLetters[d.OrderID] = deadOf{buyerOf{d.OrderID, d.UserID, d.VoucherID}, d.Reason, d.Replayed}
+		deadLetters[d.OrderID] = deadOf{buyerOf{d.OrderID, d.UserID, d.VoucherID}, d.Reason, d.Replayed, d.Stream, d.MessageID}
 	}
 	var fresh []*item
 	for _, it := range items {
@@ -361,11 +368,11 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 		case isOrder && o == it.buyer():
 			it.reason = "" // an order: nothing to give back
 		case isOrder: // another buyer's order has this id
-			if r, found, err := w.deadLetterOfMessage(tx, it); err != nil {
-				return nil, err
-			} else if found {
-				it.reason = r // and redelivered
-				continue
+			if found, err := w.byMessage(tx, it); err != nil || found {
+				if err != nil {
+					return nil, err
+				}
+				continue // redelivered
 			}
 			it.reason = ReasonIDCollision
 			it.idTaken = true
@@ -373,15 +380,17 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 			it.fresh = true
 		case isDead && d.buyer == it.buyer() && !d.replayed:
 			it.reason = d.reason
+		case isDead && d.buyer == it.buyer() && d.stream == it.msg.Stream && d.message == it.msg.ID:
+			it.decided = true // a stale copy of a replayed letter's message
 		default:
 			if isDead && d.buyer != it.buyer() {
 				// Another buyer's dead letter has the id: this one may
 				// still become an order (the id is free among orders),
 				// but a dead letter of it must not take that row.
-				if r, found, err := w.deadLetterOfMessage(tx, it); err != nil {
-					return nil, err
-				} else if found {
-					it.reason = r
+				if found, err := w.byMessage(tx, it); err != nil || found {
+					if err != nil {
+						return nil, err
+					}
 					continue
 				}
 				it.idTaken = true
@@ -395,19 +404,30 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 	return append(fresh, bad...), err
 }
 
-// deadLetterOfMessage finds the dead letter recorded for this very stream
-// message (dead letters of an order id another buyer holds have no order
-// id): its reason, and whether there is one.
-func (w *Writer) deadLetterOfMessage(tx *gorm.DB, it *item) (string, bool, error) {
-	var reasons []string
-	if err := tx.Raw(w.locking("SELECT reason FROM dead_letters WHERE stream = ? AND message_id = ? AND replayed_at IS NULL"),
-		it.msg.Stream, it.msg.ID).Scan(&reasons).Error; err != nil {
-		return "", false, fmt.Errorf("find dead letter of message %s: %w", it.msg.ID, err)
+// byMessage looks for the dead letter of this very stream message (kept
+// by its message: another buyer holds the order id) and, when there is
+// one, decides the item by it: a live letter gives its reason (given back
+// again, a no-op); a replayed one makes the item a stale copy.
+func (w *Writer) byMessage(tx *gorm.DB, it *item) (bool, error) {
+	var rows []struct {
+		Reason            string
+		Replayed          bool
+		UserID, VoucherID *int64
 	}
-	if len(reasons) == 0 {
-		return "", false, nil
+	if err := tx.Raw(w.locking("SELECT reason, replayed_at IS NOT NULL AS replayed, user_id, voucher_id FROM dead_letters WHERE stream = ? AND message_id = ?"),
+		it.msg.Stream, it.msg.ID).Scan(&rows).Error; err != nil {
+		return false, fmt.Errorf("find dead letter of message %s: %w", it.msg.ID, err)
 	}
-	return reasons[0], true, nil
+	if len(rows) == 0 || rows[0].UserID == nil || rows[0].VoucherID == nil ||
+		*rows[0].UserID != it.ord.UserID || *rows[0].VoucherID != it.ord.VoucherID {
+		return false, nil // none, or another message's under the same id
+	}
+	if rows[0].Replayed {
+		it.decided = true
+	} else {
+		it.reason = rows[0].Reason
+	}
+	return true, nil
 }
 
 // unseenBad returns the undecodable items without a dead letter yet.
@@ -481,6 +501,11 @@ func (w *Writer) one(tx *gorm.DB, it *item, sp string) error {
 		return fmt.Errorf("take stock of voucher %d: %w", o.VoucherID, res.Error)
 	}
 	if res.RowsAffected != 1 {
+		// The last unit may have gone to this very order, written by a
+		// worker that took the message over from this stalled one.
+		if done, err := w.written(tx, it); err != nil || done {
+			return err
+		}
 		var n int64
 		if err := tx.Raw("SELECT COUNT(*) FROM vouchers WHERE id = ?", o.VoucherID).Scan(&n).Error; err != nil {
 			return fmt.Errorf("find voucher %d: %w", o.VoucherID, err)
@@ -516,6 +541,20 @@ func (w *Writer) one(tx *gorm.DB, it *item, sp string) error {
 		it.reason = ReasonDuplicateBuyer
 	}
 	return w.deadLetter(tx, it)
+}
+
+// written reports whether this item's order is in the table, written by a
+// concurrent batch (then it is done, and counted there).
+func (w *Writer) written(tx *gorm.DB, it *item) (bool, error) {
+	var found []buyerOf
+	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id FROM orders WHERE id = ?"), it.ord.OrderID).Scan(&found).Error; err != nil {
+		return false, fmt.Errorf("find order %d: %w", it.ord.OrderID, err)
+	}
+	if len(found) == 1 && found[0] == it.buyer() {
+		it.fresh = false
+		return true, nil
+	}
+	return false, nil
 }
 
 // buyerOf is an order id with the buyer and voucher it was accepted for.
@@ -555,11 +594,13 @@ func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 	return nil
 }
 
-// recordDeadLetter inserts d. When a row is there already: this order's
-// letter, replayed, is live again with this message and reason; a live one
-// (a concurrent worker recorded this order or this message meanwhile)
-// stands, and the item takes its reason and is not counted again; another
-// buyer's letter holding the order id leaves d to be kept by its message.
+// recordDeadLetter inserts d. When a row holds its order id already: another
+// buyer's leaves d to be kept by its message; this order's live letter (a
+// concurrent worker recorded it meanwhile) stands, the item takes its
+// reason and is not counted again; this order's replayed letter is live
+// again when d is the replay's message failing again, and when d is the
+// very message whose letter was replayed (a stale copy), the replay
+// decides and d changes nothing.
 func (w *Writer) recordDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) error {
 	if !it.idTaken && d.OrderID != nil {
 		const sp = "dead_letter"
@@ -575,63 +616,66 @@ func (w *Writer) recordDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) error {
 		}
 		var held []struct {
 			ID, UserID, VoucherID int64
+			Reason                string
 			Replayed              bool
+			Stream, MessageID     string
 		}
-		if err := tx.Raw(w.locking("SELECT order_id AS id, user_id, voucher_id, replayed_at IS NOT NULL AS replayed FROM dead_letters WHERE order_id = ?"),
+		if err := tx.Raw(w.locking("SELECT order_id AS id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed, stream, message_id FROM dead_letters WHERE order_id = ?"),
 			*d.OrderID).Scan(&held).Error; err != nil {
 			return fmt.Errorf("find dead letter of order %d: %w", *d.OrderID, err)
 		}
 		switch {
-		case len(held) == 0: // the message's own key: see below
+		case len(held) == 0:
+			return w.recordedByMessage(tx, it) // the message's key, not the order's
 		case (buyerOf{held[0].ID, held[0].UserID, held[0].VoucherID}) != it.buyer():
 			it.idTaken = true
-		case held[0].Replayed:
-			return w.revive(tx, it, d, "order_id = ?", *d.OrderID)
+		case !held[0].Replayed:
+			it.reason, it.fresh = held[0].Reason, false
+			return nil
+		case held[0].Stream == d.Stream && held[0].MessageID == d.MessageID:
+			it.decided, it.reason, it.fresh = true, "", false
+			return nil
 		default:
-			return w.adopt(tx, it, d, "order_id = ?", *d.OrderID)
+			err := tx.Model(&DeadLetter{}).Where("order_id = ?", *d.OrderID).Updates(map[string]any{
+				"reason": d.Reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID,
+				"payload": d.Payload, "created_at": d.CreatedAt,
+			}).Error
+			if isDuplicate(err) {
+				return w.recordedByMessage(tx, it)
+			}
+			return err
 		}
 	}
+	// Kept by its message. A replayed one is never revived: the stale copy
+	// must find it as it was (byMessage), and a replay that fails again
+	// gets a letter of its own.
 	d.OrderID = nil
 	err := tx.Create(d).Error
 	if err == nil || !isDuplicate(err) {
 		return err
 	}
-	return w.adopt(tx, it, d, "stream = ? AND message_id = ?", d.Stream, d.MessageID)
+	return w.recordedByMessage(tx, it)
 }
 
-// adopt takes the letter found by where as this item's: a live one stands
-// and gives the item its reason; a replayed one is live again.
-func (w *Writer) adopt(tx *gorm.DB, it *item, d *DeadLetter, where string, args ...any) error {
-	var rows []struct {
-		Reason   string
-		Replayed bool
+// recordedByMessage decides an item whose letter could not be inserted
+// because its message has one already (a concurrent worker's).
+func (w *Writer) recordedByMessage(tx *gorm.DB, it *item) error {
+	found, err := w.byMessage(tx, it)
+	if err != nil {
+		return err
 	}
-	if err := tx.Raw(w.locking("SELECT reason, replayed_at IS NOT NULL AS replayed FROM dead_letters WHERE "+where), args...).
-		Scan(&rows).Error; err != nil {
-		return fmt.Errorf("find dead letter: %w", err)
+	it.fresh = false
+	if it.decided {
+		it.reason = ""
 	}
-	if len(rows) == 0 {
-		return fmt.Errorf("dead letter of message %s: a duplicate key but no row", it.msg.ID)
+	if !found {
+		// The message's key holds another message's letter (stream ids
+		// reused, or a worker that reads messages otherwise): nothing
+		// more can be recorded for this one.
+		w.log.Error("dead letter not recorded: its stream message id holds another message's letter",
+			"message_id", it.msg.ID, "order_id", it.ord.OrderID, "reason", it.reason)
 	}
-	if rows[0].Replayed {
-		return w.revive(tx, it, d, where, args...)
-	}
-	it.reason, it.fresh = rows[0].Reason, false
 	return nil
-}
-
-// revive makes the replayed letter found by where live again, as this
-// message's. If this message has a letter of its own already (a concurrent
-// worker's), that one is adopted instead.
-func (w *Writer) revive(tx *gorm.DB, it *item, d *DeadLetter, where string, args ...any) error {
-	err := tx.Model(&DeadLetter{}).Where(where, args...).Updates(map[string]any{
-		"reason": d.Reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID,
-		"payload": d.Payload, "created_at": d.CreatedAt,
-	}).Error
-	if isDuplicate(err) {
-		return w.adopt(tx, it, d, "stream = ? AND message_id = ?", d.Stream, d.MessageID)
-	}
-	return err
 }
 
 // giveBack returns the Redis reservation of every dead-lettered item.
@@ -694,7 +738,7 @@ func (w *Writer) settle(ctx context.Context, items []*item) error {
 	}
 	calls := map[int]*call{}
 	for _, it := range items {
-		if it.bad || it.reason != "" {
+		if it.bad || it.reason != "" || it.decided {
 			continue
 		}
 		o := it.ord
