@@ -145,7 +145,9 @@ type item struct {
 
 // Handle writes the batch. Each message ends as an order, a dead letter
 // (with its reservation given back) or, when its buyer lock is held
-// elsewhere, a retry through the delay queue.
+// elsewhere or an earlier message of the batch has its order id, a retry
+// through the delay queue. A stale copy of a message whose dead letter was
+// replayed is acknowledged and changes nothing: the replay decides.
 func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
 	outcomes := make([]mq.Outcome, len(batch))
 	items := make([]item, 0, len(batch))
@@ -568,12 +570,11 @@ func (it *item) buyer() buyerOf {
 	return buyerOf{ID: it.ord.OrderID, UserID: it.ord.UserID, VoucherID: it.ord.VoucherID}
 }
 
-// deadLetter records why an item is not an order. The caller's savepoint
-// must have undone any write for the item. A replayed dead letter that
-// fails again is live again, with the new reason. A dead letter is kept
-// under its order id unless another buyer's dead letter has that id
-// (found here too, since a concurrent batch may have just committed one):
-// then it is kept by its message alone.
+// deadLetter records why an item is not an order (recordDeadLetter says
+// how, when a letter is there already). The caller's savepoint must have
+// undone any write for the item. A dead letter is kept under its order id
+// unless another buyer's order or dead letter has that id: then it is kept
+// by its message alone.
 func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 	payload, _ := json.Marshal(it.msg.Values)
 	d := DeadLetter{
