@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"seckill/internal/voucher"
 )
@@ -50,45 +51,53 @@ func (d *DeadLetters) List(ctx context.Context, limit int, before int64) ([]Dead
 
 // Replay sends a dead-lettered order through the purchase script again
 // with its own order id, so it is checked like any purchase (window,
-// stock, buyer) and, when accepted, written by the worker. The row is
-// marked replayed first: a crash in between leaves it marked and not
-// reserved, and replaying it again is safe (the same order id never
-// reserves twice).
+// stock, buyer) and, when accepted, written by the worker. Marking the
+// letter replayed and the purchase happen under the letter's row lock, in
+// one transaction committed only once the purchase was accepted: the
+// worker's locking reads of the letter wait for it, so a stale copy of the
+// letter's message never sees a mark whose purchase is not done. A crash
+// between the purchase and the commit leaves the letter live and the
+// replay's message in the stream: that message ends as the same letter
+// again, and the letter can be replayed again. Replaying a replayed letter
+// is safe: the same order id never reserves twice.
 func (d *DeadLetters) Replay(ctx context.Context, id int64) (DeadLetter, error) {
 	var dl DeadLetter
-	err := d.db.WithContext(ctx).Where("id = ?", id).Take(&dl).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", id, err)
-	}
-	orderID := orderOf(dl)
-	if orderID == 0 || dl.Reason == ReasonIDCollision {
-		return dl, fmt.Errorf("dead letter %d: %w", id, ErrNotReplayable)
-	}
-	now := time.Now().UTC()
-	if err := d.db.WithContext(ctx).Model(&DeadLetter{}).Where("id = ?", id).Update("replayed_at", now).Error; err != nil {
-		return dl, fmt.Errorf("mark dead letter %d replayed: %w", id, err)
-	}
-	res, err := d.reserver.Reserve(ctx, *dl.VoucherID, *dl.UserID, orderID)
-	if err == nil && res.Replayed && dl.ReplayedAt == nil {
-		// Nothing was sent: the buyer still holds this very order, from
-		// its first message. (Replayed before, it is that replay's
-		// message: the same answer as then.)
-		err = ErrInFlight
-	}
-	if err != nil {
-		// Refused (sold out, ended, ...), in flight, or Redis failed: the
-		// dead letter stands as it was.
-		if uerr := d.db.WithContext(context.WithoutCancel(ctx)).Model(&DeadLetter{}).Where("id = ?", id).
-			Update("replayed_at", nil).Error; uerr != nil {
-			return dl, errors.Join(err, uerr)
+	err := d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		q := tx
+		if tx.Dialector.Name() == "mysql" {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
 		}
-		return dl, fmt.Errorf("replay dead letter %d: %w", id, err)
-	}
-	dl.ReplayedAt = &now
-	return dl, nil
+		err := q.Where("id = ?", id).Take(&dl).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return fmt.Errorf("dead letter %d: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("dead letter %d: %w", id, err)
+		}
+		orderID := orderOf(dl)
+		if orderID == 0 || dl.Reason == ReasonIDCollision {
+			return fmt.Errorf("dead letter %d: %w", id, ErrNotReplayable)
+		}
+		now := time.Now().UTC()
+		if err := tx.Model(&DeadLetter{}).Where("id = ?", id).Update("replayed_at", now).Error; err != nil {
+			return fmt.Errorf("mark dead letter %d replayed: %w", id, err)
+		}
+		res, err := d.reserver.Reserve(ctx, *dl.VoucherID, *dl.UserID, orderID)
+		if err == nil && res.Replayed && dl.ReplayedAt == nil {
+			// Nothing was sent: the buyer still holds this very order, from
+			// its first message, whose redelivery decides. (Replayed
+			// before, it is that replay's message: the same answer as then.)
+			err = ErrInFlight
+		}
+		if err != nil {
+			// Refused (sold out, ended, ...), in flight, or Redis failed:
+			// the dead letter stands as it was.
+			return fmt.Errorf("replay dead letter %d: %w", id, err)
+		}
+		dl.ReplayedAt = &now
+		return nil
+	})
+	return dl, err
 }
 
 // orderOf is the order id of a dead letter's order, 0 when it holds none.

@@ -427,7 +427,14 @@ func TestWriterStaleCopyOfReplayedLetter(t *testing.T) {
 			if _, err := NewDeadLetters(e.db, voucher.NewReserver(e.rdb, e.keys)).Replay(ctx, d.ID); err != nil {
 				t.Fatalf("replay: %v", err)
 			}
-			first.Deliveries = 100 // the stale copy, reclaimed
+			first.Deliveries = 100 // the stale copy, reclaimed, still over its limit
+			if out := handle(t, e.w, []mq.Message{first}); out[0] != mq.Ack {
+				t.Fatalf("stale copy alone: outcome %v, want Ack", out[0])
+			}
+			// It gave nothing back: the replay's reservation stands.
+			if stock, buyers := redisStock(t, e, v); stock != 9 || buyers["2"] != strconv.FormatInt(id, 10) {
+				t.Fatalf("after the stale copy: redis stock %d buyers %v, want 9 and buyer 2", stock, buyers)
+			}
 			replay := msg(3, id, 2, v)
 			if out := handle(t, e.w, []mq.Message{first, replay}); out[0] != mq.Ack || out[1] != mq.Retry {
 				t.Fatalf("outcomes %v, want [Ack Retry]", out)

@@ -383,7 +383,7 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 		case isDead && d.buyer == it.buyer() && !d.replayed:
 			it.reason = d.reason
 		case isDead && d.buyer == it.buyer() && d.stream == it.msg.Stream && d.message == it.msg.ID:
-			it.decided = true // a stale copy of a replayed letter's message
+			it.decided, it.reason = true, "" // a stale copy of a replayed letter's message
 		default:
 			if isDead && d.buyer != it.buyer() {
 				// Another buyer's dead letter has the id: this one may
@@ -425,7 +425,7 @@ func (w *Writer) byMessage(tx *gorm.DB, it *item) (bool, error) {
 		return false, nil // none, or another message's under the same id
 	}
 	if rows[0].Replayed {
-		it.decided = true
+		it.decided, it.reason = true, ""
 	} else {
 		it.reason = rows[0].Reason
 	}
@@ -684,7 +684,7 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 	pipe := w.rdb.Pipeline()
 	n := 0
 	for _, it := range items {
-		if it.reason == "" || it.bad {
+		if it.reason == "" || it.bad || it.decided {
 			continue
 		}
 		o := it.ord
