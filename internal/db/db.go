@@ -53,9 +53,12 @@ func OpenMySQL(dsn string, maxOpen int) (*gorm.DB, error) {
 
 // OpenSQLite opens (creating) an SQLite file in WAL mode with foreign keys
 // on. SQLite has one writer, so the pool holds one connection: concurrent
-// writers would otherwise fail with "database is locked".
+// writers would otherwise fail with "database is locked". Transactions
+// begin IMMEDIATE: one that reads, then writes, takes the write lock up
+// front and waits out another process's (an operator command on the same
+// file) instead of failing when its read turns into a write.
 func OpenSQLite(path string) (*gorm.DB, error) {
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 	g, err := gorm.Open(sqlite.Open(dsn), gormConfig())
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
