@@ -477,3 +477,66 @@ func TestWriterStalledWorkerFindsItsOrderWritten(t *testing.T) {
 		t.Fatalf("stock %d orders %d dead %d; want 0 1 0", s, o, d)
 	}
 }
+
+// TestWriterOrderAndLetterRace: two workers hold one message (one stalled,
+// one that took it over). Whichever records second finds what the first
+// committed: a letter found after the order insert wins over the order,
+// an order found after the letter insert wins over the letter. Either way
+// the message ends as exactly one thing.
+func TestWriterOrderAndLetterRace(t *testing.T) {
+	t.Parallel()
+	t.Run("letter first", func(t *testing.T) {
+		t.Parallel()
+		e := newWriterEnv(t)
+		v := e.voucher(t, 10)
+		stateEnv(t, e, v, 9, map[int64]int64{4: 5001})
+		m := msg(1, 5001, 4, v)
+		late, tx := stalled(t, e, m)
+		over := m
+		over.Deliveries = 99
+		handle(t, e.w, []mq.Message{over}) // the other worker: a letter, committed
+		if err := tx.SavePoint("fast").Error; err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := e.w.fast(tx, []*item{late}); err != nil || ok {
+			t.Fatalf("fast path: %v, %v; want a fall back to the careful way", ok, err)
+		}
+		if err := tx.RollbackTo("fast").Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := e.w.one(tx, late, "m0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit().Error; err != nil {
+			t.Fatal(err)
+		}
+		if late.reason != ReasonDeliveryLimit || late.fresh {
+			t.Fatalf("stalled item: reason %q fresh %v; want the letter's, not counted", late.reason, late.fresh)
+		}
+		if s, o, d := e.counts(t, v); s != 10 || o != 0 || d != 1 {
+			t.Fatalf("stock %d orders %d dead %d; want 10 0 1", s, o, d)
+		}
+	})
+	t.Run("order first", func(t *testing.T) {
+		t.Parallel()
+		e := newWriterEnv(t)
+		v := e.voucher(t, 10)
+		stateEnv(t, e, v, 9, map[int64]int64{4: 5002})
+		m := msg(1, 5002, 4, v)
+		late, tx := stalled(t, e, m)
+		late.reason = ReasonDeliveryLimit // as Handle gives a message over its limit
+		handle(t, e.w, []mq.Message{m})   // the other worker: the order, committed
+		if err := e.w.deadLetter(tx, late); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit().Error; err != nil {
+			t.Fatal(err)
+		}
+		if late.reason != "" || late.fresh {
+			t.Fatalf("stalled item: reason %q fresh %v; want written, not counted", late.reason, late.fresh)
+		}
+		if s, o, d := e.counts(t, v); s != 9 || o != 1 || d != 0 {
+			t.Fatalf("stock %d orders %d dead %d; want 9 1 0", s, o, d)
+		}
+	})
+}

@@ -487,7 +487,67 @@ func (w *Writer) fast(tx *gorm.DB, items []*item) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("insert %d orders: %w", len(rows), err)
 	}
+	// A worker that took one of these messages over may have dead-lettered
+	// it meanwhile: then the careful way decides each.
+	if found, err := w.anyLiveLetter(tx, items); err != nil || found {
+		return false, err
+	}
 	return true, nil
+}
+
+// anyLiveLetter reports whether one of the items has a live dead letter,
+// under its order id or its message (locking reads, as in liveLetter): a
+// query for the batch on the order ids, and one on the message ids of the
+// items whose order id another buyer holds (only those get letters kept
+// by their message; usually none).
+func (w *Writer) anyLiveLetter(tx *gorm.DB, items []*item) (bool, error) {
+	ids := make([]int64, len(items))
+	byStream := map[string][]string{}
+	for i, it := range items {
+		ids[i] = it.ord.OrderID
+		if it.idTaken {
+			byStream[it.msg.Stream] = append(byStream[it.msg.Stream], it.msg.ID)
+		}
+	}
+	var keyed []buyerOf
+	if err := tx.Raw(w.locking("SELECT order_id AS id, user_id, voucher_id FROM dead_letters WHERE order_id IN ? AND replayed_at IS NULL"), ids).
+		Scan(&keyed).Error; err != nil {
+		return false, fmt.Errorf("find dead letters of orders: %w", err)
+	}
+	for _, k := range keyed {
+		for _, it := range items {
+			if k == it.buyer() {
+				return true, nil
+			}
+		}
+	}
+	for stream, msgs := range byStream {
+		var n int64
+		if err := tx.Raw(w.locking("SELECT COUNT(*) FROM dead_letters WHERE stream = ? AND message_id IN ? AND replayed_at IS NULL"), stream, msgs).
+			Scan(&n).Error; err != nil {
+			return false, fmt.Errorf("find dead letters of messages: %w", err)
+		}
+		if n > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// liveLetter returns the reason of this item's live dead letter, under its
+// order id or its message, or "" when it has none. A letter is found when
+// committed, or waited for (a locking read) while another worker is
+// recording it.
+func (w *Writer) liveLetter(tx *gorm.DB, it *item) (string, error) {
+	var reasons []string
+	if err := tx.Raw(w.locking("SELECT reason FROM dead_letters WHERE (order_id = ? OR (stream = ? AND message_id = ?)) AND user_id = ? AND voucher_id = ? AND replayed_at IS NULL"),
+		it.ord.OrderID, it.msg.Stream, it.msg.ID, it.ord.UserID, it.ord.VoucherID).Scan(&reasons).Error; err != nil {
+		return "", fmt.Errorf("find dead letter of order %d: %w", it.ord.OrderID, err)
+	}
+	if len(reasons) == 0 {
+		return "", nil
+	}
+	return reasons[0], nil
 }
 
 // one writes a single item under its own savepoint: the order, or the dead
@@ -520,6 +580,16 @@ func (w *Writer) one(tx *gorm.DB, it *item, sp string) error {
 	}
 	err := tx.Create(&Order{ID: o.OrderID, UserID: o.UserID, VoucherID: o.VoucherID, AcceptedAt: o.AcceptedAt, CreatedAt: now}).Error
 	if err == nil {
+		// A worker that took the message over may have dead-lettered it
+		// meanwhile: then that letter is what it is.
+		letter, err := w.liveLetter(tx, it)
+		if err != nil || letter == "" {
+			return err
+		}
+		if err := tx.RollbackTo(sp).Error; err != nil {
+			return fmt.Errorf("rollback to savepoint: %w", err)
+		}
+		it.reason, it.fresh = letter, false
 		return nil
 	}
 	if !isDuplicate(err) {
@@ -587,6 +657,9 @@ func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 	if err := w.recordDeadLetter(tx, it, &d); err != nil {
 		return fmt.Errorf("dead-letter message %s: %w", it.msg.ID, err)
 	}
+	if it.reason == "" || !it.fresh {
+		return nil // an order after all, or recorded by another worker
+	}
 	level := slog.LevelWarn
 	if it.reason == ReasonIDCollision {
 		level = slog.LevelError // order ids were minted twice: a fault to look into
@@ -595,25 +668,48 @@ func (w *Writer) deadLetter(tx *gorm.DB, it *item) error {
 	return nil
 }
 
-// recordDeadLetter inserts d. When a row holds its order id already: another
-// buyer's leaves d to be kept by its message; this order's live letter (a
-// concurrent worker recorded it meanwhile) stands, the item takes its
-// reason and is not counted again; this order's replayed letter is live
-// again when d is the replay's message failing again, and when d is the
-// very message whose letter was replayed (a stale copy), the replay
-// decides and d changes nothing.
+// recordDeadLetter records d, unless a worker that took the message over
+// wrote this very order meanwhile: then the item is that order (the
+// locking read waits for that worker's commit; two inserts at once end in
+// a deadlock, and the transaction tried again sees the other's).
 func (w *Writer) recordDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) error {
+	const sp = "dead_letter"
+	if err := tx.SavePoint(sp).Error; err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	wrote, err := w.insertDeadLetter(tx, it, d)
+	if err != nil || !wrote || it.bad {
+		return err
+	}
+	if done, err := w.written(tx, it); err != nil || !done {
+		return err
+	}
+	if err := tx.RollbackTo(sp).Error; err != nil {
+		return fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	it.reason, it.idTaken = "", false
+	return nil
+}
+
+// insertDeadLetter inserts d and reports whether it wrote a row. When a
+// row holds its order id already: another buyer's leaves d to be kept by
+// its message; this order's live letter (a concurrent worker recorded it
+// meanwhile) stands, the item takes its reason and is not counted again;
+// this order's replayed letter is live again when d is the replay's
+// message failing again, and when d is the very message whose letter was
+// replayed (a stale copy), the replay decides and d changes nothing.
+func (w *Writer) insertDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) (bool, error) {
 	if !it.idTaken && d.OrderID != nil {
-		const sp = "dead_letter"
+		const sp = "dead_letter_insert"
 		if err := tx.SavePoint(sp).Error; err != nil {
-			return fmt.Errorf("savepoint: %w", err)
+			return false, fmt.Errorf("savepoint: %w", err)
 		}
 		err := tx.Create(d).Error
 		if err == nil || !isDuplicate(err) {
-			return err
+			return err == nil, err
 		}
 		if err := tx.RollbackTo(sp).Error; err != nil {
-			return fmt.Errorf("rollback to savepoint: %w", err)
+			return false, fmt.Errorf("rollback to savepoint: %w", err)
 		}
 		var held []struct {
 			ID, UserID, VoucherID int64
@@ -623,28 +719,28 @@ func (w *Writer) recordDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) error {
 		}
 		if err := tx.Raw(w.locking("SELECT order_id AS id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed, stream, message_id FROM dead_letters WHERE order_id = ?"),
 			*d.OrderID).Scan(&held).Error; err != nil {
-			return fmt.Errorf("find dead letter of order %d: %w", *d.OrderID, err)
+			return false, fmt.Errorf("find dead letter of order %d: %w", *d.OrderID, err)
 		}
 		switch {
 		case len(held) == 0:
-			return w.recordedByMessage(tx, it) // the message's key, not the order's
+			return false, w.recordedByMessage(tx, it) // the message's key, not the order's
 		case (buyerOf{held[0].ID, held[0].UserID, held[0].VoucherID}) != it.buyer():
 			it.idTaken = true
 		case !held[0].Replayed:
 			it.reason, it.fresh = held[0].Reason, false
-			return nil
+			return false, nil
 		case held[0].Stream == d.Stream && held[0].MessageID == d.MessageID:
 			it.decided, it.reason, it.fresh = true, "", false
-			return nil
+			return false, nil
 		default:
 			err := tx.Model(&DeadLetter{}).Where("order_id = ?", *d.OrderID).Updates(map[string]any{
 				"reason": d.Reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID,
 				"payload": d.Payload, "created_at": d.CreatedAt,
 			}).Error
 			if isDuplicate(err) {
-				return w.recordedByMessage(tx, it)
+				return false, w.recordedByMessage(tx, it)
 			}
-			return err
+			return err == nil, err
 		}
 	}
 	// Kept by its message. A replayed one is never revived: the stale copy
@@ -653,9 +749,9 @@ func (w *Writer) recordDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) error {
 	d.OrderID = nil
 	err := tx.Create(d).Error
 	if err == nil || !isDuplicate(err) {
-		return err
+		return err == nil, err
 	}
-	return w.recordedByMessage(tx, it)
+	return false, w.recordedByMessage(tx, it)
 }
 
 // recordedByMessage decides an item whose letter could not be inserted
