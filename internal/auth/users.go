@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/glebarez/go-sqlite"
-	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
+
+	"seckill/internal/db"
 )
 
 // User is a shopper who logged in with a phone. Ids start at 1,000,000
@@ -37,11 +37,11 @@ func NewUsers(db *gorm.DB) *Users { return &Users{db: db} }
 // unique phone key refuses the second insert, which then reads the first.
 func (u *Users) Login(ctx context.Context, phone string, now time.Time) (User, bool, error) {
 	now = now.UTC().Truncate(time.Millisecond)
-	db := u.db.WithContext(ctx)
+	tx := u.db.WithContext(ctx)
 	var usr User
-	err := db.Where("phone = ?", phone).Take(&usr).Error
+	err := tx.Where("phone = ?", phone).Take(&usr).Error
 	if err == nil {
-		if err := db.Model(&User{}).Where("id = ?", usr.ID).Update("last_login_at", now).Error; err != nil {
+		if err := tx.Model(&User{}).Where("id = ?", usr.ID).Update("last_login_at", now).Error; err != nil {
 			return User{}, false, fmt.Errorf("record login of user %d: %w", usr.ID, err)
 		}
 		usr.LastLoginAt = now
@@ -51,29 +51,15 @@ func (u *Users) Login(ctx context.Context, phone string, now time.Time) (User, b
 		return User{}, false, fmt.Errorf("find user by phone: %w", err)
 	}
 	usr = User{Phone: phone, CreatedAt: now, LastLoginAt: now}
-	err = db.Create(&usr).Error
+	err = tx.Create(&usr).Error
 	if err == nil {
 		return usr, true, nil
 	}
-	if !isDuplicate(err) {
+	if !db.IsDuplicate(err) {
 		return User{}, false, fmt.Errorf("create user: %w", err)
 	}
-	if err := db.Where("phone = ?", phone).Take(&usr).Error; err != nil {
+	if err := tx.Where("phone = ?", phone).Take(&usr).Error; err != nil {
 		return User{}, false, fmt.Errorf("find user by phone after a concurrent first login: %w", err)
 	}
 	return usr, false, nil
-}
-
-// isDuplicate reports a unique-key violation: MySQL 1062, or SQLite's
-// UNIQUE and PRIMARY KEY constraint codes.
-func isDuplicate(err error) bool {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number == 1062
-	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		return se.Code() == 2067 || se.Code() == 1555
-	}
-	return false
 }

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/glebarez/go-sqlite"
-	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 )
 
@@ -126,34 +124,4 @@ func (s *Store) ByUser(ctx context.Context, userID int64, limit int) ([]Order, [
 		return nil, nil, fmt.Errorf("failed orders of user %d: %w", userID, err)
 	}
 	return os, ds, nil
-}
-
-// isDuplicate reports a unique-key violation: MySQL 1062, or SQLite's
-// UNIQUE and PRIMARY KEY constraint codes.
-func isDuplicate(err error) bool {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number == 1062
-	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		return se.Code() == 2067 || se.Code() == 1555
-	}
-	return false
-}
-
-// isRetryable reports an error after which the whole transaction is rolled
-// back and tried again: MySQL deadlock (1213) and lock wait timeout (1205),
-// SQLite busy and locked.
-func isRetryable(err error) bool {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number == 1213 || me.Number == 1205
-	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		c := se.Code() & 0xff
-		return c == 5 || c == 6
-	}
-	return false
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"seckill/internal/db"
 	"seckill/internal/mq"
 	"seckill/internal/voucher"
 	"seckill/lua"
@@ -225,7 +226,7 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	began := time.Now()
 	for attempt := 1; attempt <= w.cfg.Attempts; attempt++ {
 		err = w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(tx, work) }, w.txOptions())
-		if err == nil || !isRetryable(err) {
+		if err == nil || !db.IsRetryable(err) {
 			break
 		}
 	}
@@ -481,7 +482,7 @@ func (w *Writer) fast(tx *gorm.DB, items []*item) (bool, error) {
 		rows[i] = Order{ID: it.ord.OrderID, UserID: it.ord.UserID, VoucherID: it.ord.VoucherID, AcceptedAt: it.ord.AcceptedAt, CreatedAt: now}
 	}
 	err := tx.Create(&rows).Error
-	if isDuplicate(err) {
+	if db.IsDuplicate(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -592,7 +593,7 @@ func (w *Writer) one(tx *gorm.DB, it *item, sp string) error {
 		it.reason, it.fresh = letter, false
 		return nil
 	}
-	if !isDuplicate(err) {
+	if !db.IsDuplicate(err) {
 		return fmt.Errorf("insert order %d: %w", o.OrderID, err)
 	}
 	if err := tx.RollbackTo(sp).Error; err != nil {
@@ -705,7 +706,7 @@ func (w *Writer) insertDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) (bool, e
 			return false, fmt.Errorf("savepoint: %w", err)
 		}
 		err := tx.Create(d).Error
-		if err == nil || !isDuplicate(err) {
+		if err == nil || !db.IsDuplicate(err) {
 			return err == nil, err
 		}
 		if err := tx.RollbackTo(sp).Error; err != nil {
@@ -737,7 +738,7 @@ func (w *Writer) insertDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) (bool, e
 				"reason": d.Reason, "replayed_at": nil, "stream": d.Stream, "message_id": d.MessageID,
 				"payload": d.Payload, "created_at": d.CreatedAt,
 			}).Error
-			if isDuplicate(err) {
+			if db.IsDuplicate(err) {
 				return false, w.recordedByMessage(tx, it)
 			}
 			return err == nil, err
@@ -748,7 +749,7 @@ func (w *Writer) insertDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) (bool, e
 	// gets a letter of its own.
 	d.OrderID = nil
 	err := tx.Create(d).Error
-	if err == nil || !isDuplicate(err) {
+	if err == nil || !db.IsDuplicate(err) {
 		return err == nil, err
 	}
 	return false, w.recordedByMessage(tx, it)
