@@ -91,7 +91,7 @@ func runService(t testing.TB, env map[string]string) (logs func() string) {
 
 func freeAddr(t testing.TB) string { return "127.0.0.1:" + testenv.FreePort(t) }
 
-func token(t *testing.T, user int64, role string) string {
+func token(t testing.TB, user int64, role string) string {
 	t.Helper()
 	s, err := auth.NewSigner([]byte(testSecret))
 	if err != nil {
@@ -110,7 +110,7 @@ var client = &http.Client{
 }
 
 // call sends a request and decodes the JSON answer into a map.
-func call(t *testing.T, method, url, tok string, body any) (int, map[string]any) {
+func call(t testing.TB, method, url, tok string, body any) (int, map[string]any) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -134,7 +134,7 @@ func call(t *testing.T, method, url, tok string, body any) (int, map[string]any)
 	return resp.StatusCode, out
 }
 
-func createVoucher(t *testing.T, base string, stock int) int64 {
+func createVoucher(t testing.TB, base string, stock int) int64 {
 	t.Helper()
 	status, body := call(t, "POST", base+"/api/v1/vouchers", token(t, 1, auth.RoleAdmin), map[string]any{
 		"title": "flash", "face_value": 500, "stock": stock,

@@ -28,7 +28,7 @@ import (
 func FuzzPurchase(f *testing.F) {
 	s := startWeb(f, map[string]string{"SECKILL_RATE_LIMIT": "off", "SECKILL_LOG_LEVEL": "warn"})
 	const stock = 1_000_000
-	vid := createVoucherTB(f, s.base, stock)
+	vid := createVoucher(f, s.base, stock)
 	signer, err := auth.NewSigner([]byte(testSecret))
 	if err != nil {
 		f.Fatal(err)
@@ -110,32 +110,6 @@ func FuzzPurchase(f *testing.F) {
 	})
 }
 
-// createVoucherTB is createVoucher for any testing.TB, fuzz targets too.
-func createVoucherTB(tb testing.TB, base string, stock int) int64 {
-	tb.Helper()
-	a := sendJSON(tb, "POST", base+"/api/v1/vouchers", mintTB(tb, 1, auth.RoleAdmin), map[string]any{
-		"title": "flash", "face_value": 500, "stock": stock,
-		"begin_at": time.Now().Add(-time.Minute).Format(time.RFC3339), "end_at": time.Now().Add(time.Hour).Format(time.RFC3339),
-	})
-	if a.status != 201 {
-		tb.Fatalf("create voucher: %d %s", a.status, a.raw)
-	}
-	return int64(a.body["voucher"].(map[string]any)["id"].(float64))
-}
-
-func mintTB(tb testing.TB, user int64, role string) string {
-	tb.Helper()
-	s, err := auth.NewSigner([]byte(testSecret))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tok, err := s.Mint(auth.Identity{UserID: user, Role: role}, time.Hour)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tok
-}
-
 // createBody is the voucher-create body as the API documents it.
 type createBody struct {
 	Title     string     `json:"title"`
@@ -175,7 +149,7 @@ func expectCreate(body []byte, now time.Time) (status int, title string) {
 // voucher and an accepted one adds exactly one, as sent.
 func FuzzVoucherCreate(f *testing.F) {
 	s := startWeb(f, map[string]string{"SECKILL_RATE_LIMIT": "off", "SECKILL_LOG_LEVEL": "warn"})
-	admin := mintTB(f, 1, auth.RoleAdmin)
+	admin := token(f, 1, auth.RoleAdmin)
 	g := s.db(f)
 	at := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(time.RFC3339) }
 	good := fmt.Sprintf(`{"title":"t","face_value":100,"stock":5,"begin_at":%q,"end_at":%q}`, at(-time.Minute), at(time.Hour))
