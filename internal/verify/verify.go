@@ -42,6 +42,7 @@ type Report struct {
 	DeadLetters  int
 	Pending      int64
 	StreamLength int64
+	Delayed      int64
 	Violations   []string
 }
 
@@ -49,8 +50,8 @@ type Report struct {
 func (r Report) OK() bool { return len(r.Violations) == 0 }
 
 func (r Report) String() string {
-	s := fmt.Sprintf("total_stock=%d db_stock=%d redis_stock=%d orders=%d dead_letters=%d pending=%d stream_len=%d",
-		r.TotalStock, r.DBStock, r.RedisStock, r.Orders, r.DeadLetters, r.Pending, r.StreamLength)
+	s := fmt.Sprintf("total_stock=%d db_stock=%d redis_stock=%d orders=%d dead_letters=%d pending=%d stream_len=%d delayed=%d",
+		r.TotalStock, r.DBStock, r.RedisStock, r.Orders, r.DeadLetters, r.Pending, r.StreamLength, r.Delayed)
 	if r.OK() {
 		return s + ": all invariants hold"
 	}
@@ -170,14 +171,20 @@ func Check(ctx context.Context, db *gorm.DB, rdb redis.UniversalClient, keys vou
 			bad("I5: Redis stock %d != database stock %d", n, r.DBStock)
 		}
 	}
-	// I6: the stream drained: nothing pending in the group, nothing left.
-	stream := keys.Stream(keys.Shard(in.VoucherID))
+	// I6: the pipeline drained: nothing pending in the group, nothing left
+	// in the stream (entries are deleted once acknowledged), nothing
+	// waiting in the delay queue. The shard's keys: other vouchers of the
+	// shard must have drained too.
+	shard := keys.Shard(in.VoucherID)
+	stream := keys.Stream(shard)
 	if in.Group != "" {
 		p, err := rdb.XPending(ctx, stream, in.Group).Result()
-		if err != nil && !strings.HasPrefix(err.Error(), "NOGROUP") {
+		switch {
+		case err != nil && strings.HasPrefix(err.Error(), "NOGROUP"):
+			bad("I6: no consumer group %s on the stream", in.Group)
+		case err != nil:
 			return r, fmt.Errorf("read pending: %w", err)
-		}
-		if p != nil {
+		default:
 			r.Pending = p.Count
 		}
 		if r.Pending != 0 {
@@ -186,6 +193,15 @@ func Check(ctx context.Context, db *gorm.DB, rdb redis.UniversalClient, keys vou
 	}
 	if r.StreamLength, err = rdb.XLen(ctx, stream).Result(); err != nil {
 		return r, fmt.Errorf("read stream length: %w", err)
+	}
+	if r.StreamLength != 0 {
+		bad("I6: %d entries left in the stream", r.StreamLength)
+	}
+	if r.Delayed, err = rdb.ZCard(ctx, keys.Delayed(shard)).Result(); err != nil {
+		return r, fmt.Errorf("read delay queue: %w", err)
+	}
+	if r.Delayed != 0 {
+		bad("I6: %d entries waiting in the delay queue", r.Delayed)
 	}
 	// I7: each accepted order ended exactly once: an order or a dead letter.
 	for _, d := range dead {
