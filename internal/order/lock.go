@@ -119,16 +119,23 @@ func (l *Locks) watch(ctx context.Context, held []*redsync.Mutex) (stop func()) 
 				return
 			case <-t.C:
 			}
+			// All at once, as they were taken: one by one, a batch of
+			// hundreds would wait a round trip each and the last could
+			// expire before its turn.
+			var wg sync.WaitGroup
 			for _, m := range held {
 				if m == nil {
 					continue
 				}
-				if ok, err := m.ExtendContext(wctx); !ok && wctx.Err() == nil {
-					// The write goes on: the database's keys keep it
-					// correct without the lock.
-					l.log.Warn("buyer lock could not be extended", "lock", m.Name(), "err", err)
-				}
+				wg.Go(func() {
+					if ok, err := m.ExtendContext(wctx); !ok && wctx.Err() == nil {
+						// The write goes on: the database's keys keep it
+						// correct without the lock.
+						l.log.Warn("buyer lock could not be extended", "lock", m.Name(), "err", err)
+					}
+				})
 			}
+			wg.Wait()
 		}
 	}()
 	return func() { cancel(); <-done }

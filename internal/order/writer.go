@@ -367,41 +367,37 @@ func (w *Writer) unseen(tx *gorm.DB, items []*item) ([]*item, error) {
 		id := it.ord.OrderID
 		o, isOrder := written[id]
 		d, isDead := deadLetters[id]
+		otherOrder := isOrder && o != it.buyer()
+		otherLetter := isDead && d.buyer != it.buyer()
 		switch {
-		case isOrder && o == it.buyer():
+		case isOrder && !otherOrder:
 			it.reason = "" // an order: nothing to give back
-		case isOrder: // another buyer's order has this id
-			if found, err := w.byMessage(tx, it); err != nil || found {
-				if err != nil {
-					return nil, err
-				}
-				continue // redelivered
-			}
-			it.reason = ReasonIDCollision
-			it.idTaken = true
-			fresh = append(fresh, it)
-			it.fresh = true
-		case isDead && d.buyer == it.buyer() && !d.replayed:
+			continue
+		case isDead && !otherLetter && !d.replayed:
 			it.reason = d.reason
-		case isDead && d.buyer == it.buyer() && d.stream == it.msg.Stream && d.message == it.msg.ID:
+			continue
+		case isDead && !otherLetter && d.stream == it.msg.Stream && d.message == it.msg.ID:
 			it.decided, it.reason = true, "" // a stale copy of a replayed letter's message
-		default:
-			if isDead && d.buyer != it.buyer() {
-				// Another buyer's dead letter has the id: this one may
-				// still become an order (the id is free among orders),
-				// but a dead letter of it must not take that row.
-				if found, err := w.byMessage(tx, it); err != nil || found {
-					if err != nil {
-						return nil, err
-					}
-					continue
-				}
-				it.idTaken = true
-			}
-			fresh = append(fresh, it)
-			it.fresh = true
-			written[id] = it.buyer() // a batch never writes one order twice
+			continue
 		}
+		if otherOrder || otherLetter {
+			// Another buyer's order or letter has the id: a letter of this
+			// item is kept by its message (found there on a redelivery).
+			// Another buyer's letter leaves the id free for an order.
+			found, err := w.byMessage(tx, it)
+			if err != nil {
+				return nil, err
+			}
+			if found {
+				continue
+			}
+			it.idTaken = true
+			if otherOrder {
+				it.reason = ReasonIDCollision
+			}
+		}
+		fresh = append(fresh, it)
+		it.fresh = true
 	}
 	bad, err := w.unseenBad(tx, items)
 	return append(fresh, bad...), err
@@ -564,11 +560,8 @@ func (w *Writer) one(tx *gorm.DB, it *item, sp string) error {
 		return fmt.Errorf("take stock of voucher %d: %w", o.VoucherID, res.Error)
 	}
 	if res.RowsAffected != 1 {
-		// The last unit may have gone to this very order, written by a
-		// worker that took the message over from this stalled one.
-		if done, err := w.written(tx, it); err != nil || done {
-			return err
-		}
+		// (The last unit may have gone to this very order, written by a
+		// worker that took the message over: recordDeadLetter finds it.)
 		var n int64
 		if err := tx.Raw("SELECT COUNT(*) FROM vouchers WHERE id = ?", o.VoucherID).Scan(&n).Error; err != nil {
 			return fmt.Errorf("find voucher %d: %w", o.VoucherID, err)
@@ -688,7 +681,7 @@ func (w *Writer) recordDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) error {
 	if err := tx.RollbackTo(sp).Error; err != nil {
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
-	it.reason, it.idTaken = "", false
+	it.reason = ""
 	return nil
 }
 
@@ -763,9 +756,6 @@ func (w *Writer) recordedByMessage(tx *gorm.DB, it *item) error {
 		return err
 	}
 	it.fresh = false
-	if it.decided {
-		it.reason = ""
-	}
 	if !found {
 		// The message's key holds another message's letter (stream ids
 		// reused, or a worker that reads messages otherwise): nothing
