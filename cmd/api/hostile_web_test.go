@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"seckill/internal/auth"
 	"seckill/internal/testenv"
+	"seckill/internal/voucher"
 )
 
 // hostile is one bad request and the answer it must get.
@@ -40,12 +42,15 @@ func TestHostileInput(t *testing.T) {
 	cases := hostileCases(t, vid, admin, user)
 	g := s.db(t)
 	rdb := testenv.Redis(t)
-	// The accepted order drains to MariaDB first, so the worker changes
-	// nothing while the hostile requests run.
-	testenv.WaitFor(t, 30*time.Second, "condition", func() bool {
+	// The accepted order drains to MariaDB first, acknowledged and gone
+	// from the stream, so the worker changes nothing while the hostile
+	// requests run.
+	stream := voucher.NewKeys(s.prefix, 1).Stream(0)
+	testenv.WaitFor(t, 30*time.Second, "the accepted order written and acknowledged", func() bool {
 		var n int64
 		g.Table("orders").Count(&n)
-		return n == 1
+		l, err := rdb.XLen(context.Background(), stream).Result()
+		return n == 1 && err == nil && l == 0
 	})
 	before := s.snapshot(t, rdb, g)
 	for _, tc := range cases {

@@ -73,8 +73,8 @@ func TestKilledWorkerNeverRestarted(t *testing.T) {
 	victim.signal(t, syscall.SIGKILL)
 	c.start("survivor", map[string]string{"SECKILL_ROLE": "worker"})
 	rep := c.quiesce(s, vid, settle)
-	if rep.Orders != stock {
-		t.Fatalf("orders %d, want %d", rep.Orders, stock)
+	if rep.Orders != stock || rep.DeadLetters != 0 {
+		t.Fatalf("orders %d dead letters %d; want %d and 0", rep.Orders, rep.DeadLetters, stock)
 	}
 	report(t, fmt.Sprintf("SIGKILL of a worker holding %d entries, never restarted", held), s, rep)
 }
@@ -89,13 +89,19 @@ func TestSIGTERMMidLoad(t *testing.T) {
 	b := c.start("b", nil)
 	vid := c.createVoucher(a.base, stock)
 	s := newSale()
-	exit := make(chan int, 1)
-	c.burst(s, []string{b.base}, vid, users, requests, func() { go func() { exit <- a.signal(t, syscall.SIGTERM) }() })
-	if code := <-exit; code != 0 {
+	c.burst(s, []string{b.base}, vid, users, requests, func() {
+		if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if code := a.wait(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("a exited %d after SIGTERM, want 0", code)
 	}
 	rep := c.quiesce(s, vid, settle)
 	report(t, "SIGTERM to one of two instances mid-burst", s, rep)
+	if rep.Orders != stock || rep.DeadLetters != 0 {
+		t.Fatalf("orders %d dead letters %d; want %d and 0", rep.Orders, rep.DeadLetters, stock)
+	}
 }
 
 // 4. MariaDB paused, then killed, mid-load: the workers back off, ack
@@ -187,19 +193,19 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	var notReady, other atomic.Int64
 	probe := token(t, 900_000, auth.RoleUser)
 	url := fmt.Sprintf("%s/api/v1/vouchers/%d/orders", a.base, vid)
-	for {
+	testenv.WaitFor(t, 60*time.Second, "a purchase accepted once the state is rebuilt", func() bool {
 		ans := c.do("POST", url, probe, nil)
 		if ans.status == http.StatusServiceUnavailable {
 			notReady.Add(1)
-			continue
+			return false
 		}
 		if ans.status != http.StatusAccepted || ans.err != nil {
 			t.Fatalf("after an empty restart: %+v; want 503 until rebuilt, then 202", ans)
 		}
 		s.record(900_000, ans)
 		other.Add(1)
-		break
-	}
+		return true
+	})
 	if notReady.Load() == 0 {
 		t.Fatal("no purchase was refused with 503 before the rebuild")
 	}
@@ -210,8 +216,8 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	}
 	c.burst(s, []string{a.base}, vid, users, requests, nil)
 	rep := c.quiesce(s, vid, settle)
-	if rep.Orders != stock {
-		t.Fatalf("orders %d, want %d", rep.Orders, stock)
+	if rep.Orders != stock || rep.DeadLetters != 0 {
+		t.Fatalf("orders %d dead letters %d; want %d and 0", rep.Orders, rep.DeadLetters, stock)
 	}
 	report(t, fmt.Sprintf("redis-server without persistence killed and restarted empty; %d purchases answered 503 before the rebuild", notReady.Load()), s, rep)
 }
@@ -269,8 +275,8 @@ func TestPoisonMessage(t *testing.T) {
 	if d := c.deadLetters(); d["undecodable"] != 1 || len(d) != 1 {
 		t.Fatalf("dead letters %v, want one undecodable", d)
 	}
-	if rep.Orders != stock {
-		t.Fatalf("orders %d, want %d", rep.Orders, stock)
+	if rep.Orders != stock || rep.DeadLetters != 0 {
+		t.Fatalf("orders %d dead letters %d; want %d and 0", rep.Orders, rep.DeadLetters, stock)
 	}
 	report(t, "an undecodable stream entry in the middle of a burst", s, rep)
 }

@@ -182,6 +182,12 @@ func (in *instance) signal(t *testing.T, sig syscall.Signal) int {
 	if err := in.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
+	return in.wait(t, sig)
+}
+
+// wait waits for the instance's exit after sig and returns its code.
+func (in *instance) wait(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
 	select {
 	case <-in.done:
 	case <-time.After(30 * time.Second):

@@ -127,8 +127,8 @@ func TestLeaseReleasedOnStop(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := rdb.Exists(context.Background(), leaseKey(cfg.KeyPrefix, g.Worker())).Result(); n != 0 {
-		t.Fatal("lease key still there after stop")
+	if n, err := rdb.Exists(context.Background(), leaseKey(cfg.KeyPrefix, g.Worker())).Result(); err != nil || n != 0 {
+		t.Fatalf("lease key still there after stop (%d, %v)", n, err)
 	}
 	if _, err := g.Next(); !errors.Is(err, ErrNoLease) {
 		t.Fatalf("err = %v after stop, want ErrNoLease", err)

@@ -133,9 +133,9 @@ func drained(t *testing.T, rdb *redis.Client, stream, key string) func() bool {
 	return func() bool {
 		ctx := context.Background()
 		p, err := rdb.XPending(ctx, stream, "g").Result()
-		l, _ := rdb.XLen(ctx, stream).Result()
-		z, _ := rdb.ZCard(ctx, key).Result()
-		return err == nil && p.Count == 0 && l == 0 && z == 0
+		l, lerr := rdb.XLen(ctx, stream).Result()
+		z, zerr := rdb.ZCard(ctx, key).Result()
+		return err == nil && lerr == nil && zerr == nil && p.Count == 0 && l == 0 && z == 0
 	}
 }
 

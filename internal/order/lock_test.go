@@ -51,7 +51,7 @@ func TestLocksQuorumWithOneNodeDown(t *testing.T) {
 				if i == 1 && stage != "three nodes" {
 					continue // killed
 				}
-				if x, _ := n.Exists(ctx, k).Result(); x != 0 {
+				if x, err := n.Exists(ctx, k).Result(); err != nil || x != 0 {
 					return false
 				}
 			}

@@ -161,7 +161,11 @@ func TestWriterGuardsDeadLetter(t *testing.T) {
 		}
 	}
 	// Replaying the batch changes nothing: dead letters count as done.
-	handle(t, e.w, batch)
+	for i, o := range handle(t, e.w, batch) {
+		if o != mq.Ack {
+			t.Errorf("replay: message %d outcome %v, want Ack", i, o)
+		}
+	}
 	if s, o, d := e.counts(t, v); s != 0 || o != 2 || d != 2 {
 		t.Fatalf("after replay: stock %d orders %d dead %d", s, o, d)
 	}

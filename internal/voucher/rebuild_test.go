@@ -121,8 +121,8 @@ func TestRebuildLeaseGuardsWrites(t *testing.T) {
 	if err := st.Reopen(ctx, "older", 0); !errors.Is(err, errLeaseLost) {
 		t.Fatalf("reopen with a lost lease: %v, want errLeaseLost", err)
 	}
-	if n, _ := rdb.Exists(ctx, keys.State(7), keys.Buyers(7), keys.Ready(0)).Result(); n != 0 {
-		t.Fatalf("%d keys written by a rebuild without its lease", n)
+	if n, err := rdb.Exists(ctx, keys.State(7), keys.Buyers(7), keys.Ready(0)).Result(); err != nil || n != 0 {
+		t.Fatalf("%d keys written by a rebuild without its lease (%v)", n, err)
 	}
 	if err := st.Replace(ctx, "newer", time.Minute, v, 4, map[int64]int64{1: 2}); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestRebuildLeaseGuardsWrites(t *testing.T) {
 	if err := st.Reopen(ctx, "newer", 0); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := rdb.Exists(ctx, keys.Rebuilding(0)).Result(); n != 0 {
-		t.Fatal("the lease outlived the rebuild")
+	if n, err := rdb.Exists(ctx, keys.Rebuilding(0)).Result(); err != nil || n != 0 {
+		t.Fatalf("the lease outlived the rebuild (%d, %v)", n, err)
 	}
 }

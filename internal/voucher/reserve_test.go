@@ -83,8 +83,8 @@ func TestPurchaseScriptEdges(t *testing.T) {
 		if _, err := e.res.Reserve(ctx, 12, 1, 101); !errors.Is(err, ErrNoState) {
 			t.Fatalf("err = %v, want ErrNoState", err)
 		}
-		if n, _ := e.rdb.Exists(ctx, e.keys.State(12), e.keys.Buyers(12)).Result(); n != 0 {
-			t.Fatal("a refusal created keys")
+		if n, err := e.rdb.Exists(ctx, e.keys.State(12), e.keys.Buyers(12)).Result(); err != nil || n != 0 {
+			t.Fatalf("a refusal created keys (%d, %v)", n, err)
 		}
 	})
 	t.Run("before begin", func(t *testing.T) {
