@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,5 +220,58 @@ func TestConsumerRedeliversCommittedBatch(t *testing.T) {
 	}
 	if n, _ := e.rdb.XLen(ctx, stream).Result(); n != 0 {
 		t.Fatalf("%d entries left in the stream; acked entries are deleted", n)
+	}
+}
+
+// TestWriterStampede: 40 batches written at once, 400 messages for a stock
+// of 50, a quarter of them second orders of a buyer who already has one:
+// the database's guards decide. Exactly 50 orders, no buyer twice, stock
+// 0, and every message ends as exactly one order or one dead letter.
+func TestWriterStampede(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	const stock, batches, per = 50, 40, 10
+	v := e.voucher(t, stock)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for b := range batches {
+		batch := make([]mq.Message, per)
+		for i := range batch {
+			n := b*per + i
+			user := int64(n%300 + 1) // messages 300-399 are second orders of users 1-100
+			batch[i] = msg(n, int64(60_000+n), user, v)
+		}
+		wg.Go(func() {
+			<-start
+			// As the consumer does: a batch that failed (a deadlock
+			// retried too often) is handled again.
+			for range 10 {
+				if out, err := e.w.Handle(context.Background(), batch); err == nil {
+					for i, o := range out {
+						if o != mq.Ack {
+							t.Errorf("message %s: outcome %v, want Ack", batch[i].ID, o)
+						}
+					}
+					return
+				}
+			}
+			t.Errorf("batch %d never went through", b)
+		})
+	}
+	close(start)
+	wg.Wait()
+	s, o, d := e.counts(t, v)
+	if s != 0 || o != stock || o+d != batches*per {
+		t.Fatalf("stock %d orders %d dead letters %d; want 0, %d, and %d in all", s, o, d, stock, batches*per)
+	}
+	var twice, both int64
+	if err := e.db.Raw("SELECT COUNT(*) FROM (SELECT user_id FROM orders WHERE voucher_id = ? GROUP BY user_id HAVING COUNT(*) > 1) t", v).Scan(&twice).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.Raw("SELECT COUNT(*) FROM orders o JOIN dead_letters d ON d.order_id = o.id WHERE o.voucher_id = ?", v).Scan(&both).Error; err != nil {
+		t.Fatal(err)
+	}
+	if twice != 0 || both != 0 {
+		t.Fatalf("%d buyers with two orders, %d orders also dead-lettered", twice, both)
 	}
 }
