@@ -3,6 +3,8 @@ package order
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"seckill/internal/mq"
@@ -91,5 +93,44 @@ func TestReplayDeadLetterKeptByMessage(t *testing.T) {
 	}
 	if stock, buyers := redisStock(t, e, v2); stock != 9 || buyers["2"] != "1901" {
 		t.Fatalf("after replay: redis stock %d buyers %v; want 9 and buyer 2 -> 1901", stock, buyers)
+	}
+}
+
+// TestReplayStampede: 100 operators replay one dead letter at once: one
+// purchase is sent, the reservation taken once, and none of them fails.
+func TestReplayStampede(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	ctx := context.Background()
+	v := e.voucher(t, 5)
+	stateEnv(t, e, v, 4, map[int64]int64{7: 1201})
+	m := msg(1, 1201, 7, v)
+	m.Deliveries = 99
+	handle(t, e.w, []mq.Message{m}) // dead-lettered, reservation given back
+	d := deadLetterOf(t, e, 7, v)
+	dl := NewDeadLetters(e.db, voucher.NewReserver(e.rdb, e.keys))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 100 {
+		wg.Go(func() {
+			<-start
+			if _, err := dl.Replay(ctx, d.ID); err != nil {
+				failed.Add(1)
+				t.Log(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d replays failed", failed.Load())
+	}
+	n, err := e.rdb.XLen(ctx, e.keys.Stream(0)).Result()
+	if err != nil || n != 1 {
+		t.Fatalf("stream: %d entries (%v), want the one replayed purchase", n, err)
+	}
+	if stock, buyers := redisStock(t, e, v); stock != 4 || buyers["7"] != "1201" {
+		t.Fatalf("redis stock %d buyers %v; want 4 and buyer 7 once", stock, buyers)
 	}
 }
