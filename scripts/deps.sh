@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, what the tests and the local cluster need and the
-# machine lacks: redis-server, mariadb-server, nginx, chromium, node.
+# machine lacks: redis-server, mariadb-server, nginx, chromium, node and
+# prometheus (its promtool checks the alert rules).
 # Source it or run it; it does nothing when everything is there.
 set -euo pipefail
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
@@ -13,6 +14,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v nginx >/dev/null 2>&1 || need+=(nginx)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing with apt-get: ${need[*]}"
   $sudo apt-get update -q

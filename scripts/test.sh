@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of seckill on a fresh Debian 12 machine: installs what
-# the tests start (redis-server, mariadb-server, nginx, chromium) when it is
+# the tests use (redis-server, mariadb-server, nginx, chromium, promtool) when it is
 # missing, then vets and runs all tests with the race detector. The tests
 # start their own throwaway servers on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Installs redis-server, mariadb-server, nginx, chromium and node with
+# Installs redis-server, mariadb-server, nginx, chromium, node and prometheus with
 # apt-get when they are missing.
 source scripts/deps.sh
 command -v go >/dev/null 2>&1 || { echo "go not found: install Go 1.26 (see README.md)" >&2; exit 1; }

@@ -73,6 +73,7 @@ type Metrics struct {
 	streamLag     *prometheus.GaugeVec
 	delaySize     *prometheus.GaugeVec
 	delayOverdue  *prometheus.GaugeVec
+	shardReady    *prometheus.GaugeVec
 }
 
 // New builds the registry with the Go runtime and process collectors and
@@ -110,6 +111,7 @@ func New() *Metrics {
 	m.streamLag = m.gaugeVec("stream_lag", "Entries not yet delivered to the order writers' group, per shard.", "shard")
 	m.delaySize = m.gaugeVec("delay_queue_size", "Messages waiting in a shard's delay queue.", "shard")
 	m.delayOverdue = m.gaugeVec("delay_queue_oldest_overdue_seconds", "How long the most overdue delay-queue message is past its due time, per shard.", "shard")
+	m.shardReady = m.gaugeVec("shard_ready", "1 while a shard's sale state is loaded in Redis (its ready marker is there), 0 while purchases in it answer not_ready.", "shard")
 	return m
 }
 

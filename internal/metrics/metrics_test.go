@@ -234,6 +234,10 @@ func TestSampler(t *testing.T) {
 	ctx := context.Background()
 	p := testenv.Prefix(t)
 	stream, delayed, empty := p+":{0}:orders", p+":{0}:delayed", p+":{1}:orders"
+	ready, gone := p+":{0}:ready", p+":{1}:ready"
+	if err := rdb.Set(ctx, ready, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	const group = "writers"
 	for i := range 5 {
 		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"n": i}}).Err(); err != nil {
@@ -259,7 +263,7 @@ func TestSampler(t *testing.T) {
 	m := New()
 	s := NewSampler(rdb, m, SamplerConfig{
 		Group: group, Now: func() time.Time { return now },
-		Shards: []Shard{{Stream: stream, Delay: q}, {Stream: empty}},
+		Shards: []Shard{{Stream: stream, Delay: q, Ready: ready}, {Stream: empty, Ready: gone}},
 	}, slog.New(slog.DiscardHandler))
 	if err := s.Sample(ctx); err != nil {
 		t.Fatal(err)
@@ -275,6 +279,8 @@ func TestSampler(t *testing.T) {
 		{"seckill_delay_queue_oldest_overdue_seconds", "0", 3},
 		{"seckill_stream_length", "1", 0}, // no such stream yet
 		{"seckill_stream_lag", "1", 0},
+		{"seckill_shard_ready", "0", 1},
+		{"seckill_shard_ready", "1", 0}, // marker missing: not ready
 	} {
 		if got := value(t, m, c.name, "shard", c.shard); got != c.want {
 			t.Errorf("%s{shard=%s} = %v, want %v", c.name, c.shard, got, c.want)

@@ -15,10 +15,12 @@ import (
 	"seckill/internal/mq"
 )
 
-// Shard is one order stream and the delay queue that feeds it.
+// Shard is one order stream, the delay queue that feeds it and the marker
+// that says its sale state is loaded.
 type Shard struct {
 	Stream string
 	Delay  *mq.DelayQueue // nil: no delay queue
+	Ready  string         // the shard's ready marker key; "": not sampled
 }
 
 // SamplerConfig tunes a Sampler. Shard i is labelled shard="i".
@@ -34,8 +36,8 @@ type SamplerConfig struct {
 const maxLagCount = 10_000
 
 // Sampler reads, every Every, each shard's stream length, its group's
-// pending entries and lag (XINFO GROUPS, Redis 7), and its delay queue's
-// size and most overdue age, into gauges. Every instance runs one; the
+// pending entries and lag (XINFO GROUPS, Redis 7), its delay queue's size
+// and most overdue age, and whether its ready marker is there, into gauges. Every instance runs one; the
 // values are the same everywhere, so dashboards take the max per shard.
 type Sampler struct {
 	rdb    redis.UniversalClient
@@ -101,9 +103,19 @@ func (s *Sampler) sampleShard(ctx context.Context, label string, sh Shard) error
 	pipe := s.rdb.Pipeline()
 	xlen := pipe.XLen(ctx, sh.Stream)
 	groups := pipe.XInfoGroups(ctx, sh.Stream)
+	var ready *redis.IntCmd
+	if sh.Ready != "" {
+		ready = pipe.Exists(ctx, sh.Ready)
+	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 	if err := xlen.Err(); err != nil {
 		return fmt.Errorf("length of %s: %w", sh.Stream, err)
+	}
+	if ready != nil {
+		if err := ready.Err(); err != nil {
+			return fmt.Errorf("ready marker %s: %w", sh.Ready, err)
+		}
+		s.m.shardReady.WithLabelValues(label).Set(float64(ready.Val()))
 	}
 	length := xlen.Val()
 	var pending, lag int64
