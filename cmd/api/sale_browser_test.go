@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"seckill/internal/auth"
+	"seckill/internal/testenv"
 )
 
 // browser starts Debian's chromium, headless, with its own profile and
@@ -45,12 +46,21 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("metrics-recording-only", true),
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.WindowSize(1200, 900),
+		// Not the machine's zone (often UTC), and a half-hour offset: dates
+		// the page shows must be the device's local time.
+		chromedp.Env("TZ=" + browserTZ),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
 	return ctx
 }
+
+// browserTZ is chromium's time zone; browserZone is the same in Go (no
+// daylight saving time in India).
+const browserTZ = "Asia/Kolkata"
+
+var browserZone = time.FixedZone("IST", 5*3600+1800)
 
 // artifacts is where screenshots go: $SECKILL_ARTIFACTS, else a test dir.
 func artifacts(t *testing.T) string {
@@ -81,10 +91,14 @@ func waitCode(t *testing.T, outbox, phone string) string {
 }
 
 // TestSaleInBrowser drives the shop page in chromium: a sold-out and an
-// upcoming voucher's buttons are disabled; log in with a code read from the
-// sender; grab and watch pending turn into created; grab again and read
-// "already purchased"; my orders; an admin creates a voucher. Screenshots
-// of the sale page, desktop and phone-sized, are saved as artifacts.
+// upcoming voucher's buttons are disabled, a sale more than a day away shows
+// its local start date, not a countdown; on a phone-sized screen the phone
+// field and the resend button sit side by side without overlap (stacked on
+// a very narrow one); log in with a code read from the sender; grab, watch
+// pending turn into created and the button turn into a disabled "Yours";
+// a voucher bought elsewhere reads "already purchased" and "Yours" too, and
+// both stay "Yours" after a reload; my orders; an admin creates a voucher;
+// a pasted admin token is a way in. Screenshots are saved as artifacts.
 //
 // It is not parallel: chromium's processes would starve the load tests of
 // this package (the embedded flash sale has 1s Redis timeouts) on 2 cores.
@@ -94,18 +108,25 @@ func TestSaleInBrowser(t *testing.T) {
 	s := startWeb(t, map[string]string{"SECKILL_ADMIN_PHONES": admin})
 
 	onSale := createVoucher(t, s.base, 5)
+	elsewhere := createVoucher(t, s.base, 5)
 	soldOut := createVoucher(t, s.base, 1)
 	if a := sendJSON(t, "POST", fmt.Sprintf("%s/api/v1/vouchers/%d/orders", s.base, soldOut), token(t, 77, auth.RoleUser), nil); a.status != 202 {
 		t.Fatalf("buy the sold-out voucher's only unit: %d %s", a.status, a.raw)
 	}
-	up := sendJSON(t, "POST", s.base+"/api/v1/vouchers", token(t, 1, auth.RoleAdmin), map[string]any{
-		"title": "Tonight's ¥50 flash", "face_value": 5000, "stock": 20,
-		"begin_at": time.Now().Add(time.Hour).Format(time.RFC3339), "end_at": time.Now().Add(3 * time.Hour).Format(time.RFC3339),
-	})
-	if up.status != 201 {
-		t.Fatalf("create upcoming voucher: %d %s", up.status, up.raw)
+	newVoucher := func(title string, begin, end time.Time) int64 {
+		t.Helper()
+		a := sendJSON(t, "POST", s.base+"/api/v1/vouchers", token(t, 1, auth.RoleAdmin), map[string]any{
+			"title": title, "face_value": 5000, "stock": 20,
+			"begin_at": begin.Format(time.RFC3339), "end_at": end.Format(time.RFC3339),
+		})
+		if a.status != 201 {
+			t.Fatalf("create voucher %q: %d %s", title, a.status, a.raw)
+		}
+		return int64(a.body["voucher"].(map[string]any)["id"].(float64))
 	}
-	upcoming := int64(up.body["voucher"].(map[string]any)["id"].(float64))
+	upcoming := newVoucher("Tonight's ¥50 flash", time.Now().Add(time.Hour), time.Now().Add(3*time.Hour))
+	farBegin := time.Now().Add(3*24*time.Hour + 7*time.Hour).Truncate(time.Minute)
+	farOff := newVoucher("Next week's ¥50 flash", farBegin, farBegin.Add(2*time.Hour))
 
 	// Script errors and CSP violations fail the test; refused requests
 	// (409, 401) are the page's business, logged by the browser as network
@@ -130,7 +151,7 @@ func TestSaleInBrowser(t *testing.T) {
 	}()
 	defer func() { stopConsole(); <-consoleDone }()
 
-	tctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -148,39 +169,6 @@ func TestSaleInBrowser(t *testing.T) {
 	}
 	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
 	card := func(id int64) string { return fmt.Sprintf(`li[data-voucher-id="%d"]`, id) }
-
-	do("open the page", chromedp.Navigate(s.base+"/"),
-		visible(card(onSale)+`[data-phase="on_sale"] .grab:enabled`),
-		visible(card(soldOut)+`[data-phase="sold_out"] .grab:disabled`),
-		visible(card(upcoming)+`[data-phase="upcoming"] .grab:disabled`))
-	if sold, when := text(card(soldOut)+" .grab"), text(card(upcoming)+" .v-when"); sold != "Sold out" || !strings.HasPrefix(when, "Starts in 00:59:") {
-		t.Errorf("sold-out button %q, upcoming countdown %q", sold, when)
-	}
-
-	login := func(phone string) {
-		t.Helper()
-		do("ask for a code", chromedp.SetValue(chromedp.ID("phone"), phone),
-			chromedp.Click(chromedp.ID("send-code")), visible("#login-form"))
-		do("log in", chromedp.SendKeys(chromedp.ID("code"), waitCode(t, s.outbox, phone)),
-			chromedp.Click(chromedp.ID("login")), visible("#logout"))
-	}
-	login(buyer)
-
-	do("grab", chromedp.Click(chromedp.CSS(card(onSale)+" .grab")), visible(card(onSale)+` .v-msg[data-status="created"]`))
-	seen, err := chromedp.Run(tctx, chromedp.AttributeValue(chromedp.CSS(card(onSale)+" .v-msg"), "data-seen"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if msg := text(card(onSale) + " .v-msg"); seen.Value != "pending,created" || !strings.Contains(msg, "created") {
-		t.Errorf("order statuses shown %q, message %q; want pending then created", seen.Value, msg)
-	}
-	do("grab again", chromedp.Click(chromedp.CSS(card(onSale)+" .grab")),
-		visible(card(onSale)+` .v-msg[data-code="already_purchased"]`), visible(`#orders .st-created`))
-	again, orders, left := text(card(onSale)+" .v-msg"), text("#orders"), text(card(onSale)+" .v-left")
-	if !strings.HasPrefix(again, "Already purchased") || !strings.Contains(orders, "created") || left != "4 of 5 left" {
-		t.Errorf("second grab %q; my orders %q; stock %q", again, orders, left)
-	}
-
 	dir := artifacts(t)
 	shot := func(name string) {
 		t.Helper()
@@ -194,14 +182,113 @@ func TestSaleInBrowser(t *testing.T) {
 		}
 		t.Logf("screenshot: %s", path)
 	}
+
+	do("open the page", chromedp.Navigate(s.base+"/"),
+		visible(card(onSale)+`[data-phase="on_sale"] .grab:enabled`),
+		visible(card(soldOut)+`[data-phase="sold_out"] .grab:disabled`),
+		visible(card(upcoming)+`[data-phase="upcoming"] .grab:disabled`),
+		visible(card(farOff)+`[data-phase="upcoming"] .grab:disabled`))
+	if sold, when := text(card(soldOut)+" .grab"), text(card(upcoming)+" .v-when"); sold != "Sold out" || !strings.HasPrefix(when, "Starts in 00:59:") {
+		t.Errorf("sold-out button %q, upcoming countdown %q", sold, when)
+	}
+	if got, want := text(card(farOff)+" .v-when"), "Starts "+farBegin.In(browserZone).Format("Mon 2 Jan 2006, 15:04"); got != want {
+		t.Errorf("a sale three days away reads %q, want %q (its local start)", got, want)
+	}
+	if ends := text(card(onSale) + " .v-when"); !strings.HasPrefix(ends, "Ends in 00:5") {
+		t.Errorf("a sale ending within the hour reads %q, want a countdown", ends)
+	}
+
+	// On a phone the phone field, with a number in it, and the resend
+	// button (its longest label) must both be whole and on the screen.
+	askCode := func(phone string) {
+		t.Helper()
+		do("ask for a code", chromedp.SetValue(chromedp.ID("phone"), phone),
+			chromedp.Click(chromedp.ID("send-code")), visible("#login-form"))
+	}
+	enterCode := func(phone string) {
+		t.Helper()
+		do("log in", chromedp.SendKeys(chromedp.ID("code"), waitCode(t, s.outbox, phone)),
+			chromedp.Click(chromedp.ID("login")), visible("#logout"))
+	}
+	do("phone-sized", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	askCode(buyer)
+	if _, err := chromedp.Run(tctx, chromedp.Poll[bool](`document.getElementById("send-code").textContent.startsWith("Resend in")`,
+		chromedp.WithPollingTimeout(5*time.Second))); err != nil {
+		t.Fatalf("the send button never counted down: %v", err)
+	}
+	for _, width := range []int64{600, 390, 320} {
+		do("phone-sized", chromedp.EmulateViewport(width, 844, chromedp.EmulateMobile))
+		for _, row := range [][3]string{{"phone", "send-code", buyer}, {"code", "login", "123456"}} {
+			g, err := chromedp.Run(tctx, chromedp.Evaluate[rowGeometry](fmt.Sprintf(geometryJS, row[0], row[1], row[2])))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := g.problem(); p != "" {
+				t.Errorf("%dpx wide, #%s and #%s: %s (%+v)", width, row[0], row[1], p, g)
+			}
+		}
+		shot(fmt.Sprintf("login-phone-%d.png", width))
+	}
+	do("desktop-sized", chromedp.EmulateViewport(1200, 900))
+	enterCode(buyer)
+
+	// A grab that lands turns the button into a disabled "Yours".
+	do("grab", chromedp.Click(chromedp.CSS(card(onSale)+" .grab")),
+		visible(card(onSale)+` .v-msg[data-status="created"]`), visible(card(onSale)+` .grab.yours:disabled`))
+	seen, err := chromedp.Run(tctx, chromedp.AttributeValue(chromedp.CSS(card(onSale)+" .v-msg"), "data-seen"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := text(card(onSale) + " .v-msg"); seen.Value != "pending,created" || !strings.Contains(msg, "created") {
+		t.Errorf("order statuses shown %q, message %q; want pending then created", seen.Value, msg)
+	}
+	if label := text(card(onSale) + " .grab"); label != "Yours" {
+		t.Errorf("the button after a grab reads %q, want Yours", label)
+	}
+
+	// The same buyer bought the other voucher elsewhere (another tab, a
+	// phone): this page does not know, its grab is told "already
+	// purchased", and the voucher is theirs here too.
+	uid, err := chromedp.Run(tctx, chromedp.Evaluate[int64](`JSON.parse(localStorage.getItem("seckill.session")).user_id`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bought := sendJSON(t, "POST", fmt.Sprintf("%s/api/v1/vouchers/%d/orders", s.base, elsewhere), token(t, uid, auth.RoleUser), nil)
+	if bought.status != 202 {
+		t.Fatalf("buy elsewhere: %d %s", bought.status, bought.raw)
+	}
+	do("grab what was bought elsewhere", chromedp.Click(chromedp.CSS(card(elsewhere)+" .grab:enabled")),
+		visible(card(elsewhere)+` .v-msg[data-code="already_purchased"]`), visible(card(elsewhere)+` .grab.yours:disabled`),
+		visible(`#orders .st-created`))
+	again, orders, left := text(card(elsewhere)+" .v-msg"), text("#orders"), text(card(onSale)+" .v-left")
+	if !strings.HasPrefix(again, "Already purchased") || !strings.Contains(orders, "created") || left != "4 of 5 left" {
+		t.Errorf("grab of a voucher bought elsewhere %q; my orders %q; stock %q", again, orders, left)
+	}
+
+	// After a reload the page learns from my orders which vouchers are the
+	// buyer's (the one bought elsewhere once the worker wrote it).
+	orderID, _ := bought.body["order_id"].(string)
+	testenv.WaitFor(t, 10*time.Second, "order "+orderID+" written", func() bool {
+		a := sendJSON(t, "GET", s.base+"/api/v1/orders/"+orderID, token(t, uid, auth.RoleUser), nil)
+		return a.status == 200 && a.body["status"] == "created"
+	})
+	do("reload", chromedp.Reload(),
+		visible(card(onSale)+` .grab.yours:disabled`), visible(card(elsewhere)+` .grab.yours:disabled`))
+	if a, b := text(card(onSale)+" .grab"), text(card(elsewhere)+" .grab"); a != "Yours" || b != "Yours" {
+		t.Errorf("after a reload the buyer's vouchers read %q and %q, want Yours", a, b)
+	}
 	shot("sale-desktop.png")
 	do("phone-sized", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
 	shot("sale-phone.png")
 	do("desktop-sized", chromedp.EmulateViewport(1200, 900))
 
+	// Another user (or nobody) may grab it.
+	do("log out", chromedp.Click(chromedp.ID("logout")), visible("#login-panel"),
+		visible(card(onSale)+`[data-phase="on_sale"] .grab:enabled:not(.yours)`))
+
 	// The admin's form is there only for an admin.
-	do("log out", chromedp.Click(chromedp.ID("logout")), visible("#login-panel"))
-	login(admin)
+	askCode(admin)
+	enterCode(admin)
 	do("create a voucher", visible("#admin-panel"),
 		chromedp.SendKeys(chromedp.ID("v-title"), "Made in the browser"),
 		chromedp.SendKeys(chromedp.ID("v-face"), "12.50"),
@@ -221,9 +308,86 @@ func TestSaleInBrowser(t *testing.T) {
 	}
 	shot("sale-admin.png")
 
+	// A token the service printed (the embedded mode's admin token) is a
+	// way in without a phone: pasted, it is kept as a login's is.
+	do("log out", chromedp.Click(chromedp.ID("logout")), visible("#login-panel"),
+		chromedp.Click(chromedp.CSS("#token-entry summary")), visible("#token"))
+	useToken := func(tok string) {
+		t.Helper()
+		do("paste a token", chromedp.SetValue(chromedp.ID("token"), tok), chromedp.Click(chromedp.ID("use-token")))
+	}
+	useToken("not-a-token")
+	do("a malformed token is refused", chromedp.WaitVisible(chromedp.CSS("#token-msg.bad")))
+	other, err := auth.NewSigner([]byte(strings.Repeat("another secret ", 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := other.Mint(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	useToken(forged)
+	if _, err := chromedp.Run(tctx, chromedp.Poll[bool](`document.getElementById("token-msg").textContent.includes("does not take")`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("a token of another secret was not refused: %v (message %q)", err, text("#token-msg"))
+	}
+	if got, _ := chromedp.Run(tctx, chromedp.Evaluate[bool](`localStorage.getItem("seckill.session") === null && !document.getElementById("login-panel").hidden`)); !got {
+		t.Error("a refused token left a session")
+	}
+	useToken("Bearer " + token(t, 1, auth.RoleAdmin))
+	do("the admin token opens the admin form", visible("#admin-panel"), visible("#logout"))
+	do("and keeps it after a reload", chromedp.Reload(), visible("#admin-panel"), visible("#orders-panel"))
+	if who := text("#who"); who != "user 1 · admin" {
+		t.Errorf("signed in with the admin token as %q, want user 1 · admin", who)
+	}
+	shot("token-admin.png")
+
 	mu.Lock()
 	defer mu.Unlock()
 	for _, p := range problems {
 		t.Errorf("browser: %s", p)
 	}
+}
+
+// geometryJS measures one row of the login form, in CSS pixels: an input
+// holding a sample of what it takes, and its button.
+const geometryJS = `(() => {
+	const input = document.getElementById(%q), button = document.getElementById(%q);
+	const saved = input.value;
+	input.value = %q;
+	const i = input.getBoundingClientRect(), b = button.getBoundingClientRect();
+	const g = {
+		inputLeft: i.left, inputRight: i.right, inputTop: i.top, inputBottom: i.bottom,
+		buttonLeft: b.left, buttonRight: b.right, buttonTop: b.top, buttonBottom: b.bottom,
+		textWidth: input.scrollWidth, boxWidth: input.clientWidth,
+		buttonTextWidth: button.scrollWidth, buttonBoxWidth: button.clientWidth,
+		viewport: document.documentElement.clientWidth, page: document.documentElement.scrollWidth,
+	};
+	input.value = saved;
+	return g;
+})()`
+
+type rowGeometry struct {
+	InputLeft, InputRight, InputTop, InputBottom     float64
+	ButtonLeft, ButtonRight, ButtonTop, ButtonBottom float64
+	TextWidth, BoxWidth                              float64
+	ButtonTextWidth, ButtonBoxWidth                  float64
+	Viewport, Page                                   float64
+}
+
+// problem says what is wrong with the row, or "".
+func (g rowGeometry) problem() string {
+	switch {
+	case g.Page > g.Viewport:
+		return "the page scrolls sideways"
+	case g.InputLeft < 0 || g.InputRight > g.Viewport || g.ButtonLeft < 0 || g.ButtonRight > g.Viewport:
+		return "off the screen"
+	case g.InputRight > g.ButtonLeft && g.ButtonRight > g.InputLeft && g.InputBottom > g.ButtonTop && g.ButtonBottom > g.InputTop:
+		return "the button covers the input"
+	case g.TextWidth > g.BoxWidth:
+		return "what it takes does not fit in the input"
+	case g.ButtonTextWidth > g.ButtonBoxWidth:
+		return "the button's label does not fit"
+	}
+	return ""
 }

@@ -17,6 +17,7 @@
     vouchers: [],      // as the server listed them
     cards: new Map(),  // voucher id -> card elements
     skewMs: 0,         // server clock minus ours
+    mine: new Map(),   // voucher id -> {order, status, at} the buyer holds (pending or created)
     listTimer: 0,
   };
 
@@ -41,9 +42,10 @@
     var s = state.session;
     $("login-panel").hidden = !!s;
     $("logout").hidden = !s;
-    $("who").textContent = s ? (s.phone + (s.role === "admin" ? " · admin" : "")) : "";
+    $("who").textContent = s ? ((s.phone || ("user " + s.user_id)) + (s.role === "admin" ? " · admin" : "")) : "";
     $("orders-panel").hidden = !s;
     $("admin-panel").hidden = !(s && s.role === "admin");
+    state.mine = new Map(); // the previous user's
     if (s) { loadOrders(); } else { $("orders").replaceChildren(); }
     // Messages on the cards belong to the previous user.
     state.cards.forEach(function (c) {
@@ -58,11 +60,13 @@
   // ---- talking to the API ---------------------------------------------
 
   // call sends a request and resolves to {status, body, retryAfter}; a
-  // network failure resolves to status 0.
-  function call(method, path, body) {
+  // network failure resolves to status 0. token, when given, is sent
+  // instead of the session's.
+  function call(method, path, body, token) {
     var headers = { "Accept": "application/json" };
     if (body !== undefined) { headers["Content-Type"] = "application/json"; }
-    if (state.session) { headers["Authorization"] = "Bearer " + state.session.token; }
+    var bearer = token || (state.session && state.session.token);
+    if (bearer) { headers["Authorization"] = "Bearer " + bearer; }
     var sent = Date.now();
     return fetch(API + path, {
       method: method, headers: headers, cache: "no-store", credentials: "omit",
@@ -71,7 +75,7 @@
       noteClock(resp, sent);
       return resp.json().catch(function () { return {}; }).then(function (b) {
         var r = { status: resp.status, body: b || {}, retryAfter: parseInt(resp.headers.get("Retry-After") || "0", 10) };
-        if (r.status === 401 && state.session && path.indexOf("auth/") !== 0) {
+        if (r.status === 401 && state.session && !token && path.indexOf("auth/") !== 0) {
           saveSession(null);
           notice("Your session ended; please log in again.", "bad");
         }
@@ -245,6 +249,23 @@
     return (d > 0 ? d + "d " : "") + pad(h) + ":" + pad(m) + ":" + pad(s);
   }
 
+  var DAYS = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+  var MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+  // dateText is an instant in the device's time zone: "Mon 3 Jan 2028, 09:00".
+  function dateText(ms) {
+    var d = new Date(ms);
+    var pad = function (n) { return (n < 10 ? "0" : "") + n; };
+    return DAYS[d.getDay()] + " " + d.getDate() + " " + MONTHS[d.getMonth()] + " " + d.getFullYear() +
+      ", " + pad(d.getHours()) + ":" + pad(d.getMinutes());
+  }
+
+  // until says when a start or an end comes: a countdown within a day, the
+  // local date and time beyond it ("Starts in 761d 21:11:44" helps no one).
+  function until(what, at, t) {
+    return at - t > 86400000 ? what + " " + dateText(at) : what + " in " + span(at - t);
+  }
+
   function loadVouchers() {
     return call("GET", "vouchers?limit=50").then(function (r) {
       if (r.status !== 200) {
@@ -323,7 +344,7 @@
     var label = "Grab";
     switch (p) {
       case "upcoming":
-        c.when.textContent = "Starts in " + span(Date.parse(v.begin_at) - t);
+        c.when.textContent = until("Starts", Date.parse(v.begin_at), t);
         label = "Not started";
         break;
       case "ended":
@@ -331,15 +352,34 @@
         label = "Ended";
         break;
       case "sold_out":
-        c.when.textContent = "Ends in " + span(Date.parse(v.end_at) - t);
+        c.when.textContent = until("Ends", Date.parse(v.end_at), t);
         label = "Sold out";
         break;
       default:
-        c.when.textContent = "Ends in " + span(Date.parse(v.end_at) - t);
+        c.when.textContent = until("Ends", Date.parse(v.end_at), t);
     }
+    // A voucher the buyer holds is theirs whatever the sale does next.
+    var mine = state.session ? state.mine.get(v.id) : undefined;
+    c.li.classList.toggle("mine", !!mine);
+    c.grab.classList.toggle("yours", !!mine && !c.busy);
+    c.grab.title = mine ? "You hold order " + mine.order : "";
     var waiting = c.holdUntil > Date.now();
-    c.grab.disabled = p !== "on_sale" || c.busy || waiting;
-    c.grab.textContent = c.busy ? "Grabbing…" : (waiting && p === "on_sale" ? "Wait " + Math.ceil((c.holdUntil - Date.now()) / 1000) + "s" : label);
+    c.grab.disabled = !!mine || p !== "on_sale" || c.busy || waiting;
+    c.grab.textContent = c.busy ? "Grabbing…" : mine ? "Yours" :
+      (waiting && p === "on_sale" ? "Wait " + Math.ceil((c.holdUntil - Date.now()) / 1000) + "s" : label);
+  }
+
+  // hold records an order the buyer holds for a voucher; a failed order
+  // holds nothing (its reservation was given back: the buyer may grab again).
+  function hold(voucherID, orderID, status) {
+    if (status === "failed") {
+      var m = state.mine.get(voucherID);
+      if (m && m.order === orderID) { state.mine.delete(voucherID); }
+    } else {
+      state.mine.set(voucherID, { order: orderID, status: status, at: Date.now() });
+    }
+    var c = state.cards.get(voucherID);
+    if (c) { tickCard(c); }
   }
 
   function grab(id) {
@@ -355,12 +395,15 @@
     call("POST", "vouchers/" + id + "/orders").then(function (r) {
       c.busy = false;
       if (r.status === 202) {
+        hold(id, r.body.order_id, "pending");
         showOrder(c, r.body.order_id, "pending");
         followOrder(c, r.body.order_id);
         loadVouchers();
       } else if (r.body.code === "already_purchased") {
         say(c.msg, "Already purchased: you hold order " + r.body.order_id + ".", "warn");
         c.msg.dataset.code = "already_purchased";
+        hold(id, r.body.order_id, "pending");
+        loadOrders();
       } else {
         var e = explain(r);
         say(c.msg, e[0], e[1]);
@@ -393,6 +436,7 @@
     var poll = function () {
       call("GET", "orders/" + orderID).then(function (r) {
         if (r.status === 200 && r.body.status && r.body.status !== "pending") {
+          hold(c.v.id, orderID, r.body.status);
           showOrder(c, orderID, r.body.status, r.body.reason);
           loadOrders();
           return;
@@ -416,9 +460,24 @@
   // ---- my orders ---------------------------------------------------------
 
   function loadOrders() {
-    if (!state.session) { return; }
+    var s = state.session;
+    if (!s) { return; }
+    var asked = Date.now();
     call("GET", "users/me/orders?limit=50").then(function (r) {
-      if (r.status !== 200) { return; }
+      if (r.status !== 200 || state.session !== s) { return; }
+      // The list says which vouchers the buyer holds; an order this page
+      // saw accepted after the list was asked for is kept until it shows.
+      var mine = new Map();
+      state.mine.forEach(function (m, id) { if (m.at >= asked) { mine.set(id, m); } });
+      (r.body.orders || []).slice().reverse().forEach(function (o) {
+        if (o.status !== "failed") {
+          mine.set(o.voucher_id, { order: o.order_id, status: o.status, at: asked });
+        } else if (mine.has(o.voucher_id) && mine.get(o.voucher_id).order === o.order_id) {
+          mine.delete(o.voucher_id);
+        }
+      });
+      state.mine = mine;
+      state.cards.forEach(tickCard);
       var titles = new Map(state.vouchers.map(function (v) { return [v.id, v.title]; }));
       var ul = $("orders");
       var items = (r.body.orders || []).map(function (o) {
@@ -435,6 +494,50 @@
       $("orders-empty").hidden = items.length > 0;
     });
   }
+
+  // ---- a pasted token ------------------------------------------------------
+
+  // claimsOf reads a token's claims (the server checks the signature): its
+  // user, role and expiry become the session, as a login's answer does.
+  function claimsOf(token) {
+    var parts = token.split(".");
+    if (parts.length !== 3) { return null; }
+    try {
+      var b64 = parts[1].replace(/-/g, "+").replace(/_/g, "/");
+      var c = JSON.parse(atob(b64 + "===".slice((b64.length + 3) % 4)));
+      var user = Number(c.sub);
+      if (!(Number.isInteger(user) && user > 0) || typeof c.exp !== "number" || (c.role !== "user" && c.role !== "admin")) { return null; }
+      return { user_id: user, role: c.role, expires_at: new Date(c.exp * 1000).toISOString() };
+    } catch (e) {
+      return null;
+    }
+  }
+
+  $("token-form").addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var msg = $("token-msg");
+    var token = $("token").value.trim().replace(/^Bearer\s+/i, "");
+    var c = claimsOf(token);
+    if (!c) { say(msg, "That is not a seckill token.", "bad"); return; }
+    if (Date.parse(c.expires_at) <= now()) { say(msg, "That token has expired; mint a new one.", "bad"); return; }
+    $("use-token").disabled = true;
+    // Any signed-in route tells whether the service takes the token.
+    call("GET", "users/me/orders?limit=1", undefined, token).then(function (r) {
+      $("use-token").disabled = false;
+      if (r.status === 200) {
+        $("token").value = "";
+        $("token-entry").open = false;
+        say(msg, "", "");
+        releaseResend();
+        $("login-form").hidden = true;
+        say($("login-msg"), "", "");
+        saveSession({ token: token, role: c.role, user_id: c.user_id, expires_at: c.expires_at, phone: "" });
+        notice("", "");
+        return;
+      }
+      say(msg, r.status === 401 ? "The service does not take this token (another secret, or expired)." : explain(r)[0], "bad");
+    });
+  });
 
   // ---- admin -------------------------------------------------------------
 
