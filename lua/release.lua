@@ -5,22 +5,37 @@
 -- order, and the stock is returned in the same step, so a reservation is
 -- given back exactly once however often this runs.
 --
--- KEYS[1] voucher state (hash: stock, begin_ms, end_ms)
--- KEYS[2] voucher buyers (hash: user id -> order id)
--- KEYS[3] shard pending-order index (hash: order id -> "user:voucher")
+-- While the shard is not ready (Redis lost its data, or a rebuild is under
+-- way) nothing is written: a rebuild that read the database before this
+-- order's dead letter was committed counts the order as in flight, and
+-- would write its reservation back over a give-back made meanwhile. The
+-- shard's pending index, which the rebuild reads, also stays as it was.
+-- The caller tries again after the rebuild, which then either skipped the
+-- order (its dead letter was read) or holds its reservation, given back
+-- now.
+--
+-- KEYS[1] shard ready marker
+-- KEYS[2] voucher state (hash: stock, begin_ms, end_ms)
+-- KEYS[3] voucher buyers (hash: user id -> order id)
+-- KEYS[4] shard pending-order index (hash: order id -> "user:voucher")
 -- ARGV[1] user id
 -- ARGV[2] order id
 -- ARGV[3] "1" to return the unit to stock, "0" to only drop the buyer entry
 --
 -- Returns 1 when the reservation was given back now, 0 when it was not
--- held (given back before, or never).
+-- held (given back before, never held, or taken over by the buyer's
+-- written order: see settle.lua), -1 when the shard is not ready and
+-- nothing was written.
 
-redis.call('HDEL', KEYS[3], ARGV[2])
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return -1
+end
+redis.call('HDEL', KEYS[4], ARGV[2])
+if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[2] then
   return 0
 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[1], 'stock') == 1 then
-  redis.call('HINCRBY', KEYS[1], 'stock', 1)
+redis.call('HDEL', KEYS[3], ARGV[1])
+if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[2], 'stock') == 1 then
+  redis.call('HINCRBY', KEYS[2], 'stock', 1)
 end
 return 1

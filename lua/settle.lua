@@ -5,15 +5,25 @@
 -- unit, and this only drops the orders from the pending index. After Redis
 -- lost its data and the shard was rebuilt from MySQL while an order was in
 -- a worker's hands (committed after the rebuild read MySQL), its buyer is
--- missing: record it and take the unit now. While the shard is not ready
--- (a rebuild is under way) nothing is settled: the caller tries again
--- later, after the rebuild.
+-- missing: record it and take the unit now.
+--
+-- The buyer may also have bought again meanwhile: the entry names another
+-- order of theirs, still in this shard's pending index. That order can
+-- never be written (the database holds one order per buyer and voucher):
+-- it will be dead-lettered as a duplicate. The written order takes over
+-- the entry and that order's unit, so the dead letter later finds nothing
+-- to give back, and Redis keeps exactly the unit the database took. An
+-- entry naming an order no longer pending is left alone.
+--
+-- While the shard is not ready (a rebuild is under way) nothing is
+-- settled: the caller tries again later, after the rebuild.
 --
 -- KEYS[1] shard ready marker
--- KEYS[2] shard pending-order index
+-- KEYS[2] shard pending-order index (hash: order id -> "user:voucher")
 -- KEYS[2i+1], KEYS[2i+2] for order i (i = 1..n): its voucher's state
 --   (hash: stock, ...) and buyers (hash: user id -> order id)
--- ARGV[2i-1], ARGV[2i] for order i: user id, order id
+-- ARGV[3i-2], ARGV[3i-1], ARGV[3i] for order i: user id, order id,
+--   voucher id
 --
 -- Returns 1 when settled (every buyer now recorded, or recorded before),
 -- 0 when the shard is not ready.
@@ -21,12 +31,18 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
-for i = 1, #ARGV / 2 do
-  local user, order = ARGV[2 * i - 1], ARGV[2 * i]
+for i = 1, #ARGV / 3 do
+  local user, order, voucher = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
   local state, buyers = KEYS[2 * i + 1], KEYS[2 * i + 2]
   redis.call('HDEL', KEYS[2], order)
-  if redis.call('HSETNX', buyers, user, order) == 1 and redis.call('HEXISTS', state, 'stock') == 1 then
-    redis.call('HINCRBY', state, 'stock', -1)
+  local held = redis.call('HGET', buyers, user)
+  if not held then
+    redis.call('HSET', buyers, user, order)
+    if redis.call('HEXISTS', state, 'stock') == 1 then
+      redis.call('HINCRBY', state, 'stock', -1)
+    end
+  elseif held ~= order and redis.call('HGET', KEYS[2], held) == user .. ':' .. voucher then
+    redis.call('HSET', buyers, user, order)
   end
 end
 return 1

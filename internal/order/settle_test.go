@@ -540,3 +540,65 @@ func TestWriterOrderAndLetterRace(t *testing.T) {
 		}
 	})
 }
+
+// TestSettleTakesOverRepurchase: after Redis restarted empty and was
+// rebuilt while a worker held buyer 7's order 2001, the buyer bought again
+// (order 2002 accepted). The database keeps one of the two as the order,
+// the other becomes a duplicate_buyer dead letter, and Redis ends agreeing
+// with it: one unit taken, the buyer entry naming the written order,
+// nothing pending. Whichever is written first, alone or in one batch.
+func TestSettleTakesOverRepurchase(t *testing.T) {
+	t.Parallel()
+	const held, again = 2001, 2002
+	for _, tc := range []struct {
+		name    string
+		batches [][]int64 // order ids, as handed to the writer
+		written int64     // the one that ends as the order
+	}{
+		{"held order first", [][]int64{{held}, {again}}, held},
+		{"repurchase first", [][]int64{{again}, {held}}, again},
+		{"one batch, held order first", [][]int64{{held, again}}, held},
+		{"one batch, repurchase first", [][]int64{{again, held}}, again},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newWriterEnv(t)
+			ctx := context.Background()
+			v := e.voucher(t, 10)
+			stateEnv(t, e, v, 10, nil) // rebuilt: knows nothing of order 2001
+			if _, err := voucher.NewReserver(e.rdb, e.keys).Reserve(ctx, v, 7, again); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, ids := range tc.batches {
+				var batch []mq.Message
+				for _, id := range ids {
+					n++
+					batch = append(batch, msg(n, id, 7, v))
+				}
+				for _, o := range handle(t, e.w, batch) {
+					if o != mq.Ack {
+						t.Fatalf("outcome %v, want Ack", o)
+					}
+				}
+			}
+			if s, o, d := e.counts(t, v); s != 9 || o != 1 || d != 1 {
+				t.Fatalf("stock %d orders %d dead %d; want 9 1 1", s, o, d)
+			}
+			if _, err := NewStore(e.db).Get(ctx, tc.written); err != nil {
+				t.Fatalf("order %d: %v", tc.written, err)
+			}
+			stock, buyers := redisStock(t, e, v)
+			if stock != 9 || len(buyers) != 1 || buyers["7"] != strconv.FormatInt(tc.written, 10) {
+				t.Fatalf("redis stock %d buyers %v; want 9 and buyer 7 -> %d", stock, buyers, tc.written)
+			}
+			if n, err := e.rdb.HLen(ctx, e.keys.Pending(0)).Result(); err != nil || n != 0 {
+				t.Fatalf("%d orders still pending (%v), want 0", n, err)
+			}
+			_, err := voucher.NewReserver(e.rdb, e.keys).Reserve(ctx, v, 7, 2003)
+			if p := (*voucher.PurchasedError)(nil); !errors.As(err, &p) || p.OrderID != tc.written {
+				t.Fatalf("buyer 7 buys a third time: %v, want already purchased (order %d)", err, tc.written)
+			}
+		})
+	}
+}

@@ -243,7 +243,9 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	// crash here the redelivery finds the dead letter and gives back again,
 	// which the script makes a no-op.
 	if err := w.giveBack(ctx, work); err != nil {
-		w.cfg.Observer.RedisError("give_back")
+		if !errors.Is(err, errNotReady) {
+			w.cfg.Observer.RedisError("give_back")
+		}
 		return nil, err
 	}
 	if err := w.settle(ctx, work); err != nil {
@@ -766,10 +768,13 @@ func (w *Writer) recordedByMessage(tx *gorm.DB, it *item) error {
 	return nil
 }
 
-// giveBack returns the Redis reservation of every dead-lettered item.
+// giveBack returns the Redis reservation of every dead-lettered item. In
+// a shard that is not ready (being rebuilt) the script gives nothing back,
+// and the batch is tried again after the rebuild (errNotReady): the dead
+// letter is committed, so the redelivery finds it and gives back then.
 func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 	pipe := w.rdb.Pipeline()
-	n := 0
+	var cmds []*redis.Cmd
 	for _, it := range items {
 		if it.reason == "" || it.bad || it.decided {
 			continue
@@ -779,15 +784,20 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 		if restocks(it.reason) {
 			restock = "1"
 		}
-		keys := []string{w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(w.keys.Shard(o.VoucherID))}
-		w.release.Eval(ctx, pipe, keys, o.UserID, o.OrderID, restock)
-		n++
+		shard := w.keys.Shard(o.VoucherID)
+		keys := []string{w.keys.Ready(shard), w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(shard)}
+		cmds = append(cmds, w.release.Eval(ctx, pipe, keys, o.UserID, o.OrderID, restock))
 	}
-	if n == 0 {
+	if len(cmds) == 0 {
 		return nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("give back %d reservations: %w", n, err)
+		return fmt.Errorf("give back %d reservations: %w", len(cmds), err)
+	}
+	for _, c := range cmds {
+		if given, err := c.Int(); err != nil || given < 0 {
+			return fmt.Errorf("give back %d reservations: %w", len(cmds), cmp.Or(err, errNotReady))
+		}
 	}
 	return nil
 }
@@ -817,8 +827,10 @@ func (w *Writer) locking(query string) string {
 // settle makes Redis agree with the orders just written, one script call
 // per shard: it drops them from the pending index and, when a rebuild of
 // Redis missed one (it was in this worker's hands), records its buyer and
-// takes its unit. While a shard is being rebuilt it cannot settle, and the
-// batch is tried again.
+// takes its unit; when the buyer bought again meanwhile, the written order
+// takes over that later order's entry and unit (lua/settle.lua says why).
+// While a shard is being rebuilt it cannot settle, and the batch is tried
+// again.
 func (w *Writer) settle(ctx context.Context, items []*item) error {
 	type call struct {
 		keys []string
@@ -837,12 +849,12 @@ func (w *Writer) settle(ctx context.Context, items []*item) error {
 			calls[shard] = c
 		}
 		c.keys = append(c.keys, w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID))
-		c.args = append(c.args, o.UserID, o.OrderID)
+		c.args = append(c.args, o.UserID, o.OrderID, o.VoucherID)
 	}
 	for shard, c := range calls {
 		n, err := w.settleScript.Run(ctx, w.rdb, c.keys, c.args...).Int()
 		if err != nil {
-			return fmt.Errorf("settle %d orders of shard %d in redis: %w", len(c.args)/2, shard, err)
+			return fmt.Errorf("settle %d orders of shard %d in redis: %w", len(c.args)/3, shard, err)
 		}
 		if n != 1 {
 			return fmt.Errorf("settle orders of shard %d in redis: %w", shard, errNotReady)
