@@ -1,45 +1,84 @@
--- send_code.lua: store a new login code for a phone, unless one was sent too
--- recently or too many were sent in the window.
+-- send_code.lua: store a new login code for a phone, unless the phone or the
+-- requester (the client address asking) has had enough codes.
+--
+-- The limits bound the SMS sent to a phone without letting a stranger lock
+-- its owner out:
+--   * one code per resend interval to a phone, whoever asks;
+--   * a requester gets ARGV[5] codes per window for one phone (its own
+--     budget: nobody else can use it up); a login from it starts it afresh;
+--   * requesters that never logged in to the phone share a ceiling of
+--     ARGV[4] codes per window for it: the bound on SMS that strangers
+--     can make a phone receive;
+--   * requesters that logged in to the phone lately (KEYS[5], kept by
+--     check_code.lua) are not held by that ceiling, only by their own budget:
+--     an owner asking from a device they used before gets a code even while
+--     strangers have used the ceiling up.
+-- Every code the phone receives is the phone's current code, whoever asked
+-- for it, so the owner can also log in with a code a stranger made it send.
 --
 -- Every check runs before the first write.
 --
--- KEYS[1] the phone's code (hash: digest, tries, locked)
+-- KEYS[1] the phone's code (hash: digest, tries, locked, by, t:<requester>)
 -- KEYS[2] resend guard (string; exists while no new code may be sent)
--- KEYS[3] codes sent in the current window (counter)
+-- KEYS[3] codes sent to the phone in the window for requesters that never
+--         logged in to it (counter)
+-- KEYS[4] codes sent to the phone in the window for this requester (counter)
+-- KEYS[5] requesters that logged in to the phone lately (zset: requester ->
+--         last login, ms)
 -- ARGV[1] digest of the new code (HMAC; the code itself never reaches Redis)
 -- ARGV[2] code lifetime, ms
 -- ARGV[3] resend interval, ms
--- ARGV[4] most codes per window
--- ARGV[5] window, ms
+-- ARGV[4] most codes per window for requesters that never logged in
+-- ARGV[5] most codes per window for one requester
+-- ARGV[6] window, ms
+-- ARGV[7] the requester
 --
 -- Returns {status, wait_ms}:
 --   {0, 0}   stored; a previous code of the phone is replaced (its tries too)
 --   {1, ms}  a code was sent less than the resend interval ago; wait ms
---   {2, ms}  the window's codes are used up; the window ends in ms
+--   {2, ms}  this requester's codes for the phone are used up; wait ms
+--   {3, ms}  the ceiling for requesters that never logged in is reached; wait ms
+
+-- sent reads a window counter.
+local function sent(key)
+  local n = tonumber(redis.call('GET', key) or '0')
+  if n == nil then
+    error('sent counter ' .. key .. ' is not a number')
+  end
+  return n
+end
+
+-- left is how long a full counter's window still runs.
+local function left(key)
+  local ms = redis.call('PTTL', key)
+  if ms < 0 then
+    -- A counter without expiry would lock the phone out for ever.
+    redis.call('PEXPIRE', key, ARGV[6])
+    ms = tonumber(ARGV[6])
+  end
+  return ms
+end
 
 local wait = redis.call('PTTL', KEYS[2])
 if wait > 0 then
   return {1, wait}
 end
-local sent = tonumber(redis.call('GET', KEYS[3]) or '0')
-if sent == nil then
-  return redis.error_reply('sent counter is not a number')
+if sent(KEYS[4]) >= tonumber(ARGV[5]) then
+  return {2, left(KEYS[4])}
 end
-if sent >= tonumber(ARGV[4]) then
-  local left = redis.call('PTTL', KEYS[3])
-  if left < 0 then
-    -- A counter without expiry would lock the phone out for ever.
-    redis.call('PEXPIRE', KEYS[3], ARGV[5])
-    left = tonumber(ARGV[5])
-  end
-  return {2, left}
+local known = redis.call('ZSCORE', KEYS[5], ARGV[7])
+if not known and sent(KEYS[3]) >= tonumber(ARGV[4]) then
+  return {3, left(KEYS[3])}
 end
 
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'digest', ARGV[1], 'tries', 0)
+redis.call('HSET', KEYS[1], 'digest', ARGV[1], 'tries', 0, 'by', ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
-if redis.call('INCR', KEYS[3]) == 1 then
-  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+if redis.call('INCR', KEYS[4]) == 1 then
+  redis.call('PEXPIRE', KEYS[4], ARGV[6])
+end
+if not known and redis.call('INCR', KEYS[3]) == 1 then
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
 return {0, 0}

@@ -31,7 +31,7 @@ func (l *Login) RequestCode(c *gin.Context) {
 	if !apierr.DecodeJSON(c, maxLoginBody, &req) {
 		return
 	}
-	err := l.SendCode(c.Request.Context(), req.Phone)
+	err := l.SendCode(c.Request.Context(), req.Phone, c.ClientIP())
 	if err == nil {
 		c.JSON(http.StatusAccepted, gin.H{
 			"expires_in":   int(l.cfg.CodeTTL.Seconds()),
@@ -49,7 +49,7 @@ func (l *Login) SignIn(c *gin.Context) {
 	if !apierr.DecodeJSON(c, maxLoginBody, &req) {
 		return
 	}
-	s, err := l.Verify(c.Request.Context(), req.Phone, req.Code)
+	s, err := l.Verify(c.Request.Context(), req.Phone, req.Code, c.ClientIP())
 	if err == nil {
 		c.JSON(http.StatusOK, gin.H{
 			"token": s.Token, "token_type": "Bearer", "expires_at": s.ExpiresAt,
@@ -74,7 +74,10 @@ func (l *Login) abort(c *gin.Context, err error) {
 		secs := max(1, int((wait.Wait+time.Second-1)/time.Second))
 		c.Header("Retry-After", strconv.Itoa(secs))
 		msg := "a code was sent a moment ago; wait before asking for another"
-		if wait.Reason == "window" {
+		switch wait.Reason {
+		case WaitWindow:
+			msg = "too many codes were asked for this phone from your address; try again later"
+		case WaitPhone:
 			msg = "too many codes were sent to this phone; try again later"
 		}
 		apierr.Abort(c, http.StatusTooManyRequests, "too_many_requests", msg)

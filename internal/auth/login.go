@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
+	"net/netip"
 	"regexp"
 	"slices"
 	"time"
@@ -30,10 +31,21 @@ var (
 	ErrNoSender = errors.New("login codes are not delivered on this server")
 )
 
+// Reasons a code is refused, in WaitError.
+const (
+	// WaitResend: a code was sent to the phone less than Resend ago.
+	WaitResend = "resend"
+	// WaitWindow: this requester had its MaxCodesPerRequester for the phone.
+	WaitWindow = "window"
+	// WaitPhone: requesters that never logged in to the phone had its
+	// MaxCodes.
+	WaitPhone = "phone"
+)
+
 // WaitError means a code was refused to protect the phone: wait Wait.
 type WaitError struct {
 	Wait   time.Duration
-	Reason string // resend (too soon) or window (too many codes)
+	Reason string // WaitResend, WaitWindow or WaitPhone
 }
 
 func (e *WaitError) Error() string { return "code refused (" + e.Reason + "): wait " + e.Wait.String() }
@@ -52,14 +64,32 @@ var codeRE = regexp.MustCompile(`^[0-9]{6}$`)
 func ValidPhone(phone string) bool { return phoneRE.MatchString(phone) }
 
 // LoginConfig tunes the code login. Zero fields take the defaults.
+//
+// The code limits bound the SMS a phone receives without letting anyone
+// lock its owner out (lua/send_code.lua has the whole argument): a
+// requester (client address; an IPv6 /64) has its own budget per phone,
+// strangers to the phone share a ceiling, and requesters that logged in to
+// the phone lately are held only by their own budget.
 type LoginConfig struct {
 	KeyPrefix string        // Redis key prefix; default "seckill"
 	CodeTTL   time.Duration // how long a code is valid; default 5m
 	Resend    time.Duration // least time between two codes to one phone; default 60s
-	MaxCodes  int           // codes per phone per Window; default 10
-	Window    time.Duration // default 24h
-	MaxTries  int           // wrong tries that lock a code; default 5
-	TokenTTL  time.Duration // lifetime of the token a login gives; default 24h
+	// MaxCodes is the codes per phone per Window for requesters that never
+	// logged in to it, together: the bound on SMS strangers can make a
+	// phone receive. Default 10.
+	MaxCodes int
+	// MaxCodesPerRequester is the codes per phone per Window one requester
+	// gets; a login from it starts its count afresh. Default 3, at most
+	// MaxCodes.
+	MaxCodesPerRequester int
+	Window               time.Duration // default 24h
+	// KnownRequesters is how many requesters that logged in to a phone
+	// are remembered (the newest), each for KnownFor after its last login.
+	// Defaults 5 and 30 days.
+	KnownRequesters int
+	KnownFor        time.Duration
+	MaxTries        int           // wrong tries that lock a code (per trusted requester; shared by the rest); default 5
+	TokenTTL        time.Duration // lifetime of the token a login gives; default 24h
 	// Admins are the phones whose logins get the admin role.
 	Admins []string
 	// Now is the clock of user rows and tokens' issue; default time.Now.
@@ -87,6 +117,9 @@ func NewLogin(rdb redis.UniversalClient, users *Users, signer *Signer, sender Se
 	cfg.CodeTTL = cmp.Or(cfg.CodeTTL, 5*time.Minute)
 	cfg.Resend = cmp.Or(cfg.Resend, time.Minute)
 	cfg.MaxCodes = cmp.Or(cfg.MaxCodes, 10)
+	cfg.MaxCodesPerRequester = min(cmp.Or(cfg.MaxCodesPerRequester, 3), cfg.MaxCodes)
+	cfg.KnownRequesters = cmp.Or(cfg.KnownRequesters, 5)
+	cfg.KnownFor = cmp.Or(cfg.KnownFor, 30*24*time.Hour)
 	cfg.Window = cmp.Or(cfg.Window, 24*time.Hour)
 	cfg.MaxTries = cmp.Or(cfg.MaxTries, 5)
 	cfg.TokenTTL = cmp.Or(cfg.TokenTTL, 24*time.Hour)
@@ -116,8 +149,28 @@ func newCode() (string, error) {
 	return fmt.Sprintf("%06d", n.Int64()), nil
 }
 
+// requesterOf is who asks, for the code limits: the client address, or
+// its /64 for IPv6 (one host commonly has the whole /64). Anything that is
+// not an address is one requester, "unknown".
+func requesterOf(addr string) string {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return "unknown"
+	}
+	a = a.Unmap().WithZone("")
+	if a.Is4() {
+		return a.String()
+	}
+	p, err := a.Prefix(64)
+	if err != nil {
+		return "unknown"
+	}
+	return p.String()
+}
+
 // SendCode makes a code for the phone, stores its digest and sends it.
-func (l *Login) SendCode(ctx context.Context, phone string) error {
+// addr is the client address asking (the HTTP edge's ClientIP).
+func (l *Login) SendCode(ctx context.Context, phone, addr string) error {
 	if !ValidPhone(phone) {
 		return ErrBadPhone
 	}
@@ -128,9 +181,11 @@ func (l *Login) SendCode(ctx context.Context, phone string) error {
 	if err != nil {
 		return err
 	}
-	keys := []string{l.keys.Code(phone), l.keys.Resend(phone), l.keys.Sent(phone)}
+	req := requesterOf(addr)
+	keys := []string{l.keys.Code(phone), l.keys.Resend(phone), l.keys.Sent(phone), l.keys.SentTo(phone, req), l.keys.Known(phone)}
 	res, err := l.send.Run(ctx, l.rdb, keys, l.digest(phone, code),
-		l.cfg.CodeTTL.Milliseconds(), l.cfg.Resend.Milliseconds(), l.cfg.MaxCodes, l.cfg.Window.Milliseconds()).Int64Slice()
+		l.cfg.CodeTTL.Milliseconds(), l.cfg.Resend.Milliseconds(), l.cfg.MaxCodes, l.cfg.MaxCodesPerRequester,
+		l.cfg.Window.Milliseconds(), req).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("store login code: %w", err)
 	}
@@ -140,9 +195,11 @@ func (l *Login) SendCode(ctx context.Context, phone string) error {
 	switch res[0] {
 	case 0:
 	case 1:
-		return &WaitError{Wait: time.Duration(res[1]) * time.Millisecond, Reason: "resend"}
+		return &WaitError{Wait: time.Duration(res[1]) * time.Millisecond, Reason: WaitResend}
 	case 2:
-		return &WaitError{Wait: time.Duration(res[1]) * time.Millisecond, Reason: "window"}
+		return &WaitError{Wait: time.Duration(res[1]) * time.Millisecond, Reason: WaitWindow}
+	case 3:
+		return &WaitError{Wait: time.Duration(res[1]) * time.Millisecond, Reason: WaitPhone}
 	default:
 		return fmt.Errorf("store login code: unknown status %d", res[0])
 	}
@@ -166,16 +223,21 @@ type Session struct {
 }
 
 // Verify checks the code, uses it up, finds or creates the user and mints
-// a token. A failure after the code was used up (the database is down)
-// needs a new code.
-func (l *Login) Verify(ctx context.Context, phone, code string) (Session, error) {
+// a token. addr is the client address submitting it: a login remembers it
+// as one that may ask the phone for codes past the strangers' ceiling. A
+// failure after the code was used up (the database is down) needs a new
+// code.
+func (l *Login) Verify(ctx context.Context, phone, code, addr string) (Session, error) {
 	if !ValidPhone(phone) {
 		return Session{}, ErrBadPhone
 	}
 	if !codeRE.MatchString(code) {
 		return Session{}, ErrBadCode
 	}
-	res, err := l.check.Run(ctx, l.rdb, []string{l.keys.Code(phone)}, l.digest(phone, code), l.cfg.MaxTries).Int64Slice()
+	req := requesterOf(addr)
+	keys := []string{l.keys.Code(phone), l.keys.SentTo(phone, req), l.keys.Known(phone)}
+	res, err := l.check.Run(ctx, l.rdb, keys, l.digest(phone, code), l.cfg.MaxTries, req,
+		l.cfg.Now().UnixMilli(), l.cfg.KnownFor.Milliseconds(), l.cfg.KnownRequesters).Int64Slice()
 	if err != nil {
 		return Session{}, fmt.Errorf("check login code: %w", err)
 	}

@@ -89,15 +89,18 @@ func newLoginFixture(t *testing.T, cfg LoginConfig) loginFixture {
 
 const phone = "+8613800138000"
 
+// home is the address the phone's owner asks from.
+const home = "198.51.100.7"
+
 func TestLoginRoundTrip(t *testing.T) {
 	t.Parallel()
 	f := newLoginFixture(t, LoginConfig{Admins: []string{"+15550000001"}, Resend: time.Millisecond})
 	ctx := context.Background()
-	if err := f.login.SendCode(ctx, phone); err != nil {
+	if err := f.login.SendCode(ctx, phone, home); err != nil {
 		t.Fatal(err)
 	}
 	code := f.box.last(t, phone)
-	s, err := f.login.Verify(ctx, phone, code)
+	s, err := f.login.Verify(ctx, phone, code, home)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,20 +112,20 @@ func TestLoginRoundTrip(t *testing.T) {
 		t.Fatalf("token carries %+v, %v; want %+v", got, err, s.Identity)
 	}
 	// The code is single-use.
-	if _, err := f.login.Verify(ctx, phone, code); !errors.Is(err, ErrNoCode) {
+	if _, err := f.login.Verify(ctx, phone, code, home); !errors.Is(err, ErrNoCode) {
 		t.Fatalf("second use of a code: %v, want ErrNoCode", err)
 	}
 	// A later login is the same user.
-	sendEventually(t, f.login, phone)
-	s2, err := f.login.Verify(ctx, phone, f.box.last(t, phone))
+	sendEventually(t, f.login, phone, home)
+	s2, err := f.login.Verify(ctx, phone, f.box.last(t, phone), home)
 	if err != nil || s2.NewUser || s2.Identity.UserID != s.Identity.UserID {
 		t.Fatalf("second login: %+v, %v; want user %d", s2, err, s.Identity.UserID)
 	}
 	// A configured admin phone gets the admin role.
-	if err := f.login.SendCode(ctx, "+15550000001"); err != nil {
+	if err := f.login.SendCode(ctx, "+15550000001", home); err != nil {
 		t.Fatal(err)
 	}
-	a, err := f.login.Verify(ctx, "+15550000001", f.box.last(t, "+15550000001"))
+	a, err := f.login.Verify(ctx, "+15550000001", f.box.last(t, "+15550000001"), home)
 	if err != nil || a.Identity.Role != RoleAdmin || a.Identity.UserID == s.Identity.UserID {
 		t.Fatalf("admin login: %+v, %v", a, err)
 	}
@@ -130,11 +133,11 @@ func TestLoginRoundTrip(t *testing.T) {
 
 // sendEventually sends a code, retrying while the resend guard (set short
 // by the test) has not run out: a condition with a deadline, not a sleep.
-func sendEventually(t *testing.T, l *Login, phone string) {
+func sendEventually(t *testing.T, l *Login, phone, addr string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		err := l.SendCode(context.Background(), phone)
+		err := l.SendCode(context.Background(), phone, addr)
 		var w *WaitError
 		if !errors.As(err, &w) || w.Reason != "resend" {
 			if err != nil {
@@ -153,21 +156,21 @@ func TestWrongTriesLockTheCode(t *testing.T) {
 	t.Parallel()
 	f := newLoginFixture(t, LoginConfig{MaxTries: 3})
 	ctx := context.Background()
-	if err := f.login.SendCode(ctx, phone); err != nil {
+	if err := f.login.SendCode(ctx, phone, home); err != nil {
 		t.Fatal(err)
 	}
 	code := f.box.last(t, phone)
 	wrong := fmt.Sprintf("%06d", (atoi(code)+1)%1_000_000)
 	for want := 2; want >= 1; want-- {
 		var w *WrongCodeError
-		if _, err := f.login.Verify(ctx, phone, wrong); !errors.As(err, &w) || w.TriesLeft != want {
+		if _, err := f.login.Verify(ctx, phone, wrong, home); !errors.As(err, &w) || w.TriesLeft != want {
 			t.Fatalf("wrong code: %v, want %d tries left", err, want)
 		}
 	}
-	if _, err := f.login.Verify(ctx, phone, wrong); !errors.Is(err, ErrCodeLocked) {
+	if _, err := f.login.Verify(ctx, phone, wrong, home); !errors.Is(err, ErrCodeLocked) {
 		t.Fatalf("third wrong code: %v, want ErrCodeLocked", err)
 	}
-	if _, err := f.login.Verify(ctx, phone, code); !errors.Is(err, ErrCodeLocked) {
+	if _, err := f.login.Verify(ctx, phone, code, home); !errors.Is(err, ErrCodeLocked) {
 		t.Fatalf("right code after the lock: %v, want ErrCodeLocked", err)
 	}
 	var n int64
@@ -189,7 +192,7 @@ func TestCodeStorage(t *testing.T) {
 	t.Parallel()
 	f := newLoginFixture(t, LoginConfig{CodeTTL: 90 * time.Second})
 	ctx := context.Background()
-	if err := f.login.SendCode(ctx, phone); err != nil {
+	if err := f.login.SendCode(ctx, phone, home); err != nil {
 		t.Fatal(err)
 	}
 	code := f.box.last(t, phone)
@@ -209,34 +212,210 @@ func TestCodeStorage(t *testing.T) {
 	}
 	// Resend too soon: refused, with the wait.
 	var w *WaitError
-	if err := f.login.SendCode(ctx, phone); !errors.As(err, &w) || w.Reason != "resend" || w.Wait <= 0 || w.Wait > time.Minute {
+	if err := f.login.SendCode(ctx, phone, home); !errors.As(err, &w) || w.Reason != "resend" || w.Wait <= 0 || w.Wait > time.Minute {
 		t.Fatalf("resend at once: %v", err)
 	}
 }
 
-func TestCodesPerWindow(t *testing.T) {
-	t.Parallel()
-	f := newLoginFixture(t, LoginConfig{Resend: time.Millisecond, MaxCodes: 3, Window: time.Hour})
-	for range 3 {
-		sendEventually(t, f.login, phone)
-	}
-	deadline := time.Now().Add(5 * time.Second)
+// sendUntilRefused asks for codes from addr until a refusal other than the
+// resend wait, and returns how many were sent and the refusal.
+func sendUntilRefused(t *testing.T, l *Login, phone, addr string) (int, *WaitError) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	sent := 0
 	for {
+		err := l.SendCode(context.Background(), phone, addr)
 		var w *WaitError
-		err := f.login.SendCode(context.Background(), phone)
-		if errors.As(err, &w) && w.Reason == "window" {
-			if w.Wait <= 0 || w.Wait > time.Hour {
-				t.Fatalf("window wait %v", w.Wait)
-			}
-			break
+		switch {
+		case err == nil:
+			sent++
+		case !errors.As(err, &w):
+			t.Fatalf("code for %s from %s: %v", phone, addr, err)
+		case w.Reason != WaitResend:
+			return sent, w
 		}
-		if !errors.As(err, &w) || time.Now().After(deadline) {
-			t.Fatalf("4th code in the window: %v, want a window refusal", err)
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal from %s after %d codes", addr, sent)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if n := len(f.box.codes[phone]); n != 3 {
-		t.Fatalf("%d codes sent, want 3", n)
+}
+
+func (o *outbox) count(phone string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.codes[phone])
+}
+
+func TestCodesPerWindow(t *testing.T) {
+	t.Parallel()
+	f := newLoginFixture(t, LoginConfig{Resend: time.Millisecond, MaxCodes: 4, MaxCodesPerRequester: 2, Window: time.Hour})
+	n, w := sendUntilRefused(t, f.login, phone, home)
+	if n != 2 || w.Reason != WaitWindow || w.Wait <= 0 || w.Wait > time.Hour {
+		t.Fatalf("one address: %d codes, then %+v; want 2, then a window refusal within the hour", n, w)
+	}
+	n, w = sendUntilRefused(t, f.login, phone, "203.0.113.1")
+	if n != 2 || w.Reason != WaitWindow {
+		t.Fatalf("a second address: %d codes, then %+v; want its own 2", n, w)
+	}
+	n, w = sendUntilRefused(t, f.login, phone, "203.0.113.2")
+	if n != 0 || w.Reason != WaitPhone || w.Wait <= 0 || w.Wait > time.Hour {
+		t.Fatalf("a third address: %d codes, then %+v; want the phone's ceiling of 4", n, w)
+	}
+	if n := f.box.count(phone); n != 4 {
+		t.Fatalf("%d codes sent, want 4", n)
+	}
+	// Another phone has limits of its own.
+	if err := f.login.SendCode(context.Background(), "+15550000002", home); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStrangersCannotLockOutTheOwner: strangers asking for the owner's
+// codes, from one address or many, never stop the owner from getting a code
+// and logging in, and the SMS strangers make the phone receive stay within
+// the ceiling.
+func TestStrangersCannotLockOutTheOwner(t *testing.T) {
+	t.Parallel()
+	const ceiling, each = 10, 3
+	f := newLoginFixture(t, LoginConfig{Resend: time.Millisecond, MaxCodes: ceiling, MaxCodesPerRequester: each, Window: time.Hour})
+	ctx := context.Background()
+	login := func(addr string) Session {
+		t.Helper()
+		sendEventually(t, f.login, phone, addr)
+		s, err := f.login.Verify(ctx, phone, f.box.last(t, phone), addr)
+		if err != nil {
+			t.Fatalf("owner's login from %s: %v", addr, err)
+		}
+		return s
+	}
+
+	// One stranger asks again and again: it runs out of its own budget,
+	// not the owner's.
+	if n, w := sendUntilRefused(t, f.login, phone, "203.0.113.1"); n != each || w.Reason != WaitWindow {
+		t.Fatalf("stranger: %d codes, then %+v; want %d, then a window refusal", n, w, each)
+	}
+	first := login(home)
+
+	// Strangers from many addresses use up the ceiling (the owner's first
+	// code counts in it: home had not logged in yet).
+	strangers := each + 1
+	for i := 2; strangers < ceiling+each; i++ {
+		n, w := sendUntilRefused(t, f.login, phone, fmt.Sprintf("203.0.113.%d", i))
+		strangers += n
+		if w.Reason == WaitPhone {
+			break
+		}
+	}
+	if strangers != ceiling {
+		t.Fatalf("%d codes sent to the phone for requesters that never logged in, want the ceiling %d", strangers, ceiling)
+	}
+	// A code a stranger made the phone receive logs the owner in, from
+	// wherever the owner is.
+	if _, err := f.login.Verify(ctx, phone, f.box.last(t, phone), "192.0.2.50"); err != nil {
+		t.Fatalf("owner's login with the code a stranger asked for: %v", err)
+	}
+	// A new stranger gets nothing; the owner's device does, login after
+	// login (each login starts its budget afresh).
+	if n, w := sendUntilRefused(t, f.login, phone, "203.0.113.200"); n != 0 || w.Reason != WaitPhone {
+		t.Fatalf("a stranger past the ceiling: %d codes, %+v", n, w)
+	}
+	for range 2 * each {
+		if s := login(home); s.Identity.UserID != first.Identity.UserID {
+			t.Fatalf("user %d, want %d", s.Identity.UserID, first.Identity.UserID)
+		}
+	}
+	if n := f.box.count(phone); n != ceiling+2*each {
+		t.Fatalf("%d codes sent to the phone, want %d before home logged in and %d after", n, ceiling, 2*each)
+	}
+	// Without logging in, even the owner's device stops at its budget.
+	if n, w := sendUntilRefused(t, f.login, phone, home); n != each || w.Reason != WaitWindow {
+		t.Fatalf("owner without logging in: %d codes, then %+v; want %d", n, w, each)
+	}
+}
+
+// TestStrangersCannotLockTheOwnersCode: wrong guesses from strangers lock
+// the code for strangers only; the owner who asked for it, or who logged in
+// from where they submit it, still logs in with it.
+func TestStrangersCannotLockTheOwnersCode(t *testing.T) {
+	t.Parallel()
+	f := newLoginFixture(t, LoginConfig{Resend: time.Millisecond, MaxTries: 3})
+	ctx := context.Background()
+	guess := func(code string) {
+		t.Helper()
+		wrong := fmt.Sprintf("%06d", (atoi(code)+1)%1_000_000)
+		locked := false
+		for i := range 6 {
+			_, err := f.login.Verify(ctx, phone, wrong, fmt.Sprintf("203.0.113.%d", i))
+			var w *WrongCodeError
+			switch {
+			case errors.Is(err, ErrCodeLocked):
+				locked = true
+			case !errors.As(err, &w) || locked:
+				t.Fatalf("stranger's guess %d: %v", i, err)
+			}
+		}
+		if !locked {
+			t.Fatal("strangers' guesses never locked the code")
+		}
+		if _, err := f.login.Verify(ctx, phone, code, "203.0.113.99"); !errors.Is(err, ErrCodeLocked) {
+			t.Fatalf("a stranger with the right code after the lock: %v, want ErrCodeLocked", err)
+		}
+	}
+
+	sendEventually(t, f.login, phone, home)
+	code := f.box.last(t, phone)
+	guess(code)
+	if _, err := f.login.Verify(ctx, phone, code, home); err != nil {
+		t.Fatalf("the owner who asked for the code: %v", err)
+	}
+	// Now home has logged in: a code a stranger asked for, locked for
+	// strangers, still logs the owner in there.
+	sendEventually(t, f.login, phone, "203.0.113.50")
+	code = f.box.last(t, phone)
+	guess(code)
+	if _, err := f.login.Verify(ctx, phone, code, home); err != nil {
+		t.Fatalf("the owner from a device that logged in before: %v", err)
+	}
+}
+
+// TestKnownRequestersBounded: a phone remembers its newest logins only.
+func TestKnownRequestersBounded(t *testing.T) {
+	t.Parallel()
+	f := newLoginFixture(t, LoginConfig{Resend: time.Millisecond, KnownRequesters: 2})
+	ctx := context.Background()
+	for i := range 4 {
+		addr := fmt.Sprintf("192.0.2.%d", i)
+		sendEventually(t, f.login, phone, addr)
+		if _, err := f.login.Verify(ctx, phone, f.box.last(t, phone), addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	known, err := f.login.rdb.ZRange(ctx, f.login.keys.Known(phone), 0, -1).Result()
+	if err != nil || len(known) != 2 || known[0] != "192.0.2.2" || known[1] != "192.0.2.3" {
+		t.Fatalf("known requesters %v, %v; want the newest two", known, err)
+	}
+	if ttl := f.login.rdb.PTTL(ctx, f.login.keys.Known(phone)).Val(); ttl <= 0 || ttl > 30*24*time.Hour {
+		t.Fatalf("known requesters kept for %v", ttl)
+	}
+}
+
+func TestRequesterOf(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"203.0.113.7":          "203.0.113.7",
+		"::ffff:203.0.113.7":   "203.0.113.7",
+		"2001:db8:1:2:3:4:5:6": "2001:db8:1:2::/64",
+		"2001:db8:1:2::ffff":   "2001:db8:1:2::/64",
+		"fe80::1%eth0":         "fe80::/64",
+		"":                     "unknown",
+		"not-an-address":       "unknown",
+		"203.0.113.7:443":      "unknown",
+		"}:code{":              "unknown",
+	} {
+		if got := requesterOf(in); got != want {
+			t.Errorf("requesterOf(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
@@ -245,11 +424,11 @@ func TestSendFailureForgetsTheCode(t *testing.T) {
 	f := newLoginFixture(t, LoginConfig{})
 	ctx := context.Background()
 	f.box.fail.Store(true)
-	if err := f.login.SendCode(ctx, phone); err == nil {
+	if err := f.login.SendCode(ctx, phone, home); err == nil {
 		t.Fatal("a failed send reported success")
 	}
 	f.box.fail.Store(false)
-	if err := f.login.SendCode(ctx, phone); err != nil {
+	if err := f.login.SendCode(ctx, phone, home); err != nil {
 		t.Fatalf("asking again after a failed send: %v", err)
 	}
 }
@@ -259,23 +438,23 @@ func TestRefusedInput(t *testing.T) {
 	f := newLoginFixture(t, LoginConfig{})
 	ctx := context.Background()
 	for _, p := range []string{"", "13800138000", "+0138001380", "+1234567", "+1234567890123456", "+86 138 0013 8000", "+86{1}38001380", "+８６１３８００１３８０００", "+8613800138000\n"} {
-		if err := f.login.SendCode(ctx, p); !errors.Is(err, ErrBadPhone) {
+		if err := f.login.SendCode(ctx, p, home); !errors.Is(err, ErrBadPhone) {
 			t.Errorf("SendCode(%q) = %v, want ErrBadPhone", p, err)
 		}
-		if _, err := f.login.Verify(ctx, p, "123456"); !errors.Is(err, ErrBadPhone) {
+		if _, err := f.login.Verify(ctx, p, "123456", home); !errors.Is(err, ErrBadPhone) {
 			t.Errorf("Verify(%q) = %v, want ErrBadPhone", p, err)
 		}
 	}
 	for _, c := range []string{"", "12345", "1234567", "12345a", " 123456", "１２３４５６"} {
-		if _, err := f.login.Verify(ctx, phone, c); !errors.Is(err, ErrBadCode) {
+		if _, err := f.login.Verify(ctx, phone, c, home); !errors.Is(err, ErrBadCode) {
 			t.Errorf("Verify code %q = %v, want ErrBadCode", c, err)
 		}
 	}
-	if _, err := f.login.Verify(ctx, phone, "123456"); !errors.Is(err, ErrNoCode) {
+	if _, err := f.login.Verify(ctx, phone, "123456", home); !errors.Is(err, ErrNoCode) {
 		t.Errorf("verify without a code sent: %v, want ErrNoCode", err)
 	}
 	noSender := NewLogin(f.login.rdb, f.login.users, f.login.signer, nil, LoginConfig{KeyPrefix: testenv.Prefix(t)}, f.login.log)
-	if err := noSender.SendCode(ctx, phone); !errors.Is(err, ErrNoSender) {
+	if err := noSender.SendCode(ctx, phone, home); !errors.Is(err, ErrNoSender) {
 		t.Errorf("no sender: %v", err)
 	}
 }
@@ -284,7 +463,7 @@ func TestRefusedInput(t *testing.T) {
 func TestConcurrentVerify(t *testing.T) {
 	t.Parallel()
 	f := newLoginFixture(t, LoginConfig{})
-	if err := f.login.SendCode(context.Background(), phone); err != nil {
+	if err := f.login.SendCode(context.Background(), phone, home); err != nil {
 		t.Fatal(err)
 	}
 	code := f.box.last(t, phone)
@@ -294,7 +473,7 @@ func TestConcurrentVerify(t *testing.T) {
 	for range 50 {
 		wg.Go(func() {
 			<-start
-			_, err := f.login.Verify(context.Background(), phone, code)
+			_, err := f.login.Verify(context.Background(), phone, code, home)
 			switch {
 			case err == nil:
 				ok.Add(1)
