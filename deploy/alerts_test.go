@@ -56,13 +56,15 @@ func readRules(t *testing.T) ruleFile {
 	return f
 }
 
-// TestAlertRulesPromtool: the rules load in Prometheus's own checker, and
-// the unit tests in alerts_test.yml (each rule firing on the series that
-// should page it, none firing on a healthy sale) pass.
+// TestAlertRulesPromtool: the rules and the compose Prometheus's
+// configuration (which loads them) pass Prometheus's own checker, and the
+// unit tests in alerts_test.yml (each rule firing on the series that should
+// page it, none firing on a healthy sale) pass.
 func TestAlertRulesPromtool(t *testing.T) {
 	bin := promtool(t)
 	for _, args := range [][]string{
 		{"check", "rules", alertsPath},
+		{"check", "config", "prometheus/prometheus.yml"},
 		{"test", "rules", alertTestsPath},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()

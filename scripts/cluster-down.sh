@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cluster-down.sh: stops what scripts/cluster-up.sh started, by the pids it
-# recorded, and nothing else: nginx (and the ceiling server) first, then the
+# recorded, and nothing else: nginx (and the ceiling server and Prometheus) first, then the
 # instances (SIGTERM lets them finish the batch in flight), then MariaDB,
 # Redis and the lock Redis.
 #
@@ -50,6 +50,7 @@ if [ -d "$run" ]; then
   rm -f "$run/watchdog.pid"
   stop nginx
   stop ceiling
+  stop prometheus
   for f in "$run"/api-*.pid "$run"/worker-*.pid; do
     [ -e "$f" ] || continue
     name=$(basename "$f" .pid)

@@ -29,6 +29,10 @@
 #   SECKILL_CLUSTER_GOMAXPROCS   cores each instance behind nginx schedules Go code on: by default
 #                                the machine's cores shared out among them (at least 1), as a CPU
 #                                limit per container would; "auto" leaves Go's default (all cores)
+#   SECKILL_CLUSTER_PROMETHEUS_PORT  also start Prometheus (Debian's prometheus package) on this
+#                                port, scraping every instance with deploy/prometheus/alerts.yml
+#                                loaded; unset: no Prometheus
+#   SECKILL_CLUSTER_PROMETHEUS_INTERVAL  its scrape and rule evaluation interval (5s)
 #   SECKILL_CLUSTER_WATCH_PID    stop the cluster when this process exits (tests)
 #   SECKILL_API_BIN              use this api binary instead of building one
 #   SECKILL_NGINX_PURCHASE_RATE, SECKILL_NGINX_PURCHASE_BURST, SECKILL_NGINX_PROXY_TIMEOUT
@@ -53,6 +57,8 @@ lock_redis_port=${SECKILL_CLUSTER_LOCK_REDIS_PORT:-16380}
 mysql_port=${SECKILL_CLUSTER_MYSQL_PORT:-13306}
 solo_port=${SECKILL_CLUSTER_SOLO_PORT:-18089}
 ceiling_port=${SECKILL_CLUSTER_CEILING_PORT:-18090}
+prometheus_port=${SECKILL_CLUSTER_PROMETHEUS_PORT:-}
+prometheus_interval=${SECKILL_CLUSTER_PROMETHEUS_INTERVAL:-5s}
 
 say() { printf 'cluster: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -175,8 +181,9 @@ need mariadbd
 need mariadb-install-db
 need mariadb
 need nginx
+[ -z "$prometheus_port" ] || need prometheus
 mkdir -p "$run" "$logs" "$dir/redis" "$dir/redis-locks" "$dir/mysql" "$dir/nginx/logs" "$dir/nginx/temp" "$dir/bin"
-for name in nginx redis redis-locks mariadb; do
+for name in nginx redis redis-locks mariadb prometheus; do
   alive "$name" && die "a cluster already runs in $dir (scripts/cluster-down.sh stops it)"
 done
 read -r -a api_ports <<<"${SECKILL_CLUSTER_API_PORTS:-}"
@@ -184,7 +191,7 @@ if [ ${#api_ports[@]} -eq 0 ]; then
   for i in $(seq 0 $((instances - 1))); do api_ports+=($((api_port + i))); done
 fi
 instances=${#api_ports[@]}
-for p in "$http_port" "$redis_port" "$lock_redis_port" "$mysql_port" "${api_ports[@]}"; do
+for p in "$http_port" "$redis_port" "$lock_redis_port" "$mysql_port" "${api_ports[@]}" $prometheus_port; do
   port_free "$p" || die "port $p is taken; choose others with SECKILL_CLUSTER_*_PORT"
 done
 
@@ -273,6 +280,25 @@ nginx "${nginx_args[@]}" -t -q >"$logs/nginx.log" 2>&1 || die "nginx -t failed; 
 start nginx "$logs/nginx.log" nginx "${nginx_args[@]}" -g 'daemon off;'
 wait_for nginx 30 nginx http_ok "$http_port" /readyz
 
+if [ -n "$prometheus_port" ]; then
+  # Scrapes each instance directly (an instance answers 404 to /metrics
+  # that came through nginx), with the alert rules of deploy/prometheus.
+  say "prometheus on 127.0.0.1:$prometheus_port (scrape and rules every $prometheus_interval)"
+  mkdir -p "$dir/prometheus/data"
+  cp "$root/deploy/prometheus/alerts.yml" "$dir/prometheus/alerts.yml"
+  {
+    echo "global: {scrape_interval: $prometheus_interval, scrape_timeout: $prometheus_interval, evaluation_interval: $prometheus_interval}"
+    echo "rule_files: [alerts.yml]"
+    echo "scrape_configs:"
+    echo "  - job_name: seckill-api"
+    echo "    static_configs:"
+    echo "      - targets: [$(printf '"127.0.0.1:%s",' "${api_ports[@]}" | sed 's/,$//')]"
+  } >"$dir/prometheus/prometheus.yml"
+  start prometheus "$logs/prometheus.log" prometheus --config.file="$dir/prometheus/prometheus.yml" \
+    --storage.tsdb.path="$dir/prometheus/data" --web.listen-address="127.0.0.1:$prometheus_port"
+  wait_for prometheus 60 prometheus http_ok "$prometheus_port" /-/ready
+fi
+
 admin=$("$dir/bin/api" token --user 1 --admin --ttl 24h)
 {
   echo "# written by scripts/cluster-up.sh; source it: set -a; . $dir/cluster.env; set +a"
@@ -285,6 +311,7 @@ admin=$("$dir/bin/api" token --user 1 --admin --ttl 24h)
   echo "SECKILL_MYSQL_DSN='$SECKILL_MYSQL_DSN'"
   echo "SECKILL_KEY_PREFIX='${SECKILL_KEY_PREFIX:-seckill}'"
   echo "SECKILL_SHARDS='${SECKILL_SHARDS:-1}'"
+  [ -z "$prometheus_port" ] || echo "SECKILL_PROMETHEUS_URL='http://127.0.0.1:$prometheus_port'"
 } >"$dir/cluster.env"
 chmod 600 "$dir/cluster.env"
 
@@ -306,6 +333,7 @@ seckill cluster is up: nginx in front of $instances instances, Redis, a lock Red
   admin token  $admin
   settings     $dir/cluster.env   (set -a; . $dir/cluster.env; set +a)
   logs         $logs/
-
+${prometheus_port:+  prometheus   http://127.0.0.1:$prometheus_port (alerts: /alerts)
+}
   stop with    scripts/cluster-down.sh  (--purge also deletes the data)
 EOF
