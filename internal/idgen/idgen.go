@@ -14,6 +14,9 @@
 // millisecond its holder may have used. A new holder of the number, be it
 // the same instance after a restart with a wall clock that went back, starts
 // its id clock above the mark, so no millisecond of a number is used twice.
+// Marks live as long as Redis keeps its data: after a restart without
+// persistence a holder starts from the wall clock again, and the orders
+// table's primary key is what stands between a repeated id and an order.
 package idgen
 
 import (
