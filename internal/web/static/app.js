@@ -260,9 +260,9 @@
       ", " + pad(d.getHours()) + ":" + pad(d.getMinutes());
   }
 
-  // until says when a start or an end comes: a countdown within a day, the
+  // whenText says when a start or an end comes: a countdown within a day, the
   // local date and time beyond it ("Starts in 761d 21:11:44" helps no one).
-  function until(what, at, t) {
+  function whenText(what, at, t) {
     return at - t > 86400000 ? what + " " + dateText(at) : what + " in " + span(at - t);
   }
 
@@ -344,7 +344,7 @@
     var label = "Grab";
     switch (p) {
       case "upcoming":
-        c.when.textContent = until("Starts", Date.parse(v.begin_at), t);
+        c.when.textContent = whenText("Starts", Date.parse(v.begin_at), t);
         label = "Not started";
         break;
       case "ended":
@@ -352,11 +352,11 @@
         label = "Ended";
         break;
       case "sold_out":
-        c.when.textContent = until("Ends", Date.parse(v.end_at), t);
+        c.when.textContent = whenText("Ends", Date.parse(v.end_at), t);
         label = "Sold out";
         break;
       default:
-        c.when.textContent = until("Ends", Date.parse(v.end_at), t);
+        c.when.textContent = whenText("Ends", Date.parse(v.end_at), t);
     }
     // A voucher the buyer holds is theirs whatever the sale does next.
     var mine = state.session ? state.mine.get(v.id) : undefined;
