@@ -4,9 +4,7 @@
 package web
 
 import (
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"mime"
@@ -40,6 +38,7 @@ type asset struct {
 // Site holds the page's files, read once from the binary.
 type Site struct {
 	index  asset
+	api    asset
 	assets map[string]asset
 }
 
@@ -54,12 +53,11 @@ func New() (*Site, error) {
 		if err != nil {
 			return err
 		}
-		sum := sha256.Sum256(b)
 		ctype := mime.TypeByExtension(path.Ext(p))
 		if ctype == "" {
 			ctype = "application/octet-stream"
 		}
-		s.assets[strings.TrimPrefix(p, "static/")] = asset{body: b, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:12]) + `"`}
+		s.assets[strings.TrimPrefix(p, "static/")] = newAsset(b, ctype)
 		return nil
 	})
 	if err != nil {
@@ -70,6 +68,9 @@ func New() (*Site, error) {
 		return nil, fmt.Errorf("read web files: no index.html")
 	}
 	s.index = idx
+	if s.api, ok = s.assets["api.html"]; !ok {
+		return nil, fmt.Errorf("read web files: no api.html")
+	}
 	return s, nil
 }
 
