@@ -14,6 +14,10 @@ import (
 	gormlogger "gorm.io/gorm/logger"
 )
 
+// dialTimeout bounds a connection attempt when the DSN sets no timeout: a
+// server that does not answer fails start-up quickly.
+const dialTimeout = 3 * time.Second
+
 func gormConfig() *gorm.Config {
 	// Errors are handled and logged by the callers; gorm's own logger would
 	// print every failed statement a second time.
@@ -30,7 +34,7 @@ func OpenMySQL(dsn string, maxOpen int) (*gorm.DB, error) {
 	mc.ParseTime = true
 	mc.Loc = time.UTC
 	if mc.Timeout == 0 {
-		mc.Timeout = 3 * time.Second
+		mc.Timeout = dialTimeout
 	}
 	g, err := gorm.Open(gormmysql.New(gormmysql.Config{
 		DSN: mc.FormatDSN(),

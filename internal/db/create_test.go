@@ -1,0 +1,140 @@
+package db_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"seckill/internal/db"
+	"seckill/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// missingDatabase returns the DSN of a database that does not exist yet on
+// the shared server (its name needs quoting), and an admin connection with
+// no database selected; the database is dropped on cleanup.
+func missingDatabase(t *testing.T) (dsn string, admin *sql.DB, name string) {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name = cfg.DBName + "-new"
+	cfg.DBName = ""
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin = sql.OpenDB(conn)
+	t.Cleanup(func() {
+		if _, err := admin.Exec("DROP DATABASE IF EXISTS `" + name + "`"); err != nil {
+			t.Error(err)
+		}
+		_ = admin.Close()
+	})
+	cfg.DBName = name
+	return cfg.FormatDSN(), admin, name
+}
+
+func exists(t *testing.T, admin *sql.DB, name string) bool {
+	t.Helper()
+	var n int
+	if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// TestCreateMySQLDatabase: a DSN naming a missing database is refused as
+// unknown; CreateMySQLDatabase makes it, utf8mb4, and running it again on
+// the existing database changes nothing.
+func TestCreateMySQLDatabase(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn, admin, name := missingDatabase(t)
+
+	if _, err := db.OpenMySQL(dsn, 2); !db.IsUnknownDatabase(err) {
+		t.Fatalf("opening a missing database: %v, want an unknown-database error", err)
+	}
+	if err := db.CreateMySQLDatabase(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(t, admin, name) {
+		t.Fatalf("database %s was not created", name)
+	}
+	var charset string
+	if err := admin.QueryRow("SELECT DEFAULT_CHARACTER_SET_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&charset); err != nil || charset != "utf8mb4" {
+		t.Errorf("character set %q (%v), want utf8mb4", charset, err)
+	}
+	g, err := db.OpenMySQL(dsn, 2)
+	if err != nil {
+		t.Fatalf("open the created database: %v", err)
+	}
+	if err := g.Exec("CREATE TABLE t (id BIGINT PRIMARY KEY)").Error; err != nil {
+		t.Fatal(err)
+	}
+	db.Close(g)
+	if err := db.CreateMySQLDatabase(ctx, dsn); err != nil {
+		t.Fatalf("second run on an existing database: %v", err)
+	}
+	var tables int
+	if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", name).Scan(&tables); err != nil || tables != 1 {
+		t.Errorf("after a second run the database holds %d tables (%v), want its 1", tables, err)
+	}
+}
+
+// TestCreateMySQLDatabaseDenied: a user who may not create databases gets an
+// error that names the database, the user and the statement an
+// administrator has to run, and nothing is created.
+func TestCreateMySQLDatabaseDenied(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn, admin, name := missingDatabase(t)
+
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	user, pass := "nocreate_"+hex.EncodeToString(b[:]), hex.EncodeToString(b[:])+"-pw"
+	if _, err := admin.Exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + pass + "'"); err != nil {
+		t.Skipf("the test server's user may not create users: %v", err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec("DROP USER '" + user + "'@'%'") })
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Passwd = user, pass
+
+	err = db.CreateMySQLDatabase(ctx, cfg.FormatDSN())
+	if err == nil {
+		t.Fatal("a user without the CREATE privilege created a database")
+	}
+	for _, want := range []string{"does not exist", "may not create", user, "CREATE DATABASE IF NOT EXISTS `" + name + "`", "GRANT ALL PRIVILEGES ON `" + name + "`.*"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), pass) {
+		t.Errorf("error %q shows the password", err)
+	}
+	if exists(t, admin, name) {
+		t.Error("the database exists after a refused create")
+	}
+}
+
+// TestCreateMySQLDatabaseNeedsName: a DSN without a database is an error,
+// not a server-wide statement.
+func TestCreateMySQLDatabaseNeedsName(t *testing.T) {
+	t.Parallel()
+	if err := db.CreateMySQLDatabase(context.Background(), "root@tcp(127.0.0.1:1)/"); err == nil || !strings.Contains(err.Error(), "names no database") {
+		t.Errorf("got %v, want a no-database error", err)
+	}
+}
