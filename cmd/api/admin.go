@@ -15,7 +15,9 @@ import (
 )
 
 // admin serves the operator routes. They listen on their own address
-// (loopback by default), never behind nginx, and still need an admin token.
+// (loopback by default), never behind nginx, and still need an admin token:
+// loopback keeps out other machines, not other users or processes of this
+// one.
 type admin struct {
 	dead   *order.DeadLetters
 	warmer *voucher.Warmer
@@ -28,13 +30,18 @@ func addAdminRoutes(r *gin.Engine, signer *auth.Signer, a *admin) {
 	ops.POST("/dlq/:id/replay", a.replay)
 	ops.GET("/reconcile", a.reconcile)
 
-	// Profiles of the running process; loopback only, like the rest.
-	r.GET("/debug/pprof/", gin.WrapF(pprof.Index))
-	r.GET("/debug/pprof/cmdline", gin.WrapF(pprof.Cmdline))
-	r.GET("/debug/pprof/profile", gin.WrapF(pprof.Profile))
-	r.GET("/debug/pprof/symbol", gin.WrapF(pprof.Symbol))
-	r.GET("/debug/pprof/trace", gin.WrapF(pprof.Trace))
-	r.GET("/debug/pprof/:name", func(c *gin.Context) { pprof.Handler(c.Param("name")).ServeHTTP(c.Writer, c.Request) })
+	// Profiles of the running process, behind the admin token like the
+	// rest: they show the command line, memory contents by allocation site,
+	// and a CPU profile or trace costs the sale CPU for as long as it is
+	// asked to run. They stay on (no switch to restart with) because they
+	// are wanted when a live sale misbehaves.
+	prof := r.Group("/debug/pprof", signer.Middleware(), auth.RequireAdmin())
+	prof.GET("/", gin.WrapF(pprof.Index))
+	prof.GET("/cmdline", gin.WrapF(pprof.Cmdline))
+	prof.GET("/profile", gin.WrapF(pprof.Profile))
+	prof.GET("/symbol", gin.WrapF(pprof.Symbol))
+	prof.GET("/trace", gin.WrapF(pprof.Trace))
+	prof.GET("/:name", func(c *gin.Context) { pprof.Handler(c.Param("name")).ServeHTTP(c.Writer, c.Request) })
 }
 
 func (a *admin) listDLQ(c *gin.Context) {

@@ -96,10 +96,22 @@ func runMiniredisClock(mr *miniredis.Miniredis) (stop func()) {
 }
 
 // openDB connects to the configured MySQL, or opens the embedded SQLite file
-// in the data dir.
-func openDB(cfg config) (*gorm.DB, func(), error) {
+// in the data dir. With create (the service and "api migrate", which apply
+// the migrations next) a MySQL database the DSN names that does not exist
+// yet is created first, when the DSN's user may.
+func openDB(ctx context.Context, cfg config, log *slog.Logger, create bool) (*gorm.DB, func(), error) {
 	if !cfg.embeddedDB() {
 		g, err := db.OpenMySQL(cfg.MySQLDSN, 32)
+		if db.IsUnknownDatabase(err) {
+			if !create {
+				return nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w (the service and \"api migrate\" create it)", err)
+			}
+			if err := db.CreateMySQLDatabase(ctx, cfg.MySQLDSN); err != nil {
+				return nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", err)
+			}
+			log.Info("database created", "mysql", redactDSN(cfg.MySQLDSN))
+			g, err = db.OpenMySQL(cfg.MySQLDSN, 32)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", err)
 		}

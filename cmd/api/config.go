@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -47,6 +48,12 @@ type config struct {
 	// it in production.
 	CrashPoint string // SECKILL_CRASH_POINT
 
+	// AddrGiven and AdminAddrGiven record that SECKILL_ADDR and
+	// SECKILL_ADMIN_ADDR were set: an address asked for by name must be
+	// bound, or start-up fails; a default that is taken is logged and
+	// skipped (the API's listener always must bind).
+	AddrGiven, AdminAddrGiven bool
+
 	// Web holds login, web page and rate-limit settings (config_web.go).
 	Web webConfig
 }
@@ -55,6 +62,12 @@ func (c config) serveAPI() bool      { return c.Role == "all" || c.Role == "api"
 func (c config) runWorker() bool     { return c.Role == "all" || c.Role == "worker" }
 func (c config) embeddedRedis() bool { return c.RedisURL == "" }
 func (c config) embeddedDB() bool    { return c.MySQLDSN == "" }
+
+// defaultAdminAddr is the admin listener's address when SECKILL_ADMIN_ADDR
+// is not set. Not 9090 (Prometheus), 9091 to 9999 (Pushgateway,
+// Alertmanager, the exporters) nor 6060 (the usual Go pprof port): on a
+// machine that runs one of those the default would be taken.
+const defaultAdminAddr = "127.0.0.1:8079"
 
 func loadConfig(getenv func(string) string) (config, error) {
 	var errs []string
@@ -104,8 +117,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ReclaimIdle:       dur("SECKILL_RECLAIM_IDLE", 30*time.Second),
 		MaxDeliveries:     num("SECKILL_MAX_DELIVERIES", 5, 1, 1000),
 		MaxAttempts:       num("SECKILL_MAX_ATTEMPTS", 8, 1, 1000),
-		AdminAddr:         str("SECKILL_ADMIN_ADDR", "127.0.0.1:9090"),
+		AdminAddr:         str("SECKILL_ADMIN_ADDR", defaultAdminAddr),
 		MetricsEvery:      dur("SECKILL_METRICS_INTERVAL", 5*time.Second),
+	}
+	c.AddrGiven = strings.TrimSpace(getenv("SECKILL_ADDR")) != ""
+	c.AdminAddrGiven = strings.TrimSpace(getenv("SECKILL_ADMIN_ADDR")) != ""
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, "SECKILL_ADDR must be host:port or :port")
+	}
+	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil && c.AdminAddr != "off" {
+		errs = append(errs, "SECKILL_ADMIN_ADDR must be host:port, :port or off")
 	}
 	for _, u := range strings.Split(getenv("SECKILL_LOCK_NODES"), ",") {
 		if u = strings.TrimSpace(u); u != "" {

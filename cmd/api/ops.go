@@ -24,7 +24,7 @@ func opsClients(ctx context.Context, cfg config, log *slog.Logger) (*order.DeadL
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	db, closeDB, err := openDB(cfg)
+	db, closeDB, err := openDB(ctx, cfg, log, false)
 	if err != nil {
 		closeRedis()
 		return nil, nil, nil, err

@@ -83,6 +83,14 @@ func addRoutes(r *gin.Engine, d deps) {
 	api.GET("/users/me/orders", d.orders.Mine)
 }
 
+// addWorkerRoutes lists the main listener's surface on an instance with
+// SECKILL_ROLE=worker: liveness and readiness (Redis, the database and the
+// schema: what the worker writes with) for an orchestrator to probe.
+func addWorkerRoutes(r *gin.Engine, h *health) {
+	r.GET("/healthz", h.live)
+	r.GET("/readyz", h.ready)
+}
+
 // limits are the in-process token buckets; nil ones allow everything.
 type limits struct {
 	purchaseUser, purchaseIP, codeIP, loginIP *ratelimit.Limiter

@@ -116,7 +116,7 @@ func printToken(cfg config, args []string, stdout io.Writer) error {
 }
 
 func migrate(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
-	db, closeDB, err := openDB(cfg)
+	db, closeDB, err := openDB(ctx, cfg, log, true)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,9 @@ func migrate(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer
 
 // serve runs the API and the worker until ctx is done, then shuts down in
 // order: stop taking requests, let the worker finish and ack its batch,
-// then release the id lease and close the clients.
+// then release the id lease and close the clients. Every component is
+// built and every listener bound before any goroutine starts, so a failure
+// at start-up unwinds through the deferred closes alone.
 func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
 	log.Info("starting", "config", cfg)
 	if cfg.embeddedRedis() || cfg.embeddedDB() {
@@ -151,13 +153,20 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return err
 	}
+	// Listeners first: a taken port stops start-up before the database is
+	// touched.
+	lns, err := listen(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer lns.close()
 
 	rdb, closeRedis, err := openRedis(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	db, closeDB, err := openDB(cfg)
+	db, closeDB, err := openDB(ctx, cfg, log, true)
 	if err != nil {
 		return err
 	}
@@ -166,6 +175,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		return err
 	} else if len(applied) > 0 {
 		log.Info("migrations applied", "versions", applied)
+		if !cfg.embeddedDB() && applied[0] == 1 {
+			announceNewDatabase(stdout)
+		}
 	}
 
 	m := metrics.New()
@@ -191,7 +203,46 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		}
 	}
 
-	// The foreground (HTTP server, workers) stops on ctx or on the first
+	var writer *order.Writer
+	if cfg.runWorker() {
+		locks, closeLocks, err := openLocks(cfg, rdb, log)
+		if err != nil {
+			return err
+		}
+		defer closeLocks()
+		// Crash points of the fault tests: exit between commit and ack, or
+		// stop dead holding a batch just read.
+		var hook func()
+		if cfg.CrashPoint == "after_commit_before_ack" {
+			hook = func() { os.Exit(3) }
+		}
+		writer = order.NewWriter(db, rdb, keys, order.WriterConfig{
+			Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
+			AfterCommit: hook, Observer: m,
+		}, log)
+	}
+	health := &health{rdb: rdb, db: db}
+	var mainRouter http.Handler
+	var ids *idgen.Generator
+	if cfg.serveAPI() {
+		// The last step that can fail: the lease is released by ids.Run.
+		ids, err = idgen.Lease(ctx, rdb, idgen.Config{KeyPrefix: cfg.KeyPrefix}, log)
+		if err != nil {
+			return err
+		}
+		vouchers := voucher.NewHTTP(vstore, vstate, voucher.NewReserver(rdb, keys), ids, log)
+		vouchers.Observe(m)
+		mainRouter = apiEngine(log, m, deps{
+			cfg: cfg, log: log, rdb: rdb, db: db, signer: signer, keys: keys, stdout: stdout,
+			vouchers: vouchers,
+			orders:   order.NewHTTP(ostore, rdb, keys, log),
+			health:   health,
+		})
+	} else {
+		mainRouter = workerEngine(log, m, health)
+	}
+
+	// The foreground (HTTP servers, workers) stops on ctx or on the first
 	// failure among them. Background services stop only after the
 	// foreground did, so requests in flight still get ids and state.
 	fgCtx, stopFG := context.WithCancel(ctx)
@@ -201,12 +252,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 
-	var ids *idgen.Generator
-	if cfg.serveAPI() {
-		ids, err = idgen.Lease(ctx, rdb, idgen.Config{KeyPrefix: cfg.KeyPrefix}, log)
-		if err != nil {
-			return err
-		}
+	if ids != nil {
 		g.Go(func() error { return ids.Run(bg) })
 	}
 	g.Go(func() error { return warmer.Run(bg) })
@@ -219,28 +265,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	sampler := metrics.NewSampler(rdb, m, metrics.SamplerConfig{Group: orderGroup, Shards: sampled, Every: cfg.MetricsEvery}, log)
 	g.Go(func() error { return sampler.Run(bg) })
 
-	if cfg.runWorker() {
-		locks, closeLocks, err := openLocks(cfg, rdb, log)
-		if err != nil {
-			stopBG()
-			_ = g.Wait()
-			return err
-		}
-		defer closeLocks()
-		// Crash points of the fault tests: exit between commit and ack, or
-		// stop dead holding a batch just read.
-		var hook func()
+	if writer != nil {
 		var afterRead func(int)
-		switch cfg.CrashPoint {
-		case "after_commit_before_ack":
-			hook = func() { os.Exit(3) }
-		case "hang_after_read":
+		if cfg.CrashPoint == "hang_after_read" {
 			afterRead = func(int) { select {} }
 		}
-		writer := order.NewWriter(db, rdb, keys, order.WriterConfig{
-			Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
-			AfterCommit: hook, Observer: m,
-		}, log)
 		name := mq.ConsumerName()
 		for shard := range keys.Shards() {
 			delay := mq.NewDelayQueue(rdb, keys.Delayed(shard), keys.Stream(shard))
@@ -260,39 +289,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		log.Info("worker started", "consumer", name, "shards", keys.Shards(), "lock_nodes", max(len(cfg.LockNodes), 1))
 	}
 
-	if cfg.serveAPI() {
-		vouchers := voucher.NewHTTP(vstore, vstate, voucher.NewReserver(rdb, keys), ids, log)
-		vouchers.Observe(m)
-		r := apiEngine(log, m, deps{
-			cfg: cfg, log: log, rdb: rdb, db: db, signer: signer, keys: keys, stdout: stdout,
-			vouchers: vouchers,
-			orders:   order.NewHTTP(ostore, rdb, keys, log),
-			health:   &health{rdb: rdb, db: db},
-		})
-		ln, err := net.Listen("tcp", cfg.Addr)
-		if err != nil {
-			// Stop what already runs, in order, before the deferred
-			// closes take its clients away.
-			stopFG()
-			_ = fg.Wait()
-			stopBG()
-			_ = g.Wait()
-			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-		}
-		log.Info("http server listening", "addr", ln.Addr().String())
-		serveHTTP(ctx, fctx, fg, ln, r, cfg.Shutdown, log)
+	if lns.main != nil {
+		log.Info("http server listening", "addr", lns.main.Addr().String(), "api", cfg.serveAPI())
+		serveHTTP(ctx, fctx, fg, lns.main, mainRouter, cfg.Shutdown, log)
 	}
-
-	if cfg.AdminAddr != "off" {
+	if lns.admin != nil {
 		reserver := voucher.NewReserver(rdb, keys)
 		r := adminEngine(log, m, signer, &admin{dead: order.NewDeadLetters(db, reserver), warmer: warmer})
-		if ln, err := net.Listen("tcp", cfg.AdminAddr); err != nil {
-			// Not fatal: the sale goes on without the operator routes.
-			log.Error("admin listener not started", "addr", cfg.AdminAddr, "err", err)
-		} else {
-			log.Info("admin listener listening", "addr", ln.Addr().String())
-			serveHTTP(ctx, fctx, fg, ln, r, cfg.Shutdown, log)
-		}
+		log.Info("admin listener listening", "addr", lns.admin.Addr().String())
+		serveHTTP(ctx, fctx, fg, lns.admin, r, cfg.Shutdown, log)
 	}
 
 	<-fctx.Done()
@@ -302,6 +307,55 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	gerr := g.Wait()
 	log.Info("stopped")
 	return errors.Join(ferr, gerr)
+}
+
+// listeners are the bound sockets of the service; a nil one is not served.
+type listeners struct {
+	main, admin net.Listener
+}
+
+// listen binds the main listener (the API, or a worker-only instance's
+// probes and metrics) and the admin listener. The API's address must bind;
+// any other must when its setting names it. A default that is taken is
+// logged and left out: the sale or the worker goes on without it.
+func listen(cfg config, log *slog.Logger) (listeners, error) {
+	var ls listeners
+	var err error
+	ls.main, err = bind("http", cfg.Addr, "SECKILL_ADDR", cfg.serveAPI() || cfg.AddrGiven, log)
+	if err != nil {
+		return listeners{}, err
+	}
+	if cfg.AdminAddr != "off" {
+		ls.admin, err = bind("admin", cfg.AdminAddr, "SECKILL_ADMIN_ADDR", cfg.AdminAddrGiven, log)
+		if err != nil {
+			ls.close()
+			return listeners{}, err
+		}
+	}
+	return ls, nil
+}
+
+func bind(what, addr, setting string, required bool, log *slog.Logger) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	if required {
+		return nil, fmt.Errorf("%s listener: %s=%s: %w", what, setting, addr, err)
+	}
+	log.Error(what+" listener not started: its default address cannot be bound; set "+setting+" to a free address (or off)",
+		"addr", addr, "err", err)
+	return nil, nil
+}
+
+// close closes the sockets not yet handed to a server (a server closes its
+// own on shutdown; a second close does nothing).
+func (ls listeners) close() {
+	for _, ln := range []net.Listener{ls.main, ls.admin} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
 }
 
 // announceAdmin prints an admin token on the embedded mode's first start,
@@ -321,6 +375,14 @@ func announceAdmin(cfg config, signer *auth.Signer, stdout io.Writer) error {
 	return nil
 }
 
+// announceNewDatabase tells how the first admin gets in when the service
+// has just migrated a new MySQL database: with real servers no token is
+// made and kept for it, and phone login is off until a sender is set up.
+func announceNewDatabase(stdout io.Writer) {
+	fmt.Fprint(stdout, "\nNew database. An admin token, signed with this SECKILL_TOKEN_SECRET (run it with the same one):\n\n"+
+		"  go run ./cmd/api token --user 1 --admin --ttl 24h     (or: api token ... with the binary)\n\n")
+}
+
 // apiEngine is the main listener's router: every route of addRoutes,
 // measured, and /metrics for a Prometheus that scrapes this instance
 // directly (the handler refuses requests that came through nginx).
@@ -332,8 +394,19 @@ func apiEngine(log *slog.Logger, m *metrics.Metrics, d deps) *gin.Engine {
 	return r
 }
 
-// adminEngine is the admin listener's router. It serves /metrics too: an
-// instance with SECKILL_ROLE=worker has no main listener.
+// workerEngine is the main listener's router on an instance with
+// SECKILL_ROLE=worker: the probes an orchestrator needs and /metrics,
+// measured, and nothing else (no API, no profiles).
+func workerEngine(log *slog.Logger, m *metrics.Metrics, h *health) *gin.Engine {
+	r := newEngine(log)
+	r.Use(m.Gin())
+	addWorkerRoutes(r, h)
+	r.GET("/metrics", m.Handler())
+	return r
+}
+
+// adminEngine is the admin listener's router. It serves /metrics too, for
+// a Prometheus on the same machine that scrapes loopback only.
 func adminEngine(log *slog.Logger, m *metrics.Metrics, signer *auth.Signer, a *admin) *gin.Engine {
 	r := newEngine(log)
 	addAdminRoutes(r, signer, a)
