@@ -21,8 +21,6 @@ var (
 	forwardSrc string
 	//go:embed release.lua
 	releaseSrc string
-	//go:embed snapshot.lua
-	snapshotSrc string
 	//go:embed replace.lua
 	replaceSrc string
 	//go:embed reopen.lua
@@ -53,9 +51,6 @@ func Forward() *redis.Script { return redis.NewScript(forwardSrc) }
 
 // Release gives back the Redis reservation of a dead-lettered order.
 func Release() *redis.Script { return redis.NewScript(releaseSrc) }
-
-// Snapshot reads a shard's stream and delay queue atomically.
-func Snapshot() *redis.Script { return redis.NewScript(snapshotSrc) }
 
 // SendCode stores a login code (as an HMAC) under the resend and daily
 // limits of its phone.

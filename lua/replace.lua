@@ -1,5 +1,14 @@
--- replace.lua: overwrite a voucher's sale state during a shard rebuild, if
--- the caller still holds the shard's rebuild lease.
+-- replace.lua: overwrite a voucher's sale state during a shard rebuild, in
+-- steps of a bounded number of buyers, if the caller still holds the
+-- shard's rebuild lease.
+--
+-- A voucher with many buyers is replaced in several calls so that no one
+-- call blocks Redis for long: the first call drops the old state and
+-- buyers, each call adds its buyers, the last one writes the state. In
+-- between, the voucher has no state; that is safe because the shard's
+-- ready marker is missing, so no purchase, settle or release touches it. A
+-- rebuild that dies half-way leaves the marker missing and the next one
+-- starts over.
 --
 -- A rebuild that outlived its lease must not overwrite what a newer
 -- rebuild (or purchases after it) wrote. The lease is extended on success.
@@ -9,10 +18,12 @@
 -- KEYS[3] voucher buyers (hash: user id -> order id)
 -- ARGV[1] owner token
 -- ARGV[2] lease time, ms
--- ARGV[3] stock
--- ARGV[4] sale begin, unix ms
--- ARGV[5] sale end, unix ms
--- ARGV[6..n] user id, order id, user id, order id, ...
+-- ARGV[3] "1" on the first call of a voucher: drop its state and buyers
+-- ARGV[4] "1" on the last call: write the state
+-- ARGV[5] stock
+-- ARGV[6] sale begin, unix ms
+-- ARGV[7] sale end, unix ms
+-- ARGV[8..n] user id, order id, user id, order id, ...
 --
 -- Returns 1 when replaced, 0 when the lease is not the caller's.
 
@@ -20,9 +31,13 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('DEL', KEYS[2], KEYS[3])
-for i = 6, #ARGV, 2 do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+if ARGV[3] == '1' then
+  redis.call('UNLINK', KEYS[2], KEYS[3])
 end
-redis.call('HSET', KEYS[2], 'stock', ARGV[3], 'begin_ms', ARGV[4], 'end_ms', ARGV[5])
+if #ARGV >= 9 then
+  redis.call('HSET', KEYS[3], unpack(ARGV, 8))
+end
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[2], 'stock', ARGV[5], 'begin_ms', ARGV[6], 'end_ms', ARGV[7])
+end
 return 1

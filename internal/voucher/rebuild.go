@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"seckill/internal/mq"
-	"seckill/lua"
 )
 
 // rebuildLease bounds how long a crashed instance's rebuild blocks others;
@@ -35,14 +33,16 @@ type Ledger interface {
 // orders still in flight in Redis, and only then marks it ready again.
 // Purchases in that shard answer not_ready meanwhile.
 type Warmer struct {
-	store    *Store
-	state    *State
-	ledger   Ledger
-	keys     Keys
-	every    time.Duration
-	log      *slog.Logger
-	snapshot *redis.Script
-	runID    string
+	store  *Store
+	state  *State
+	ledger Ledger
+	keys   Keys
+	every  time.Duration
+	log    *slog.Logger
+	runID  string
+	// afterPage, when set, runs after each page of the pending index is
+	// read: tests move orders between the stream and the delay queue there.
+	afterPage func()
 }
 
 // NewWarmer returns a Warmer that checks every interval (default 5s).
@@ -50,7 +50,7 @@ func NewWarmer(store *Store, state *State, ledger Ledger, keys Keys, every time.
 	if every <= 0 {
 		every = 5 * time.Second
 	}
-	return &Warmer{store: store, state: state, ledger: ledger, keys: keys, every: every, log: log, snapshot: lua.Snapshot()}
+	return &Warmer{store: store, state: state, ledger: ledger, keys: keys, every: every, log: log}
 }
 
 // Diff is one difference between Redis and what the database plus the
@@ -72,49 +72,63 @@ type expected struct {
 }
 
 // inFlight is a shard's orders accepted but not yet settled in the
-// database: on the stream or in the delay queue.
-type inFlight map[int64]map[int64]int64 // voucher -> user -> order
+// database: on the stream, in the delay queue, or in a worker's hands.
+// A buyer has more than one only in odd cases (bought again after Redis
+// lost the first): all are kept, the first not dead-lettered counts.
+type inFlight map[int64]map[int64][]int64 // voucher -> user -> orders
 
+// inFlightPage is how many pending-index entries one HSCAN call asks for.
+const inFlightPage = 1000
+
+// readInFlight reads a shard's in-flight orders from its pending-order
+// index, one HSCAN page at a time, so a backlog of any size never blocks
+// Redis in one long command.
+//
+// The index, not the stream and delay queue, is read because paging is
+// not atomic: while the pages are read, the worker's retry moves an order
+// from the stream to the delay queue and the delay poller moves it back,
+// so a paged read of the two could miss an order and the rebuild would
+// drop its reservation. The index holds every accepted order from its
+// purchase until the worker settles or releases it, wherever its message
+// is, and none of its writers (purchase, settle, release) write while the
+// shard's ready marker is missing: during a rebuild it does not change,
+// and HSCAN returns every entry of a hash that does not change. (For a
+// voucher loaded into a ready shard, entries only leave the index after
+// their order or dead letter is committed, and the database is read after
+// the index.) A message that does not decode was never accepted by the
+// purchase script and is not in the index: it holds no reservation.
 func (w *Warmer) readInFlight(ctx context.Context, shard int) (inFlight, error) {
-	res, err := w.snapshot.Run(ctx, w.state.rdb, []string{w.keys.Stream(shard), w.keys.Delayed(shard)}).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("snapshot shard %d: %w", shard, err)
-	}
 	out := inFlight{}
-	add := func(values map[string]any) {
-		m, err := Decode(values)
+	var cursor uint64
+	for {
+		page, next, err := w.state.rdb.HScan(ctx, w.keys.Pending(shard), cursor, "", inFlightPage).Result()
 		if err != nil {
-			return // a bad message holds no reservation it could prove
+			return nil, fmt.Errorf("read pending orders of shard %d: %w", shard, err)
 		}
-		if out[m.VoucherID] == nil {
-			out[m.VoucherID] = map[int64]int64{}
-		}
-		out[m.VoucherID][m.UserID] = m.OrderID
-	}
-	if len(res) == 2 {
-		entries, _ := res[0].([]any)
-		for _, e := range entries {
-			pair, _ := e.([]any)
-			if len(pair) != 2 {
+		for i := 0; i+1 < len(page); i += 2 {
+			order, err := strconv.ParseInt(page[i], 10, 64)
+			u, v, ok := strings.Cut(page[i+1], ":")
+			if err != nil || !ok {
+				continue // not an entry the purchase script wrote
+			}
+			user, err1 := strconv.ParseInt(u, 10, 64)
+			vid, err2 := strconv.ParseInt(v, 10, 64)
+			if err1 != nil || err2 != nil {
 				continue
 			}
-			flat, _ := pair[1].([]any)
-			values := make(map[string]any, len(flat)/2)
-			for i := 0; i+1 < len(flat); i += 2 {
-				k, _ := flat[i].(string)
-				values[k] = flat[i+1]
+			if out[vid] == nil {
+				out[vid] = map[int64][]int64{}
 			}
-			add(values)
+			out[vid][user] = append(out[vid][user], order)
 		}
-		members, _ := res[1].([]any)
-		for _, m := range members {
-			s, _ := m.(string)
-			if values, err := mq.ParsePayload(s); err == nil {
-				add(values)
-			}
+		if w.afterPage != nil {
+			w.afterPage()
 		}
+		if next == 0 {
+			return out, nil
+		}
+		cursor = next
 	}
-	return out, nil
 }
 
 // expect computes what Redis should hold for v: buyers are the database's
@@ -126,13 +140,16 @@ func (w *Warmer) expect(ctx context.Context, v Voucher, flying inFlight) (expect
 		return expected{}, err
 	}
 	e := expected{buyers: buyers}
-	for user, order := range flying[v.ID] {
-		if dead[order] {
+	for user, orders := range flying[v.ID] {
+		if _, ok := buyers[user]; ok {
 			continue
 		}
-		if _, ok := buyers[user]; !ok {
-			buyers[user] = order
-			e.flying++
+		for _, order := range orders {
+			if !dead[order] {
+				buyers[user] = order
+				e.flying++
+				break
+			}
 		}
 	}
 	e.stock = int64(v.TotalStock) - int64(len(buyers))
@@ -306,7 +323,7 @@ func (w *Warmer) Reconcile(ctx context.Context) ([]Diff, error) {
 			d.What, d.Redis, d.Expected = "stock", stock, fmt.Sprint(e.stock)
 			diffs = append(diffs, d)
 		}
-		got, err := rdb.HGetAll(ctx, w.keys.Buyers(v.ID)).Result()
+		got, err := w.buyers(ctx, v.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -329,6 +346,26 @@ func (w *Warmer) Reconcile(ctx context.Context) ([]Diff, error) {
 		}
 	}
 	return diffs, nil
+}
+
+// buyers reads a voucher's buyers hash one HSCAN page at a time: a sale
+// with many buyers never blocks Redis in one long HGETALL.
+func (w *Warmer) buyers(ctx context.Context, voucherID int64) (map[string]string, error) {
+	out := map[string]string{}
+	var cursor uint64
+	for {
+		page, next, err := w.state.rdb.HScan(ctx, w.keys.Buyers(voucherID), cursor, "", inFlightPage).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read buyers of voucher %d: %w", voucherID, err)
+		}
+		for i := 0; i+1 < len(page); i += 2 {
+			out[page[i]] = page[i+1]
+		}
+		if next == 0 {
+			return out, nil
+		}
+		cursor = next
+	}
 }
 
 // Run warms periodically until ctx is done.

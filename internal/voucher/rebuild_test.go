@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -31,8 +32,8 @@ func (l ledger) Reservations(context.Context, int64) (map[int64]int64, map[int64
 }
 
 // TestRebuildAfterStateLoss: a shard whose ready marker is gone is rebuilt
-// from the database plus the orders still in flight (stream and delay
-// queue), purchases fail closed until then, and reconcile then finds
+// from the database plus the orders still in flight (on the stream or in
+// the delay queue, found through the shard's pending index), purchases fail closed until then, and reconcile then finds
 // nothing to report.
 func TestRebuildAfterStateLoss(t *testing.T) {
 	t.Parallel()
@@ -65,6 +66,17 @@ func TestRebuildAfterStateLoss(t *testing.T) {
 		fields[k] = val.(string)
 	}
 	if err := mq.NewDelayQueue(rdb, keys.Delayed(0), keys.Stream(0)).Schedule(ctx, mq.Payload(fields), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// The purchase script indexed each of them as pending, wherever its
+	// message is now. A bad message on the stream was never accepted: it
+	// is not in the index, and neither it nor a malformed index entry
+	// holds a reservation.
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: map[string]any{"raw": "junk"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	vid := strconv.FormatInt(v.ID, 10)
+	if err := rdb.HSet(ctx, keys.Pending(0), "103", "3:"+vid, "104", "4:"+vid, "105", "5:"+vid, "106", "junk").Err(); err != nil {
 		t.Fatal(err)
 	}
 	l := ledger{buyers: map[int64]int64{1: 101, 2: 102}, dead: map[int64]bool{105: true}}

@@ -93,22 +93,39 @@ func (s *State) Stocks(ctx context.Context, ids []int64) (map[int64]int64, error
 
 // Replace overwrites v's state and buyers during a rebuild of its shard
 // (purchases there are stopped: its ready marker is missing), if token
-// still holds the shard's rebuild lease.
+// still holds the shard's rebuild lease. The buyers go in calls of at most
+// buyerChunk each, so a voucher with many buyers never blocks Redis for
+// long; the state is written by the last call.
 func (s *State) Replace(ctx context.Context, token string, lease time.Duration, v Voucher, stock int64, buyers map[int64]int64) error {
-	args := make([]any, 0, 5+2*len(buyers))
-	args = append(args, token, lease.Milliseconds(), stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli())
-	for uid, oid := range buyers {
-		args = append(args, uid, oid)
-	}
 	keys := []string{s.keys.Rebuilding(s.keys.Shard(v.ID)), s.keys.State(v.ID), s.keys.Buyers(v.ID)}
-	n, err := s.replace.Run(ctx, s.rdb, keys, args...).Int()
-	if err != nil {
-		return fmt.Errorf("replace state of voucher %d: %w", v.ID, err)
+	pairs := make([]any, 0, 2*len(buyers))
+	for uid, oid := range buyers {
+		pairs = append(pairs, uid, oid)
 	}
-	if n != 1 {
-		return fmt.Errorf("replace state of voucher %d: %w", v.ID, errLeaseLost)
+	for first := true; first || len(pairs) > 0; first = false {
+		n := min(len(pairs), 2*buyerChunk)
+		last := n == len(pairs)
+		args := make([]any, 0, 7+n)
+		args = append(args, token, lease.Milliseconds(), scriptFlag(first), scriptFlag(last), stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli())
+		args = append(args, pairs[:n]...)
+		pairs = pairs[n:]
+		took, err := s.replace.Run(ctx, s.rdb, keys, args...).Int()
+		if err != nil {
+			return fmt.Errorf("replace state of voucher %d: %w", v.ID, err)
+		}
+		if took != 1 {
+			return fmt.Errorf("replace state of voucher %d: %w", v.ID, errLeaseLost)
+		}
 	}
 	return nil
+}
+
+// scriptFlag is how the scripts take a yes or no: "1" or "0".
+func scriptFlag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // Reopen marks a rebuilt shard ready, if token still holds its rebuild
