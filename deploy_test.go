@@ -244,6 +244,36 @@ func TestClusterScriptMatchesCompose(t *testing.T) {
 	}
 }
 
+// TestClusterScriptListeners: every service instance the local cluster
+// starts gets its own loopback addresses, an admin address that is free or
+// off (an address given but taken stops an instance at start), and a worker
+// is waited for on its /readyz like the others.
+func TestClusterScriptListeners(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("scripts/cluster-up.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(b)
+	// Each start of an instance, with the continued lines before it that
+	// give its environment.
+	starts := regexp.MustCompile(`(?:[^\n]*\\\n)*[^\n]*\bstart "?(?:api|worker)[^\n]*`).FindAllString(script, -1)
+	if len(starts) < 4 { // worker, api-solo, api-$i twice (GOMAXPROCS or not)
+		t.Fatalf("found %d instance starts in cluster-up.sh", len(starts))
+	}
+	for _, cmd := range starts {
+		if !regexp.MustCompile(`SECKILL_ADDR="127\.0\.0\.1:\$`).MatchString(cmd) {
+			t.Errorf("an instance is not given a loopback SECKILL_ADDR: %s", cmd)
+		}
+		if !regexp.MustCompile(`SECKILL_ADMIN_ADDR="(\$\{SECKILL_ADMIN_ADDR:-\$\(admin_addr "\$port"\)\}|\$admin_listen|\$solo_admin)"`).MatchString(cmd) {
+			t.Errorf("an instance's admin address does not come from admin_addr: %s", cmd)
+		}
+	}
+	if !regexp.MustCompile(`wait_for "worker-\$n" \d+ "worker-\$n" http_ok "\$port" /readyz`).MatchString(script) {
+		t.Error("cluster-up.sh worker does not wait for the worker's /readyz")
+	}
+}
+
 // hasArgs: args holds want as consecutive elements.
 func hasArgs(args []string, want ...string) bool {
 	for i := range args {

@@ -7,6 +7,7 @@
 #
 #   scripts/cluster-up.sh           start the cluster
 #   scripts/cluster-up.sh worker    add an instance with SECKILL_ROLE=worker to a running cluster
+#                                   (its /healthz, /readyz and /metrics on its own loopback port)
 #   scripts/cluster-up.sh api       add an instance with SECKILL_ROLE=api outside nginx, with every
 #                                   core of the machine, to measure one instance alone
 #                                   (loadtest/README.md)
@@ -25,6 +26,8 @@
 #                                the instances get it as SECKILL_LOCK_NODES
 #   SECKILL_CLUSTER_MYSQL_PORT   mariadbd (13306)
 #   SECKILL_CLUSTER_SOLO_PORT    the instance of "cluster-up.sh api" (18089)
+#   SECKILL_CLUSTER_WORKER_PORT  probes and metrics of the first "cluster-up.sh worker"; the
+#                                next ones follow (18101)
 #   SECKILL_CLUSTER_CEILING_PORT the server of "cluster-up.sh ceiling" (18090)
 #   SECKILL_CLUSTER_GOMAXPROCS   cores each instance behind nginx schedules Go code on: by default
 #                                the machine's cores shared out among them (at least 1), as a CPU
@@ -56,6 +59,7 @@ redis_port=${SECKILL_CLUSTER_REDIS_PORT:-16379}
 lock_redis_port=${SECKILL_CLUSTER_LOCK_REDIS_PORT:-16380}
 mysql_port=${SECKILL_CLUSTER_MYSQL_PORT:-13306}
 solo_port=${SECKILL_CLUSTER_SOLO_PORT:-18089}
+worker_port=${SECKILL_CLUSTER_WORKER_PORT:-18101}
 ceiling_port=${SECKILL_CLUSTER_CEILING_PORT:-18090}
 prometheus_port=${SECKILL_CLUSTER_PROMETHEUS_PORT:-}
 prometheus_interval=${SECKILL_CLUSTER_PROMETHEUS_INTERVAL:-5s}
@@ -117,7 +121,24 @@ redis_ok() {
   [ "$line" = $'+PONG\r' ]
 }
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# port_free PORT: PORT can be bound on loopback: nothing listens on it, and
+# no connection uses it as its local port (an outgoing one may, in the
+# ephemeral range). Connections in TIME-WAIT do not stop a bind.
+port_free() {
+  if command -v ss >/dev/null 2>&1; then
+    ! ss -Htan "sport = :$1" 2>/dev/null | grep -qv '^TIME-WAIT'
+  else
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+  fi
+}
+
+# admin_addr PORT: the admin listener (dead letters, reconcile, pprof) of
+# the instance on PORT: loopback PORT + 10000, or off when that is no port
+# or is taken (an instance stops at start on an address it cannot bind).
+admin_addr() {
+  local p=$(($1 + 10000))
+  if [ "$p" -le 65535 ] && port_free "$p"; then echo "127.0.0.1:$p"; else echo off; fi
+}
 
 # instance_env: the settings every instance gets. Buyer locks need no
 # durability (MySQL's keys are the real guard): on the AOF Redis every lock
@@ -138,10 +159,15 @@ if [ "${1:-}" = "worker" ]; then
   set +a
   n=1
   while [ -f "$run/worker-$n.pid" ]; do n=$((n + 1)); done
-  # At info level, so that its start can be seen in its log.
-  SECKILL_ROLE=worker SECKILL_LOG_LEVEL=info start "worker-$n" "$logs/worker-$n.log" "$dir/bin/api" serve
-  wait_for "worker-$n" 30 "worker-$n" grep -q 'worker started' "$logs/worker-$n.log"
-  say "worker-$n started (pid $(cut -d' ' -f1 "$run/worker-$n.pid"))"
+  # Its probes and metrics on a loopback port of its own, like an API
+  # instance's; at info level, so that its start can be seen in its log.
+  port=$((worker_port + n - 1))
+  port_free "$port" || die "port $port is taken; choose another with SECKILL_CLUSTER_WORKER_PORT"
+  SECKILL_ROLE=worker SECKILL_LOG_LEVEL=info SECKILL_ADDR="127.0.0.1:$port" \
+    SECKILL_ADMIN_ADDR="${SECKILL_ADMIN_ADDR:-$(admin_addr "$port")}" \
+    start "worker-$n" "$logs/worker-$n.log" "$dir/bin/api" serve
+  wait_for "worker-$n" 30 "worker-$n" http_ok "$port" /readyz
+  say "worker-$n started on 127.0.0.1:$port (/healthz, /readyz, /metrics; pid $(cut -d' ' -f1 "$run/worker-$n.pid"))"
   exit 0
 fi
 
@@ -168,8 +194,9 @@ if [ "${1:-}" = "api" ]; then
   # shellcheck disable=SC1091
   . "$dir/cluster.env"
   set +a
-  say "api-solo on 127.0.0.1:$solo_port (admin on 127.0.0.1:$((solo_port + 10000))), not behind nginx"
-  SECKILL_ROLE=api SECKILL_ADDR="127.0.0.1:$solo_port" SECKILL_ADMIN_ADDR="127.0.0.1:$((solo_port + 10000))" \
+  solo_admin=$(admin_addr "$solo_port")
+  say "api-solo on 127.0.0.1:$solo_port (admin $solo_admin), not behind nginx"
+  SECKILL_ROLE=api SECKILL_ADDR="127.0.0.1:$solo_port" SECKILL_ADMIN_ADDR="$solo_admin" \
     start api-solo "$logs/api-solo.log" "$dir/bin/api" serve
   wait_for api-solo 60 api-solo http_ok "$solo_port" /readyz
   say "api-solo ready: http://127.0.0.1:$solo_port (pid $(cut -d' ' -f1 "$run/api-solo.pid"))"
@@ -248,14 +275,15 @@ urls=()
 upstreams=""
 for i in $(seq 1 "$instances"); do
   port=${api_ports[$((i - 1))]}
-  # Each instance's admin listener (dead letters, reconcile, pprof) on its
-  # own loopback port: the API port + 10000.
-  say "api-$i on 127.0.0.1:$port (admin on 127.0.0.1:$((port + 10000)), GOMAXPROCS $procs)"
+  # Each instance's admin listener on its own loopback port: the API port
+  # + 10000 (admin_addr).
+  admin_listen=${SECKILL_ADMIN_ADDR:-$(admin_addr "$port")}
+  say "api-$i on 127.0.0.1:$port (admin $admin_listen, GOMAXPROCS $procs)"
   if [ "$procs" = auto ]; then
-    SECKILL_ADDR="127.0.0.1:$port" SECKILL_ADMIN_ADDR="${SECKILL_ADMIN_ADDR:-127.0.0.1:$((port + 10000))}" \
+    SECKILL_ADDR="127.0.0.1:$port" SECKILL_ADMIN_ADDR="$admin_listen" \
       start "api-$i" "$logs/api-$i.log" "$dir/bin/api" serve
   else
-    GOMAXPROCS=$procs SECKILL_ADDR="127.0.0.1:$port" SECKILL_ADMIN_ADDR="${SECKILL_ADMIN_ADDR:-127.0.0.1:$((port + 10000))}" \
+    GOMAXPROCS=$procs SECKILL_ADDR="127.0.0.1:$port" SECKILL_ADMIN_ADDR="$admin_listen" \
       start "api-$i" "$logs/api-$i.log" "$dir/bin/api" serve
   fi
   urls+=("http://127.0.0.1:$port")
