@@ -2,6 +2,9 @@
 --
 -- Only acknowledged entries are deleted, so no unacknowledged work is ever
 -- dropped; deleting them keeps the stream from growing with history.
+-- Entries go to XACK and XDEL in slices of at most 500 ids: unpack puts
+-- every id of a call on Lua's stack, which holds about 8,000, and a worker
+-- batch can be larger.
 --
 -- KEYS[1] stream
 -- ARGV[1] consumer group
@@ -9,13 +12,11 @@
 --
 -- Returns the number of entries acknowledged.
 
-local ids = {}
-for i = 2, #ARGV do
-  ids[#ids + 1] = ARGV[i]
+local slice = 500
+local acked = 0
+for first = 2, #ARGV, slice do
+  local last = math.min(first + slice - 1, #ARGV)
+  acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, first, last))
+  redis.call('XDEL', KEYS[1], unpack(ARGV, first, last))
 end
-if #ids == 0 then
-  return 0
-end
-local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
-redis.call('XDEL', KEYS[1], unpack(ids))
 return acked

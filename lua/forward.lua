@@ -1,7 +1,10 @@
 -- forward.lua: move due members of a delay queue back onto their stream.
 --
 -- Members move in the same script that removes them, so a crash never loses
--- one and two pollers never move the same member.
+-- one and two pollers never move the same member. The types of both keys
+-- are checked before the first write, and every member moved before an
+-- error is moved whole (appended, then removed), so a failing call loses
+-- nothing and moves nothing twice.
 --
 -- KEYS[1] delay queue (zset: member = payload, score = due time, unix ms)
 -- KEYS[2] stream
@@ -9,15 +12,26 @@
 -- ARGV[2] most members to move in one call
 --
 -- A payload is a JSON array of alternating field names and values, all
--- strings; a payload that is not is appended as one field, "raw".
+-- strings; a payload that is not, or that has more fields than one XADD
+-- takes from a script (Lua's stack), is appended as one field, "raw".
 --
 -- Returns the number of members moved.
 
+local queue_type = redis.call('TYPE', KEYS[1])['ok']
+if queue_type ~= 'zset' and queue_type ~= 'none' then
+  return redis.error_reply('WRONGTYPE forward: ' .. KEYS[1] .. ' is ' .. queue_type .. ', not a sorted set')
+end
+local stream_type = redis.call('TYPE', KEYS[2])['ok']
+if stream_type ~= 'stream' and stream_type ~= 'none' then
+  return redis.error_reply('WRONGTYPE forward: ' .. KEYS[2] .. ' is ' .. stream_type .. ', not a stream')
+end
+
+local max_fields = 1000
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 for _, member in ipairs(due) do
   local ok, fields = pcall(cjson.decode, member)
   local args = {}
-  if ok and type(fields) == 'table' and #fields > 0 and #fields % 2 == 0 then
+  if ok and type(fields) == 'table' and #fields > 0 and #fields % 2 == 0 and #fields <= max_fields then
     for _, f in ipairs(fields) do
       args[#args + 1] = tostring(f)
     end

@@ -56,8 +56,10 @@ const (
 
 // Handler processes a batch and says what becomes of each message, in
 // order. An error means nothing in the batch is known to be done: the
-// consumer backs off and hands the same batch over again. Handlers must be
-// idempotent: a message can arrive again after a crash.
+// consumer backs off and hands the same batch over again, less the entries
+// no longer pending with it (acknowledged, or claimed by another
+// consumer). Handlers must be idempotent: a message can arrive again after
+// a crash.
 type Handler interface {
 	Handle(ctx context.Context, batch []Message) ([]Outcome, error)
 }
@@ -248,15 +250,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if len(batch) > 0 && c.cfg.AfterRead != nil {
 			c.cfg.AfterRead(len(batch))
 		}
-		// The same batch is handed over again until it is done: a read
-		// again would count as another delivery.
+		// The same batch (less the entries no longer pending with this
+		// consumer) is handed over again until it is done: a read again
+		// would count as another delivery.
 		// The batch is kept fresh the whole time, backoffs included: while
 		// MySQL is down every consumer fails alike, and entries passed
 		// around meanwhile would count deliveries towards a dead letter.
 		if len(batch) > 0 {
 			stopKeepalive := c.keepalive(work, batch)
 			gaveUp := false
-			for {
+			for len(batch) > 0 {
 				err := c.process(work, batch)
 				if err == nil {
 					break
@@ -264,6 +267,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 				if ctx.Err() != nil || !fail(err) {
 					gaveUp = true // left pending: others reclaim it
 					break
+				}
+				// What was carried out before the failure, and what
+				// another consumer took over, is not handed over again,
+				// nor kept fresh.
+				if owned := c.stillOwned(work, batch); len(owned) < len(batch) {
+					stopKeepalive()
+					batch, stopKeepalive = owned, c.keepalive(work, owned)
 				}
 			}
 			stopKeepalive()
@@ -393,8 +403,10 @@ func (c *Consumer) process(ctx context.Context, batch []Message) error {
 			}
 		}
 	}
+	moved := 0
 	if len(retries) > 0 {
-		if err := c.delay(ctx, retries); err != nil {
+		moved, err = c.delay(ctx, retries)
+		if err != nil {
 			c.cfg.Observer.RedisError("delay")
 			return err
 		}
@@ -406,28 +418,80 @@ func (c *Consumer) process(ctx context.Context, batch []Message) error {
 			return fmt.Errorf("ack %d entries: %w", len(done), err)
 		}
 	}
-	c.cfg.Observer.Outcomes(len(done), len(retries), len(batch)-len(done)-len(retries))
+	c.cfg.Observer.Outcomes(len(done), moved, len(batch)-len(done)-len(retries))
+	if moved < len(retries) {
+		// Not this consumer's any more: the batch fails, and is handed
+		// over again without them (and without what was carried out).
+		c.cfg.Observer.RedisError("delay")
+		return fmt.Errorf("delay %d entries: %d %w", len(retries), len(retries)-moved, errNotPending)
+	}
 	return nil
 }
 
+// errNotPending means a Retry outcome found its entry no longer pending
+// with this consumer: acknowledged, or claimed by another consumer after
+// this one was taken for dead. Nothing was written for it; whoever has it
+// now decides it. Were it this consumer's own earlier write, the message
+// would be in neither the pending list nor the delay queue: lost.
+var errNotPending = errors.New("entries were no longer pending with this consumer")
+
 // delay moves messages to the delay queue, each with its attempt count
-// raised, scheduled after its backoff.
-func (c *Consumer) delay(ctx context.Context, msgs []Message) error {
+// raised, scheduled after its backoff, and reports how many it moved.
+func (c *Consumer) delay(ctx context.Context, msgs []Message) (int, error) {
 	pipe := c.rdb.Pipeline()
 	now := time.Now()
-	for _, m := range msgs {
+	cmds := make([]*redis.Cmd, len(msgs))
+	for i, m := range msgs {
 		fields := make(map[string]string, len(m.Values)+1)
 		for k, v := range m.Values {
 			fields[k] = fmt.Sprint(v)
 		}
 		fields[AttemptField] = strconv.Itoa(m.Attempt + 1)
 		due := now.Add(c.cfg.RetryBackoff(m.Attempt))
-		c.retry.Eval(ctx, pipe, []string{c.cfg.Stream, c.cfg.Delay.Key()}, c.cfg.Group, m.ID, due.UnixMilli(), Payload(fields))
+		cmds[i] = c.retry.Eval(ctx, pipe, []string{c.cfg.Stream, c.cfg.Delay.Key()},
+			c.cfg.Group, m.ID, due.UnixMilli(), Payload(fields), c.cfg.Consumer)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("delay %d entries: %w", len(msgs), err)
+		return 0, fmt.Errorf("delay %d entries: %w", len(msgs), err)
 	}
-	return nil
+	moved := 0
+	for i, cmd := range cmds {
+		n, err := cmd.Int()
+		if err != nil {
+			return 0, fmt.Errorf("delay entry %s: %w", msgs[i].ID, err)
+		}
+		if n == 1 {
+			moved++
+		} else {
+			c.log.Warn("entry to delay no longer pending with this consumer; left to whoever has it", "id", msgs[i].ID)
+		}
+	}
+	return moved, nil
+}
+
+// stillOwned returns the messages of batch still pending with this
+// consumer, the ones to hand over again after a failure. When that cannot
+// be read, the batch is kept as it is: handing it over fails the same way
+// and backs off.
+func (c *Consumer) stillOwned(ctx context.Context, batch []Message) []Message {
+	pend, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer,
+		Start: batch[0].ID, End: batch[len(batch)-1].ID, Count: int64(len(batch)),
+	}).Result()
+	if err != nil {
+		return batch
+	}
+	owned := make(map[string]bool, len(pend))
+	for _, p := range pend {
+		owned[p.ID] = true
+	}
+	kept := batch[:0:0]
+	for _, m := range batch {
+		if owned[m.ID] {
+			kept = append(kept, m)
+		}
+	}
+	return kept
 }
 
 // keepalive claims the batch's entries to this consumer again every
@@ -435,6 +499,9 @@ func (c *Consumer) delay(ctx context.Context, msgs []Message) error {
 // other consumer reclaims live work. JUSTID claims do not count as
 // deliveries.
 func (c *Consumer) keepalive(ctx context.Context, batch []Message) (stop func()) {
+	if len(batch) == 0 {
+		return func() {}
+	}
 	ids := make([]string, len(batch))
 	for i, m := range batch {
 		ids[i] = m.ID
