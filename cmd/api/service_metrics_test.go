@@ -241,7 +241,7 @@ func TestMetricsAfterBurst(t *testing.T) {
 		}
 	}
 
-	// Not through nginx; on the admin listener too (workers have no other).
+	// Not through nginx; on the admin listener too.
 	if st, _ := scrape(t, o.base+"/metrics", "X-Forwarded-For", "203.0.113.7"); st != http.StatusNotFound {
 		t.Errorf("/metrics through a proxy answered %d, want 404", st)
 	}
