@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -554,11 +555,15 @@ func TestSettleTakesOverRepurchase(t *testing.T) {
 		name    string
 		batches [][]int64 // order ids, as handed to the writer
 		written int64     // the one that ends as the order
+		// rebuilt: the shard is rebuilt again after the repurchase, from
+		// the database and the pending index.
+		rebuilt bool
 	}{
-		{"held order first", [][]int64{{held}, {again}}, held},
-		{"repurchase first", [][]int64{{again}, {held}}, again},
-		{"one batch, held order first", [][]int64{{held, again}}, held},
-		{"one batch, repurchase first", [][]int64{{again, held}}, again},
+		{"held order first", [][]int64{{held}, {again}}, held, false},
+		{"repurchase first", [][]int64{{again}, {held}}, again, false},
+		{"one batch, held order first", [][]int64{{held, again}}, held, false},
+		{"one batch, repurchase first", [][]int64{{again, held}}, again, false},
+		{"rebuilt, then held order first", [][]int64{{held}, {again}}, held, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -568,6 +573,18 @@ func TestSettleTakesOverRepurchase(t *testing.T) {
 			stateEnv(t, e, v, 10, nil) // rebuilt: knows nothing of order 2001
 			if _, err := voucher.NewReserver(e.rdb, e.keys).Reserve(ctx, v, 7, again); err != nil {
 				t.Fatal(err)
+			}
+			if tc.rebuilt {
+				if err := e.rdb.Del(ctx, e.keys.Ready(0)).Err(); err != nil {
+					t.Fatal(err)
+				}
+				warmer := voucher.NewWarmer(voucher.NewStore(e.db), voucher.NewState(e.rdb, e.keys), NewStore(e.db), e.keys, time.Hour, slog.New(slog.DiscardHandler))
+				if _, err := warmer.Warm(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if stock, buyers := redisStock(t, e, v); stock != 9 || buyers["7"] != strconv.Itoa(again) {
+					t.Fatalf("rebuilt: redis stock %d buyers %v; want 9 and buyer 7 -> %d", stock, buyers, again)
+				}
 			}
 			n := 0
 			for _, ids := range tc.batches {
