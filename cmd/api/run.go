@@ -210,8 +210,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 			return err
 		}
 		defer closeLocks()
-		// Crash points of the fault tests: exit between commit and ack, or
-		// stop dead holding a batch just read.
+		// Crash point of the fault tests: exit between commit and ack.
 		var hook func()
 		if cfg.CrashPoint == "after_commit_before_ack" {
 			hook = func() { os.Exit(3) }
@@ -266,6 +265,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	g.Go(func() error { return sampler.Run(bg) })
 
 	if writer != nil {
+		// Crash point of the fault tests: stop dead holding a batch just
+		// read.
 		var afterRead func(int)
 		if cfg.CrashPoint == "hang_after_read" {
 			afterRead = func(int) { select {} }
