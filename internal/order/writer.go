@@ -479,7 +479,9 @@ func (w *Writer) fast(tx *gorm.DB, items []*item) (bool, error) {
 	for i, it := range items {
 		rows[i] = Order{ID: it.ord.OrderID, UserID: it.ord.UserID, VoucherID: it.ord.VoucherID, AcceptedAt: it.ord.AcceptedAt, CreatedAt: now}
 	}
-	err := tx.Create(&rows).Error
+	// In statements of 1,000 rows (5,000 placeholders): one statement for a
+	// large batch would pass SQLite's limit of 32,766 variables.
+	err := tx.CreateInBatches(&rows, 1000).Error
 	if db.IsDuplicate(err) {
 		return false, nil
 	}
