@@ -295,6 +295,12 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration) {
 		return "not_ready", script
 	case errors.Is(err, ErrNoState):
 		return h.explainNoState(c, id), script
+	case errors.Is(err, ErrWrongType):
+		// Not an outage: Redis answers, but a key is damaged and stays so
+		// until an operator removes it. Nothing was reserved.
+		h.logThrottled(slog.LevelError, "purchase refused: a sale state key has the wrong type", err)
+		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
+		return "unavailable", script
 	default:
 		h.warnRedis("purchase failed", err)
 		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
@@ -326,11 +332,14 @@ func (h *HTTP) explainNoState(c *gin.Context, id int64) string {
 
 // warnRedis logs a Redis failure at most once a second: during an outage
 // every request fails the same way, and one line says it.
-func (h *HTTP) warnRedis(msg string, err error) {
+func (h *HTTP) warnRedis(msg string, err error) { h.logThrottled(slog.LevelWarn, msg, err) }
+
+// logThrottled logs at most one line a second, whatever the message.
+func (h *HTTP) logThrottled(level slog.Level, msg string, err error) {
 	now := time.Now().UnixNano()
 	last := h.lastWarn.Load()
 	if now-last < int64(time.Second) || !h.lastWarn.CompareAndSwap(last, now) {
 		return
 	}
-	h.log.Warn(msg, "err", err)
+	h.log.Log(context.Background(), level, msg, "err", err)
 }

@@ -22,6 +22,11 @@ var (
 	// ErrNoState means the shard is loaded but this voucher has no state:
 	// it is unknown, ended long ago, or its state was not written yet.
 	ErrNoState = errors.New("no sale state for voucher")
+	// ErrWrongType means a key the purchase writes holds another Redis type
+	// than the sale state uses (overwritten by hand, or another program
+	// shares the key prefix). The purchase wrote nothing; purchases of the
+	// shard or voucher fail closed until an operator removes the key.
+	ErrWrongType = errors.New("sale state key of the wrong type")
 )
 
 // PurchasedError means the buyer already holds an order for the voucher.
@@ -110,6 +115,8 @@ func decodePurchase(res []any) (Reservation, error) {
 		return Reservation{}, ErrNotReady
 	case 7:
 		return Reservation{}, ErrNoState
+	case 8:
+		return Reservation{}, fmt.Errorf("purchase script: key %q: %w", detail, ErrWrongType)
 	}
 	return Reservation{}, fmt.Errorf("purchase script: unknown code %d", code)
 }

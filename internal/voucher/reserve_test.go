@@ -3,11 +3,14 @@ package voucher
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/testenv"
@@ -142,18 +145,127 @@ func TestPurchaseScriptEdges(t *testing.T) {
 			t.Fatalf("%d stream entries, want 1", got)
 		}
 	})
-	t.Run("state of the wrong type fails closed", func(t *testing.T) {
-		e.put(t, 40, 1, open, later)
-		if err := e.rdb.Set(ctx, e.keys.Buyers(40), "junk", 0).Err(); err != nil {
+}
+
+// TestPurchaseWrongTypeWritesNothing damages, one at a time, each key the
+// purchase script writes, on a real Redis and on the embedded one: the
+// purchase fails closed with ErrWrongType naming the key and writes nothing,
+// so a retry is refused the same way (never told already_purchased for an
+// order that does not exist), and once the key is removed the buyer buys.
+func TestPurchaseWrongTypeWritesNothing(t *testing.T) {
+	t.Parallel()
+	set := func(e scriptEnv, k string) error { return e.rdb.Set(context.Background(), k, "junk", 0).Err() }
+	cases := []struct {
+		name string
+		key  func(e scriptEnv, id int64) string
+		junk func(e scriptEnv, key string) error
+	}{
+		{"state is a string", scriptEnv.stateOf, set},
+		{"buyers is a string", scriptEnv.buyersOf, set},
+		{"buyers is a list", scriptEnv.buyersOf, func(e scriptEnv, k string) error {
+			return e.rdb.RPush(context.Background(), k, "7").Err()
+		}},
+		{"stream is a string", scriptEnv.streamOf, set},
+		{"stream is a hash", scriptEnv.streamOf, func(e scriptEnv, k string) error {
+			return e.rdb.HSet(context.Background(), k, "a", "b").Err()
+		}},
+		{"pending is a string", scriptEnv.pendingOf, set},
+		{"pending is a stream", scriptEnv.pendingOf, func(e scriptEnv, k string) error {
+			return e.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: k, Values: []string{"a", "b"}}).Err()
+		}},
+		{"pending is a set", scriptEnv.pendingOf, func(e scriptEnv, k string) error {
+			return e.rdb.SAdd(context.Background(), k, "x").Err()
+		}},
+	}
+	for _, backend := range []struct {
+		name string
+		env  func(t *testing.T) scriptEnv
+	}{{"redis", newScriptEnv}, {"embedded", newEmbeddedScriptEnv}} {
+		for _, tc := range cases {
+			t.Run(backend.name+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				e := backend.env(t)
+				ctx := context.Background()
+				const id, user = 4, 9
+				open, later := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+				e.put(t, id, 3, open, later)
+				key := tc.key(e, id)
+				if err := tc.junk(e, key); err != nil {
+					t.Fatal(err)
+				}
+				before := e.look(t, id)
+				// A retry of the same call, then a new press (a new order id).
+				for try, orderID := range []int64{500, 500, 501} {
+					_, err := e.res.Reserve(ctx, id, user, orderID)
+					if after := e.look(t, id); after != before {
+						t.Fatalf("try %d (%v) wrote:\nbefore %s\nafter  %s", try, err, before, after)
+					}
+					if !errors.Is(err, ErrWrongType) || !strings.Contains(err.Error(), key) {
+						t.Fatalf("try %d: err = %v, want ErrWrongType naming %s", try, err, key)
+					}
+				}
+				if err := e.rdb.Del(ctx, key).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if key == e.stateOf(id) {
+					e.put(t, id, 3, open, later)
+				}
+				r, err := e.res.Reserve(ctx, id, user, 600)
+				if err != nil || r.OrderID != 600 || r.Replayed || e.stock(t, id) != 2 {
+					t.Fatalf("after the key was removed: %+v, %v", r, err)
+				}
+			})
+		}
+	}
+}
+
+// newEmbeddedScriptEnv is newScriptEnv on the in-process Redis that
+// embedded mode runs the same scripts on.
+func newEmbeddedScriptEnv(t *testing.T) scriptEnv {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	keys := NewKeys("", 4)
+	return scriptEnv{rdb: rdb, keys: keys, state: NewState(rdb, keys), res: NewReserver(rdb, keys)}
+}
+
+// stateOf, buyersOf, streamOf and pendingOf are the keys a purchase of id writes.
+func (e scriptEnv) stateOf(id int64) string   { return e.keys.State(id) }
+func (e scriptEnv) buyersOf(id int64) string  { return e.keys.Buyers(id) }
+func (e scriptEnv) streamOf(id int64) string  { return e.keys.Stream(e.keys.Shard(id)) }
+func (e scriptEnv) pendingOf(id int64) string { return e.keys.Pending(e.keys.Shard(id)) }
+
+// look describes every key a purchase of id may write: its type and
+// contents, read in a way both Redis servers answer.
+func (e scriptEnv) look(t *testing.T, id int64) string {
+	t.Helper()
+	ctx := context.Background()
+	var b strings.Builder
+	for _, k := range []string{e.stateOf(id), e.buyersOf(id), e.streamOf(id), e.pendingOf(id)} {
+		typ, err := e.rdb.Type(ctx, k).Result()
+		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.res.Reserve(ctx, 40, 9, 108); err == nil {
-			t.Fatal("want an error")
+		var v any
+		switch typ {
+		case "string":
+			v, err = e.rdb.Get(ctx, k).Result()
+		case "hash":
+			v, err = e.rdb.HGetAll(ctx, k).Result()
+		case "list":
+			v, err = e.rdb.LRange(ctx, k, 0, -1).Result()
+		case "set":
+			v, err = e.rdb.SMembers(ctx, k).Result()
+		case "stream":
+			v, err = e.rdb.XRange(ctx, k, "-", "+").Result()
 		}
-		if e.stock(t, 40) != 1 {
-			t.Fatal("stock changed by a failing script")
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+		fmt.Fprintf(&b, "%s %s %v; ", k, typ, v)
+	}
+	return b.String()
 }
 
 func TestPurchaseMessageDecodes(t *testing.T) {
