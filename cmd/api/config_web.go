@@ -28,15 +28,19 @@ type webConfig struct {
 	// address of the per-address limits (SECKILL_TRUSTED_PROXIES).
 	TrustedProxies []string
 
-	// LoginSender is console, file or off (SECKILL_LOGIN_SENDER); file
-	// appends to LoginOutbox (SECKILL_LOGIN_OUTBOX).
-	LoginSender string
-	LoginOutbox string
-	CodeTTL     time.Duration // SECKILL_LOGIN_CODE_TTL
-	Resend      time.Duration // SECKILL_LOGIN_RESEND
-	MaxCodes    int           // SECKILL_LOGIN_MAX_CODES, per phone per day
-	MaxTries    int           // SECKILL_LOGIN_MAX_TRIES
-	AdminPhones []string      // SECKILL_ADMIN_PHONES
+	// LoginSender is console, file, webhook or off (SECKILL_LOGIN_SENDER);
+	// file appends to LoginOutbox (SECKILL_LOGIN_OUTBOX); webhook posts to
+	// an SMS gateway (SECKILL_LOGIN_WEBHOOK_*). The secret is never logged.
+	LoginSender    string
+	LoginOutbox    string
+	WebhookURL     string
+	WebhookSecret  string
+	WebhookTimeout time.Duration
+	CodeTTL        time.Duration // SECKILL_LOGIN_CODE_TTL
+	Resend         time.Duration // SECKILL_LOGIN_RESEND
+	MaxCodes       int           // SECKILL_LOGIN_MAX_CODES, per phone per day
+	MaxTries       int           // SECKILL_LOGIN_MAX_TRIES
+	AdminPhones    []string      // SECKILL_ADMIN_PHONES
 }
 
 // defaultTrustedProxies are loopback and the private ranges: nginx on the
@@ -116,6 +120,9 @@ func loadWebConfig(getenv func(string) string) (webConfig, []string) {
 		TrustedProxies: list("SECKILL_TRUSTED_PROXIES", defaultTrustedProxies),
 		LoginSender:    str("SECKILL_LOGIN_SENDER", defSender),
 		LoginOutbox:    str("SECKILL_LOGIN_OUTBOX", ""),
+		WebhookURL:     str("SECKILL_LOGIN_WEBHOOK_URL", ""),
+		WebhookSecret:  getenv("SECKILL_LOGIN_WEBHOOK_SECRET"),
+		WebhookTimeout: dur("SECKILL_LOGIN_WEBHOOK_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
 		CodeTTL:        dur("SECKILL_LOGIN_CODE_TTL", 5*time.Minute, 30*time.Second, time.Hour),
 		Resend:         dur("SECKILL_LOGIN_RESEND", time.Minute, time.Second, time.Hour),
 		MaxCodes:       num("SECKILL_LOGIN_MAX_CODES", 10, 1, 1000),
@@ -128,8 +135,12 @@ func loadWebConfig(getenv func(string) string) (webConfig, []string) {
 		if w.LoginOutbox == "" {
 			errs = append(errs, "SECKILL_LOGIN_SENDER=file needs SECKILL_LOGIN_OUTBOX (a file path)")
 		}
+	case "webhook":
+		if _, err := auth.NewWebhookSender(w.webhook()); err != nil {
+			errs = append(errs, "SECKILL_LOGIN_SENDER=webhook: "+err.Error()+" (SECKILL_LOGIN_WEBHOOK_URL, SECKILL_LOGIN_WEBHOOK_SECRET)")
+		}
 	default:
-		errs = append(errs, "SECKILL_LOGIN_SENDER must be console, file or off")
+		errs = append(errs, "SECKILL_LOGIN_SENDER must be console, file, webhook or off")
 	}
 	for _, p := range w.TrustedProxies {
 		if _, err := netip.ParsePrefix(p); err != nil {
@@ -144,4 +155,9 @@ func loadWebConfig(getenv func(string) string) (webConfig, []string) {
 		}
 	}
 	return w, errs
+}
+
+// webhook is the configuration of SECKILL_LOGIN_SENDER=webhook.
+func (w webConfig) webhook() auth.WebhookConfig {
+	return auth.WebhookConfig{URL: w.WebhookURL, Secret: []byte(w.WebhookSecret), Timeout: w.WebhookTimeout}
 }

@@ -41,6 +41,9 @@ func startService(t *testing.T, env map[string]string) service {
 	env["SECKILL_TOKEN_SECRET"] = testSecret
 	env["SECKILL_LOG_LEVEL"] = "warn"
 	env["SECKILL_WORKER_BLOCK"] = "100ms"
+	if _, ok := env["SECKILL_ADMIN_ADDR"]; !ok {
+		env["SECKILL_ADMIN_ADDR"] = "off" // no fixed port shared by parallel tests
+	}
 	runService(t, env)
 	return service{base: "http://" + addr}
 }

@@ -49,6 +49,7 @@ func startWeb(t testing.TB, env map[string]string) webService {
 		"SECKILL_LOGIN_SENDER": "file",
 		"SECKILL_LOGIN_OUTBOX": s.outbox,
 		"SECKILL_DATA_DIR":     dir,
+		"SECKILL_ADMIN_ADDR":   "off", // no fixed port shared by parallel tests
 	}
 	for k, v := range env {
 		def[k] = v
