@@ -105,7 +105,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Role:              str("SECKILL_ROLE", "all"),
 		Shards:            num("SECKILL_SHARDS", 1, 1, 1024),
 		KeyPrefix:         str("SECKILL_KEY_PREFIX", "seckill"),
-		Batch:             num("SECKILL_WORKER_BATCH", 200, 1, 10_000),
+		Batch:             num("SECKILL_WORKER_BATCH", 200, 1, 2_000),
 		Block:             dur("SECKILL_WORKER_BLOCK", time.Second),
 		Consumers:         num("SECKILL_WORKER_CONSUMERS", 4, 1, 64),
 		Shutdown:          dur("SECKILL_SHUTDOWN_TIMEOUT", 15*time.Second),

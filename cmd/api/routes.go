@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"seckill/docs"
 	"seckill/internal/auth"
 	"seckill/internal/order"
 	"seckill/internal/ratelimit"
@@ -63,7 +64,14 @@ func addRoutes(r *gin.Engine, d deps) {
 		r.HEAD("/", site.Page)
 		r.GET("/static/*file", site.Static)
 		r.HEAD("/static/*file", site.Static)
+		r.GET("/docs", site.APIPage)
 	}
+	apiDocs, err := web.NewDocs(docs.OpenAPI)
+	if err != nil {
+		panic(err) // the document is compiled in and tested: only a broken build lands here
+	}
+	r.GET("/openapi.yaml", apiDocs.YAML)
+	r.GET("/openapi.json", apiDocs.JSON)
 
 	r.POST("/api/v1/auth/code", byAddr(lim.codeIP, clientAddr), login.RequestCode)
 	r.POST("/api/v1/auth/login", byAddr(lim.loginIP, clientAddr), login.SignIn)
@@ -129,6 +137,12 @@ func loginSender(d deps) auth.Sender {
 		return &auth.ConsoleSender{W: w}
 	case "file":
 		return &auth.OutboxSender{Path: d.cfg.Web.LoginOutbox}
+	case "webhook":
+		s, err := auth.NewWebhookSender(d.cfg.Web.webhook())
+		if err != nil {
+			panic(fmt.Sprintf("webhook sender passed validation but was refused: %v", err))
+		}
+		return s
 	}
 	return nil
 }

@@ -344,6 +344,19 @@ func TestSaleInBrowser(t *testing.T) {
 	}
 	shot("token-admin.png")
 
+	// The footer's API link opens the API reference, built from
+	// /openapi.json under the page's CSP (a violation would be a console
+	// error), listing every route.
+	do("open the API page from the footer", chromedp.Click(chromedp.ID("api-link")), visible(`body[data-routes]`),
+		visible(`article[data-route="POST /api/v1/vouchers/{id}/orders"]`))
+	if n, err := chromedp.Run(tctx, chromedp.Evaluate[int](`Number(document.body.dataset.routes)`)); err != nil || n < 15 {
+		t.Errorf("the API page lists %d routes (%v)", n, err)
+	}
+	if title := text("#api-title"); title != "seckill API reference" {
+		t.Errorf("API page title %q", title)
+	}
+	shot("api-docs.png")
+
 	mu.Lock()
 	defer mu.Unlock()
 	for _, p := range problems {

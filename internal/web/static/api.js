@@ -27,11 +27,20 @@ function inline(text) {
   return out;
 }
 
+// paragraphs renders blank-line separated paragraphs; a paragraph whose
+// lines start with "- " is a list.
 function paragraphs(text) {
   const box = document.createDocumentFragment();
   String(text || "").split(/\n\s*\n/).forEach((p) => {
     const t = p.trim();
-    if (t) box.append(el("p", null, inline(t.replace(/\s*\n\s*/g, " "))));
+    if (!t) return;
+    if (t.startsWith("- ")) {
+      const list = el("ul");
+      t.split(/\n\s*-\s+/).forEach((item) => list.append(el("li", null, inline(item.replace(/^-\s+/, "").replace(/\s*\n\s*/g, " ")))));
+      box.append(list);
+      return;
+    }
+    box.append(el("p", null, inline(t.replace(/\s*\n\s*/g, " "))));
   });
   return box;
 }
