@@ -116,24 +116,46 @@ type createRequest struct {
 	EndAt     *time.Time `json:"end_at"`
 }
 
-func (r createRequest) validate(now time.Time) string {
-	title := strings.TrimSpace(r.Title)
+// voucher turns the request into the row to store, normalised first (title
+// trimmed, times truncated to the milliseconds the database and the sale
+// state keep), then checks what will be stored. Checking before normalising
+// would let through a row the database's CHECK constraints refuse, such as a
+// window shorter than a millisecond, and that refusal would answer 503. The
+// string is the reason for a 422, or "".
+func (r createRequest) voucher(now time.Time) (Voucher, string) {
 	switch {
-	case title == "":
-		return "title is required"
-	case utf8.RuneCountInString(title) > maxTitleLen:
-		return "title is longer than " + strconv.Itoa(maxTitleLen) + " characters"
-	case r.FaceValue == nil || *r.FaceValue < 0 || *r.FaceValue > maxFaceValue:
-		return "face_value (in cents) must be between 0 and " + strconv.Itoa(maxFaceValue)
-	case r.Stock == nil || *r.Stock <= 0 || *r.Stock > maxStock:
-		return "stock must be between 1 and " + strconv.Itoa(maxStock)
+	case r.FaceValue == nil:
+		return Voucher{}, "face_value (in cents) is required"
+	case r.Stock == nil:
+		return Voucher{}, "stock is required"
 	case r.BeginAt == nil || r.EndAt == nil:
-		return "begin_at and end_at are required (RFC 3339)"
-	case r.BeginAt.Before(earliestTime) || !r.EndAt.Before(latestTime):
+		return Voucher{}, "begin_at and end_at are required (RFC 3339)"
+	}
+	v := Voucher{
+		Title: strings.TrimSpace(r.Title), FaceValue: *r.FaceValue, TotalStock: *r.Stock,
+		BeginAt: r.BeginAt.Truncate(time.Millisecond).UTC(), EndAt: r.EndAt.Truncate(time.Millisecond).UTC(),
+	}
+	return v, v.check(now)
+}
+
+// check is every rule a new voucher must meet, on the values as stored. It
+// covers the vouchers table's CHECK constraints (face_value >= 0,
+// 0 <= stock <= total_stock, begin_at < end_at) and its column limits.
+func (v Voucher) check(now time.Time) string {
+	switch {
+	case v.Title == "":
+		return "title is required"
+	case utf8.RuneCountInString(v.Title) > maxTitleLen:
+		return "title is longer than " + strconv.Itoa(maxTitleLen) + " characters"
+	case v.FaceValue < 0 || v.FaceValue > maxFaceValue:
+		return "face_value (in cents) must be between 0 and " + strconv.Itoa(maxFaceValue)
+	case v.TotalStock <= 0 || v.TotalStock > maxStock:
+		return "stock must be between 1 and " + strconv.Itoa(maxStock)
+	case v.BeginAt.Before(earliestTime) || !v.EndAt.Before(latestTime):
 		return "begin_at and end_at must fall in the years 2000 to 2099"
-	case !r.BeginAt.Before(*r.EndAt):
-		return "begin_at must be before end_at"
-	case !r.EndAt.After(now):
+	case !v.BeginAt.Before(v.EndAt):
+		return "begin_at must be before end_at (times are kept to the millisecond)"
+	case !v.EndAt.After(now):
 		return "end_at must be in the future"
 	}
 	return ""
@@ -146,13 +168,10 @@ func (h *HTTP) Create(c *gin.Context) {
 		return
 	}
 	now := time.Now()
-	if msg := req.validate(now); msg != "" {
+	v, msg := req.voucher(now)
+	if msg != "" {
 		apierr.Abort(c, http.StatusUnprocessableEntity, "invalid_voucher", msg)
 		return
-	}
-	v := Voucher{
-		Title: strings.TrimSpace(req.Title), FaceValue: *req.FaceValue, TotalStock: *req.Stock,
-		BeginAt: req.BeginAt.Truncate(time.Millisecond), EndAt: req.EndAt.Truncate(time.Millisecond),
 	}
 	ctx := c.Request.Context()
 	if err := h.store.Create(ctx, &v); err != nil {
