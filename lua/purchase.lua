@@ -25,7 +25,8 @@
 --   {7, ""}                 no state for this voucher (unknown, or not loaded)
 --   {8, key name}           that key (KEYS[2] to KEYS[5]) holds another type than
 --                           the one above; nothing written
--- Any other failure is a script error, raised before the first write.
+-- Anything else (a stock that is not an integer, say) raises a script error at the
+-- first write, which then does nothing.
 
 -- read runs a read command on a key that must be a hash (or missing): it
 -- returns the reply, or nil when the key holds another type. Other errors
