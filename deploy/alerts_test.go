@@ -95,26 +95,7 @@ func TestAlertRules(t *testing.T) {
 				continue
 			}
 			alerts = append(alerts, r.Alert)
-			names, labels := parsePromQL(r.Expr)
-			if len(names) == 0 {
-				t.Errorf("%s: %q selects no metric", r.Alert, r.Expr)
-			}
-			known := []string{"instance", "job"} // added by Prometheus
-			for _, n := range names {
-				if n == "up" {
-					continue // Prometheus's own, per target
-				}
-				l, ok := series[n]
-				if !ok {
-					t.Errorf("%s uses %s, which the service does not export", r.Alert, n)
-				}
-				known = append(known, l...)
-			}
-			for _, l := range labels {
-				if !slices.Contains(known, l) {
-					t.Errorf("%s: %q uses label %q, which none of its metrics has", r.Alert, r.Expr, l)
-				}
-			}
+			checkExported(t, series, "alert "+r.Alert, r.Expr)
 			if s := r.Labels["severity"]; s != "page" && s != "ticket" {
 				t.Errorf("%s: severity %q, want page or ticket", r.Alert, s)
 			}

@@ -7,6 +7,7 @@ package deploy
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -88,6 +89,33 @@ var (
 	ident    = regexp.MustCompile(`[A-Za-z_:][A-Za-z0-9_:]*(\s*\()?`)
 	keywords = []string{"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset", "inf", "nan", "atan2"}
 )
+
+// checkExported reports, for what (a panel, an alert), a query that selects
+// no metric, or a metric or label the service does not export. "up" and the
+// labels Prometheus adds to every series are known.
+func checkExported(t *testing.T, series map[string][]string, what, expr string) {
+	t.Helper()
+	names, labels := parsePromQL(expr)
+	if len(names) == 0 {
+		t.Errorf("%s: query %q selects no metric", what, expr)
+	}
+	known := []string{"instance", "job"} // added by Prometheus
+	for _, n := range names {
+		if n == "up" {
+			continue // Prometheus's own, per target
+		}
+		l, ok := series[n]
+		if !ok {
+			t.Errorf("%s queries %s, which the service does not export", what, n)
+		}
+		known = append(known, l...)
+	}
+	for _, l := range labels {
+		if !slices.Contains(known, l) {
+			t.Errorf("%s: query %q uses label %q, which none of its metrics has", what, expr, l)
+		}
+	}
+}
 
 // parsePromQL returns the metric names an expression selects and the label
 // names it matches or groups by. It knows enough PromQL for dashboards:
@@ -236,23 +264,7 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("panel %q query %q: data source %+v, refId %q", p.Title, q.Expr, q.Datasource, q.RefID)
 			}
 			exprs = append(exprs, q.Expr)
-			names, labels := parsePromQL(q.Expr)
-			if len(names) == 0 {
-				t.Errorf("panel %q: query %q selects no metric", p.Title, q.Expr)
-			}
-			known := []string{"instance", "job"} // added by Prometheus
-			for _, n := range names {
-				l, ok := series[n]
-				if !ok {
-					t.Errorf("panel %q queries %s, which the service does not export", p.Title, n)
-				}
-				known = append(known, l...)
-			}
-			for _, l := range labels {
-				if !slices.Contains(known, l) {
-					t.Errorf("panel %q: query %q uses label %q, which none of its metrics has", p.Title, q.Expr, l)
-				}
-			}
+			checkExported(t, series, fmt.Sprintf("panel %q", p.Title), q.Expr)
 		}
 	}
 	joined := strings.Join(exprs, "\n")

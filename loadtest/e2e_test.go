@@ -173,14 +173,7 @@ func TestClusterSurvivesSIGKILL(t *testing.T) {
 		t.Fatalf("load run: %v", err)
 	}
 
-	b, err := os.ReadFile(summary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s load.Summary
-	if err := json.Unmarshal(b, &s); err != nil {
-		t.Fatal(err)
-	}
+	s := readSummary(t, summary)
 	if s.Check == nil || !s.Check.OK || s.Check.Orders != 500 {
 		t.Fatalf("check: %+v", s.Check)
 	}
@@ -206,6 +199,20 @@ func TestClusterSurvivesSIGKILL(t *testing.T) {
 	if err := syscall.Kill(victim, 0); err == nil && processRuns(victim) {
 		t.Errorf("api-1 (pid %d) still runs", victim)
 	}
+}
+
+// readSummary reads the load generator's --json summary.
+func readSummary(t *testing.T, path string) load.Summary {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s load.Summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // processRuns reports whether pid is a live process, not a zombie waiting

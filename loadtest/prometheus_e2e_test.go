@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"seckill/internal/testenv"
-	"seckill/loadtest/load"
 )
 
 // promAPI queries a Prometheus server's HTTP API.
@@ -237,14 +236,7 @@ func TestPrometheusAlertFires(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("load run: %v\n%s", err, out.String())
 	}
-	b, err := os.ReadFile(summary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s load.Summary
-	if err := json.Unmarshal(b, &s); err != nil {
-		t.Fatal(err)
-	}
+	s := readSummary(t, summary)
 	// A database that stopped and came back costs no order: every accepted
 	// one is written, none is a dead letter.
 	if s.Check == nil || !s.Check.OK || s.Check.DeadLetters != 0 || s.Check.Orders < s.Outcomes["202 accepted"] || s.Outcomes["202 accepted"] == 0 {
