@@ -18,11 +18,13 @@
 --
 -- Returns 1 when the entry was pending with the consumer and is now
 -- delayed, 0 when it was not (nothing is written then). Raises an error,
--- having written nothing, when a key has the wrong type or the group is
--- missing.
+-- having written nothing, when a key has the wrong type, or NOGROUP when
+-- the stream or the group is missing.
 
+-- A missing stream (Redis lost its data) is left to XPENDING below, whose
+-- NOGROUP error makes the consumer create the group again.
 local stream_type = redis.call('TYPE', KEYS[1])['ok']
-if stream_type ~= 'stream' then
+if stream_type ~= 'stream' and stream_type ~= 'none' then
   return redis.error_reply('WRONGTYPE retry: ' .. KEYS[1] .. ' is ' .. stream_type .. ', not a stream')
 end
 local queue_type = redis.call('TYPE', KEYS[2])['ok']

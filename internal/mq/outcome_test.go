@@ -296,6 +296,15 @@ func TestScriptsFailClosed(t *testing.T) {
 			if err := rdb.Del(ctx, key).Err(); err != nil {
 				t.Fatal(err)
 			}
+			// A stream that is gone (Redis lost its data): NOGROUP, which
+			// the consumer answers by creating the group again, and nothing
+			// scheduled.
+			if _, err := retry([]string{stream + ":gone", key}, "c"); err == nil || !strings.Contains(err.Error(), "NOGROUP") {
+				t.Fatalf("retry on a missing stream: %v, want NOGROUP", err)
+			}
+			if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+				t.Fatalf("retry on a missing stream scheduled something: %d, %v", n, err)
+			}
 			// Another consumer's entry is not this one's to move.
 			if n, err := retry([]string{stream, key}, "other"); err != nil || n != 0 {
 				t.Fatalf("retry of another consumer's entry: %d, %v; want 0", n, err)
