@@ -31,6 +31,8 @@ var (
 	sendCodeSrc string
 	//go:embed check_code.lua
 	checkCodeSrc string
+	//go:embed unsend_code.lua
+	unsendCodeSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -58,6 +60,10 @@ func SendCode() *redis.Script { return redis.NewScript(sendCodeSrc) }
 
 // CheckCode checks and consumes a login code, counting wrong tries.
 func CheckCode() *redis.Script { return redis.NewScript(checkCodeSrc) }
+
+// UnsendCode takes back a code the SMS gateway did not deliver: the code,
+// its resend wait and its place in the limits.
+func UnsendCode() *redis.Script { return redis.NewScript(unsendCodeSrc) }
 
 // Settle makes Redis agree with an order the worker wrote.
 func Settle() *redis.Script { return redis.NewScript(settleSrc) }

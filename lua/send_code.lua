@@ -33,8 +33,10 @@
 -- ARGV[6] window, ms
 -- ARGV[7] the requester
 --
--- Returns {status, wait_ms}:
---   {0, 0}   stored; a previous code of the phone is replaced (its tries too)
+-- Returns {status, detail}:
+--   {0, c}   stored; a previous code of the phone is replaced (its tries too);
+--            c is 1 when it counts against the ceiling of KEYS[3], else 0
+--            (what unsend_code.lua gives back if the SMS is not sent)
 --   {1, ms}  a code was sent less than the resend interval ago; wait ms
 --   {2, ms}  this requester's codes for the phone are used up; wait ms
 --   {3, ms}  the ceiling for requesters that never logged in is reached; wait ms
@@ -78,7 +80,10 @@ redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 if redis.call('INCR', KEYS[4]) == 1 then
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
 end
-if not known and redis.call('INCR', KEYS[3]) == 1 then
+if known then
+  return {0, 0}
+end
+if redis.call('INCR', KEYS[3]) == 1 then
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
-return {0, 0}
+return {0, 1}

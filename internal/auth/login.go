@@ -106,6 +106,7 @@ type Login struct {
 	cfg    LoginConfig
 	keys   codeKeys
 	send   *redis.Script
+	unsend *redis.Script
 	check  *redis.Script
 	log    *slog.Logger
 }
@@ -129,7 +130,7 @@ func NewLogin(rdb redis.UniversalClient, users *Users, signer *Signer, sender Se
 	return &Login{
 		rdb: rdb, users: users, signer: signer, sender: sender, cfg: cfg,
 		keys: codeKeys{prefix: cfg.KeyPrefix},
-		send: lua.SendCode(), check: lua.CheckCode(), log: log,
+		send: lua.SendCode(), unsend: lua.UnsendCode(), check: lua.CheckCode(), log: log,
 	}
 }
 
@@ -182,8 +183,9 @@ func (l *Login) SendCode(ctx context.Context, phone, addr string) error {
 		return err
 	}
 	req := requesterOf(addr)
+	digest := l.digest(phone, code)
 	keys := []string{l.keys.Code(phone), l.keys.Resend(phone), l.keys.Sent(phone), l.keys.SentTo(phone, req), l.keys.Known(phone)}
-	res, err := l.send.Run(ctx, l.rdb, keys, l.digest(phone, code),
+	res, err := l.send.Run(ctx, l.rdb, keys, digest,
 		l.cfg.CodeTTL.Milliseconds(), l.cfg.Resend.Milliseconds(), l.cfg.MaxCodes, l.cfg.MaxCodesPerRequester,
 		l.cfg.Window.Milliseconds(), req).Int64Slice()
 	if err != nil {
@@ -204,10 +206,13 @@ func (l *Login) SendCode(ctx context.Context, phone, addr string) error {
 		return fmt.Errorf("store login code: unknown status %d", res[0])
 	}
 	if err := l.sender.Send(ctx, phone, code); err != nil {
-		// The phone never got it: forget it, and let the user ask again now.
+		// The phone never got it: forget it, give its place in the limits
+		// back, and let the user ask again now.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
-		_ = l.rdb.Del(cctx, l.keys.Code(phone), l.keys.Resend(phone)).Err()
+		if uerr := l.unsend.Run(cctx, l.rdb, keys[:4], digest, res[1]).Err(); uerr != nil {
+			l.log.Warn("taking back an undelivered login code failed", "phone", MaskPhone(phone), "err", uerr)
+		}
 		return fmt.Errorf("send login code: %w", err)
 	}
 	l.log.Info("login code sent", "phone", MaskPhone(phone))

@@ -433,6 +433,33 @@ func TestSendFailureForgetsTheCode(t *testing.T) {
 	}
 }
 
+// TestSendFailureGivesTheBudgetBack: an SMS gateway outage costs no one
+// their codes: many failed sends from one address, and from strangers, leave
+// every budget whole once the gateway is back.
+func TestSendFailureGivesTheBudgetBack(t *testing.T) {
+	t.Parallel()
+	f := newLoginFixture(t, LoginConfig{MaxCodes: 4, MaxCodesPerRequester: 2, Resend: time.Millisecond})
+	ctx := context.Background()
+	f.box.fail.Store(true)
+	for i := range 10 {
+		for _, addr := range []string{home, "203.0.113.9"} {
+			var wait *WaitError
+			err := f.login.SendCode(ctx, phone, addr)
+			if err == nil || errors.As(err, &wait) {
+				t.Fatalf("send %d from %s with the gateway down: %v, want the gateway's error", i, addr, err)
+			}
+		}
+	}
+	f.box.fail.Store(false)
+	// Each address still has its 2 codes (the strangers' ceiling of 4 holds
+	// both), as if the outage had never been.
+	for _, addr := range []string{home, "203.0.113.9"} {
+		if n, wait := sendUntilRefused(t, f.login, phone, addr); n != 2 || wait == nil || wait.Reason != WaitWindow {
+			t.Fatalf("%s after the outage: %d codes, then %v; want 2, then its window", addr, n, wait)
+		}
+	}
+}
+
 func TestRefusedInput(t *testing.T) {
 	t.Parallel()
 	f := newLoginFixture(t, LoginConfig{})

@@ -197,3 +197,36 @@ func TestWebhookConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookWireFormat pins what a gateway is told to check, with a
+// signature computed outside this package (openssl dgst -sha256 -hmac):
+// the body as posted, and the signature over "<timestamp>.<body>".
+func TestWebhookWireFormat(t *testing.T) {
+	t.Parallel()
+	const (
+		secret = "gateway-shared-secret-0123456789"
+		body   = `{"phone":"+8613800138000","code":"123456","text":"your seckill login code is 123456"}`
+		want   = "sha256=6c08cef4478b8c465c25047a2b93e3deaf3cebccf313a3860b199bc329078876"
+	)
+	if got := Sign([]byte(secret), "1700000000", []byte(body)); got != want {
+		t.Fatalf("Sign = %s, want %s", got, want)
+	}
+	var got struct {
+		body, ts, sig string
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.body, got.ts, got.sig = string(b), r.Header.Get(WebhookTimestampHeader), r.Header.Get(WebhookSignatureHeader)
+	}))
+	t.Cleanup(srv.Close)
+	s, err := NewWebhookSender(WebhookConfig{URL: srv.URL, Secret: []byte(secret), Now: func() time.Time { return time.Unix(1_700_000_000, 0) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(context.Background(), "+8613800138000", "123456"); err != nil {
+		t.Fatal(err)
+	}
+	if got.body != body || got.ts != "1700000000" || got.sig != want {
+		t.Fatalf("posted body %s, timestamp %q, signature %q; want %s, 1700000000, %s", got.body, got.ts, got.sig, body, want)
+	}
+}
