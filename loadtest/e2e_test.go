@@ -55,6 +55,9 @@ func startCluster(t *testing.T, extraEnv ...string) *cluster {
 		"SECKILL_CLUSTER_WATCH_PID="+strconv.Itoa(os.Getpid()),
 		"SECKILL_KEY_PREFIX=seckill",
 		"SECKILL_LOG_LEVEL=warn",
+		// No admin listeners: their ports (API port + 10000) would fall in
+		// the range other tests' connections take ports from.
+		"SECKILL_ADMIN_ADDR=off",
 	)
 	env = append(env, extraEnv...)
 	c := &cluster{dir: dir}

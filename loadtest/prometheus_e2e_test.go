@@ -123,6 +123,9 @@ func dashboardQueries(t *testing.T) []string {
 
 var byLabels = regexp.MustCompile(`\bby\s*\(([^)]*)\)`)
 
+// seriesName matches the service's series in a rule file.
+var seriesName = regexp.MustCompile(`\bseckill_[a-z_]+\b`)
+
 // TestPrometheusAlertFires runs the local cluster with a real Prometheus
 // beside it (scripts/cluster-up.sh, SECKILL_CLUSTER_PROMETHEUS_PORT) that
 // scrapes both instances and evaluates deploy/prometheus/alerts.yml. Every
@@ -212,6 +215,28 @@ func TestPrometheusAlertFires(t *testing.T) {
 				}
 			}
 		}
+	}
+
+	// Every series an alert rule reads is exported and scraped.
+	rules, err := os.ReadFile(filepath.Join("..", "deploy", "prometheus", "alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, n := range seriesName.FindAllString(string(rules), -1) {
+		used[n] = true
+	}
+	if len(used) < 8 {
+		t.Fatalf("alerts.yml names %d series", len(used))
+	}
+	for n := range used {
+		testenv.WaitFor(t, 30*time.Second, "alert series "+n+" scraped", func() bool {
+			series, err := prom.query(ctx, n)
+			return err == nil && len(series) > 0
+		})
+	}
+	if ready, err := prom.query(ctx, "min(seckill_shard_ready) == 1"); err != nil || len(ready) != 1 {
+		t.Errorf("seckill_shard_ready is not 1 for the loaded shard: %v, %v", ready, err)
 	}
 
 	const alert = "SeckillOrderBacklogGrowing"

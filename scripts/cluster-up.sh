@@ -222,6 +222,10 @@ for p in "$http_port" "$redis_port" "$lock_redis_port" "$mysql_port" "${api_port
   port_free "$p" || die "port $p is taken; choose others with SECKILL_CLUSTER_*_PORT"
 done
 
+if [ -n "${SECKILL_ADMIN_ADDR:-}" ] && [ "$SECKILL_ADMIN_ADDR" != off ] && [ "$instances" -gt 1 ]; then
+  die "SECKILL_ADMIN_ADDR=$SECKILL_ADMIN_ADDR would be one address for $instances instances: leave it unset (each gets its port + 10000) or set it to off"
+fi
+
 # On any failure, stop what was started.
 trap 'say "start failed; stopping what was started"; SECKILL_CLUSTER_DIR=$dir "$root/scripts/cluster-down.sh" >&2 || true' ERR
 

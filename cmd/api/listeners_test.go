@@ -292,8 +292,8 @@ func TestServiceCreatesDatabase(t *testing.T) {
 		if err := run(context.Background(), []string{"api", "migrate"}, getenv, &out); err != nil {
 			t.Fatalf("migrate: %v\n%s", err, &out)
 		}
-		if !exists() || !strings.Contains(out.String(), "schema at version") {
-			t.Errorf("migrate printed %q; database exists: %v", &out, exists())
+		if !exists() || !strings.Contains(out.String(), "schema at version") || !strings.Contains(out.String(), "token --user 1 --admin") {
+			t.Errorf("migrate printed %q (want the schema version and how the first admin gets in); database exists: %v", &out, exists())
 		}
 		out.Reset()
 		if err := run(context.Background(), []string{"api", "dlq", "list"}, getenv, &out); err != nil {

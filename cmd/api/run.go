@@ -130,6 +130,9 @@ func migrate(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer
 		return err
 	}
 	fmt.Fprintf(stdout, "applied %v; schema at version %d\n", applied, v)
+	if !cfg.embeddedDB() && len(applied) > 0 && applied[0] == 1 {
+		announceNewDatabase(stdout)
+	}
 	return nil
 }
 
@@ -259,7 +262,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	// take the max per shard.
 	sampled := make([]metrics.Shard, keys.Shards())
 	for shard := range sampled {
-		sampled[shard] = metrics.Shard{Stream: keys.Stream(shard), Delay: mq.NewDelayQueue(rdb, keys.Delayed(shard), keys.Stream(shard))}
+		sampled[shard] = metrics.Shard{Stream: keys.Stream(shard), Delay: mq.NewDelayQueue(rdb, keys.Delayed(shard), keys.Stream(shard)), Ready: keys.Ready(shard)}
 	}
 	sampler := metrics.NewSampler(rdb, m, metrics.SamplerConfig{Group: orderGroup, Shards: sampled, Every: cfg.MetricsEvery}, log)
 	g.Go(func() error { return sampler.Run(bg) })
