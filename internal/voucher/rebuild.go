@@ -168,14 +168,16 @@ func (w *Warmer) Warm(ctx context.Context) (loaded int, err error) {
 	for _, v := range vs {
 		byShard[w.keys.Shard(v.ID)] = append(byShard[w.keys.Shard(v.ID)], v)
 	}
+	// A shard that cannot be warmed does not keep the others closed.
+	var errs []error
 	for shard := range w.keys.Shards() {
 		n, err := w.warmShard(ctx, shard, byShard[shard])
 		loaded += n
 		if err != nil {
-			return loaded, err
+			errs = append(errs, err)
 		}
 	}
-	return loaded, nil
+	return loaded, errors.Join(errs...)
 }
 
 func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, error) {

@@ -146,3 +146,43 @@ func TestRebuildLeaseGuardsWrites(t *testing.T) {
 		t.Fatalf("the lease outlived the rebuild (%d, %v)", n, err)
 	}
 }
+
+// TestWarmOpensTheShardsItCan: a shard whose rebuild fails (here its
+// pending index is damaged) does not keep the shards after it closed: they
+// are rebuilt and sell, and Warm reports the one that failed.
+func TestWarmOpensTheShardsItCan(t *testing.T) {
+	t.Parallel()
+	g, err := db.OpenMySQL(testenv.MySQLDSN(t), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(g)
+	ctx := context.Background()
+	if _, err := schema.Apply(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	rdb := testenv.Redis(t)
+	keys := NewKeys(testenv.Prefix(t), 2)
+	store := NewStore(g)
+	byShard := map[int]int64{}
+	for len(byShard) < 2 {
+		v := Voucher{Title: "t", TotalStock: 10, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
+		if err := store.Create(ctx, &v); err != nil {
+			t.Fatal(err)
+		}
+		byShard[keys.Shard(v.ID)] = v.ID
+	}
+	if err := rdb.Set(ctx, keys.Pending(0), "damaged", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWarmer(store, NewState(rdb, keys), ledger{}, keys, time.Hour, slog.New(slog.DiscardHandler))
+	if _, err := w.Warm(ctx); err == nil {
+		t.Fatal("Warm reported no error for the damaged shard")
+	}
+	if _, err := NewReserver(rdb, keys).Reserve(ctx, byShard[1], 7, 700); err != nil {
+		t.Fatalf("shard 1, after shard 0 failed to warm: %v, want a sale", err)
+	}
+	if _, err := NewReserver(rdb, keys).Reserve(ctx, byShard[0], 7, 701); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("the damaged shard 0: %v, want ErrNotReady", err)
+	}
+}
