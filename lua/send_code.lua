@@ -12,7 +12,11 @@
 --   * requesters that logged in to the phone lately (KEYS[5], kept by
 --     check_code.lua) are not held by that ceiling, only by their own budget:
 --     an owner asking from a device they used before gets a code even while
---     strangers have used the ceiling up.
+--     strangers have used the ceiling up;
+--   * everyone together gets ARGV[8] codes per window for the phone (KEYS[6];
+--     a login does not reset it): the bound on SMS sent to one phone, which
+--     logging in again and again cannot lift. It is above ARGV[4] + ARGV[5],
+--     so strangers cannot fill it before the owner's own budget.
 -- Every code the phone receives is the phone's current code, whoever asked
 -- for it, so the owner can also log in with a code a stranger made it send.
 --
@@ -25,6 +29,7 @@
 -- KEYS[4] codes sent to the phone in the window for this requester (counter)
 -- KEYS[5] requesters that logged in to the phone lately (zset: requester ->
 --         last login, ms)
+-- KEYS[6] codes sent to the phone in the window for anyone (counter)
 -- ARGV[1] digest of the new code (HMAC; the code itself never reaches Redis)
 -- ARGV[2] code lifetime, ms
 -- ARGV[3] resend interval, ms
@@ -32,6 +37,7 @@
 -- ARGV[5] most codes per window for one requester
 -- ARGV[6] window, ms
 -- ARGV[7] the requester
+-- ARGV[8] most codes per window for the phone, whoever asks
 --
 -- Returns {status, detail}:
 --   {0, c}   stored; a previous code of the phone is replaced (its tries too);
@@ -39,7 +45,8 @@
 --            (what unsend_code.lua gives back if the SMS is not sent)
 --   {1, ms}  a code was sent less than the resend interval ago; wait ms
 --   {2, ms}  this requester's codes for the phone are used up; wait ms
---   {3, ms}  the ceiling for requesters that never logged in is reached; wait ms
+--   {3, ms}  the ceiling for requesters that never logged in, or the phone's
+--            ceiling, is reached; wait ms
 
 -- sent reads a window counter.
 local function sent(key)
@@ -72,6 +79,9 @@ local known = redis.call('ZSCORE', KEYS[5], ARGV[7])
 if not known and sent(KEYS[3]) >= tonumber(ARGV[4]) then
   return {3, left(KEYS[3])}
 end
+if sent(KEYS[6]) >= tonumber(ARGV[8]) then
+  return {3, left(KEYS[6])}
+end
 
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'digest', ARGV[1], 'tries', 0, 'by', ARGV[7])
@@ -79,6 +89,9 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 if redis.call('INCR', KEYS[4]) == 1 then
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
+end
+if redis.call('INCR', KEYS[6]) == 1 then
+  redis.call('PEXPIRE', KEYS[6], ARGV[6])
 end
 if known then
   return {0, 0}

@@ -11,6 +11,7 @@
 -- KEYS[2] resend guard (string)
 -- KEYS[3] codes sent to the phone for requesters that never logged in (counter)
 -- KEYS[4] codes sent to the phone for this requester (counter)
+-- KEYS[5] codes sent to the phone for anyone (counter)
 -- ARGV[1] digest of the code that was not delivered
 -- ARGV[2] "1" when send_code.lua counted it in KEYS[3] too, else "0"
 --
@@ -24,6 +25,7 @@ local function give_back(key)
 end
 
 give_back(KEYS[4])
+give_back(KEYS[5])
 if ARGV[2] == '1' then
   give_back(KEYS[3])
 end

@@ -25,6 +25,10 @@ func (k codeKeys) SentTo(phone, requester string) string {
 	return k.tag(phone) + ":sent:" + requester
 }
 
+// Total counts the codes sent to the phone in the current window for
+// anyone: what PhoneCeiling bounds.
+func (k codeKeys) Total(phone string) string { return k.tag(phone) + ":total" }
+
 // Known holds the requesters that logged in to the phone lately, scored by
 // the time of their last login.
 func (k codeKeys) Known(phone string) string { return k.tag(phone) + ":known" }

@@ -69,7 +69,8 @@ func ValidPhone(phone string) bool { return phoneRE.MatchString(phone) }
 // lock its owner out (lua/send_code.lua has the whole argument): a
 // requester (client address; an IPv6 /64) has its own budget per phone,
 // strangers to the phone share a ceiling, and requesters that logged in to
-// the phone lately are held only by their own budget.
+// the phone lately are held only by their own budget and a ceiling per
+// phone that strangers cannot fill.
 type LoginConfig struct {
 	KeyPrefix string        // Redis key prefix; default "seckill"
 	CodeTTL   time.Duration // how long a code is valid; default 5m
@@ -82,7 +83,13 @@ type LoginConfig struct {
 	// gets; a login from it starts its count afresh. Default 3, at most
 	// MaxCodes.
 	MaxCodesPerRequester int
-	Window               time.Duration // default 24h
+	// PhoneCeiling is the codes per phone per Window from any requester,
+	// known ones included: the bound on SMS sent to one phone, whoever
+	// asks (a login starts a requester's own count afresh, never this
+	// one). Strangers fill at most MaxCodes of it. Default 2 * MaxCodes,
+	// at least MaxCodes + MaxCodesPerRequester.
+	PhoneCeiling int
+	Window       time.Duration // default 24h
 	// KnownRequesters is how many requesters that logged in to a phone
 	// are remembered (the newest), each for KnownFor after its last login.
 	// Defaults 5 and 30 days.
@@ -119,6 +126,7 @@ func NewLogin(rdb redis.UniversalClient, users *Users, signer *Signer, sender Se
 	cfg.Resend = cmp.Or(cfg.Resend, time.Minute)
 	cfg.MaxCodes = cmp.Or(cfg.MaxCodes, 10)
 	cfg.MaxCodesPerRequester = min(cmp.Or(cfg.MaxCodesPerRequester, 3), cfg.MaxCodes)
+	cfg.PhoneCeiling = max(cmp.Or(cfg.PhoneCeiling, 2*cfg.MaxCodes), cfg.MaxCodes+cfg.MaxCodesPerRequester)
 	cfg.KnownRequesters = cmp.Or(cfg.KnownRequesters, 5)
 	cfg.KnownFor = cmp.Or(cfg.KnownFor, 30*24*time.Hour)
 	cfg.Window = cmp.Or(cfg.Window, 24*time.Hour)
@@ -184,10 +192,10 @@ func (l *Login) SendCode(ctx context.Context, phone, addr string) error {
 	}
 	req := requesterOf(addr)
 	digest := l.digest(phone, code)
-	keys := []string{l.keys.Code(phone), l.keys.Resend(phone), l.keys.Sent(phone), l.keys.SentTo(phone, req), l.keys.Known(phone)}
+	keys := []string{l.keys.Code(phone), l.keys.Resend(phone), l.keys.Sent(phone), l.keys.SentTo(phone, req), l.keys.Known(phone), l.keys.Total(phone)}
 	res, err := l.send.Run(ctx, l.rdb, keys, digest,
 		l.cfg.CodeTTL.Milliseconds(), l.cfg.Resend.Milliseconds(), l.cfg.MaxCodes, l.cfg.MaxCodesPerRequester,
-		l.cfg.Window.Milliseconds(), req).Int64Slice()
+		l.cfg.Window.Milliseconds(), req, l.cfg.PhoneCeiling).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("store login code: %w", err)
 	}
@@ -210,7 +218,7 @@ func (l *Login) SendCode(ctx context.Context, phone, addr string) error {
 		// back, and let the user ask again now.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
-		if uerr := l.unsend.Run(cctx, l.rdb, keys[:4], digest, res[1]).Err(); uerr != nil {
+		if uerr := l.unsend.Run(cctx, l.rdb, []string{keys[0], keys[1], keys[2], keys[3], keys[5]}, digest, res[1]).Err(); uerr != nil {
 			l.log.Warn("taking back an undelivered login code failed", "phone", MaskPhone(phone), "err", uerr)
 		}
 		return fmt.Errorf("send login code: %w", err)

@@ -560,3 +560,51 @@ func TestConcurrentFirstLogin(t *testing.T) {
 		})
 	}
 }
+
+// TestLoginsCannotLiftThePhoneCeiling: a login starts the address's own
+// count afresh, but asking and logging in again and again still stops at
+// the phone's ceiling: no one can make a phone receive SMS without bound,
+// its owner included. Strangers alone cannot fill that ceiling.
+func TestLoginsCannotLiftThePhoneCeiling(t *testing.T) {
+	t.Parallel()
+	f := newLoginFixture(t, LoginConfig{MaxCodes: 4, MaxCodesPerRequester: 2, Resend: time.Millisecond})
+	ctx := context.Background()
+	ceiling := f.login.cfg.PhoneCeiling
+	if ceiling != 8 {
+		t.Fatalf("phone ceiling %d, want 2 * MaxCodes = 8", ceiling)
+	}
+	// The owner has logged in from home before; then strangers take their
+	// whole share.
+	sendEventually(t, f.login, phone, home)
+	if _, err := f.login.Verify(ctx, phone, f.box.last(t, phone), home); err != nil {
+		t.Fatal(err)
+	}
+	strangers := 0
+	for i := range 3 {
+		n, _ := sendUntilRefused(t, f.login, phone, fmt.Sprintf("203.0.113.%d", i+1))
+		strangers += n
+	}
+	// The owner's first code, asked before their first login, counted as
+	// a stranger's.
+	if strangers != 4-1 {
+		t.Fatalf("strangers got %d codes, want the strangers' ceiling less the owner's first", strangers)
+	}
+	// The owner asks and logs in, again and again.
+	sent := 1
+	for range 3 * ceiling {
+		n, w := sendUntilRefused(t, f.login, phone, home)
+		sent += n
+		if n == 0 {
+			if w.Reason != WaitPhone {
+				t.Fatalf("refused after %d codes by %v, want the phone's ceiling", sent, w)
+			}
+			break
+		}
+		if _, err := f.login.Verify(ctx, phone, f.box.last(t, phone), home); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if total := f.box.count(phone); total != ceiling || sent != ceiling-strangers {
+		t.Fatalf("the phone got %d codes (the owner %d), want the ceiling %d (the owner %d)", total, sent, ceiling, ceiling-strangers)
+	}
+}
