@@ -19,4 +19,11 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "installing with apt-get: ${need[*]}"
   $sudo apt-get update -q
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+  # Debian's prometheus package enables and starts a server on :9090 where
+  # systemd runs; the tests start their own, so leave none running.
+  if [[ " ${need[*]} " == *" prometheus "* ]]; then
+    if command -v systemctl >/dev/null 2>&1; then
+      $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
+  fi
 fi
