@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -171,6 +172,24 @@ func Check(ctx context.Context, db *gorm.DB, rdb redis.UniversalClient, keys vou
 			bad("I5: Redis stock %d != database stock %d", n, r.DBStock)
 		}
 	}
+	// I5: Redis's buyers are the database's (a buyer entry without an
+	// order holds a unit no one can buy; an order without one lets its
+	// buyer buy again).
+	buyers, err := rdb.HGetAll(ctx, keys.Buyers(in.VoucherID)).Result()
+	if err != nil {
+		return r, fmt.Errorf("read redis buyers: %w", err)
+	}
+	wrong := 0
+	for _, o := range orders {
+		if got := buyers[strconv.FormatInt(o.UserID, 10)]; got != strconv.FormatInt(o.ID, 10) {
+			if wrong++; wrong <= 10 {
+				bad("I5: Redis names order %q for user %d, the database %d", got, o.UserID, o.ID)
+			}
+		}
+	}
+	if len(buyers) != len(orders) {
+		bad("I5: Redis has %d buyers, the database %d orders", len(buyers), len(orders))
+	}
 	// I6: the pipeline drained: nothing pending in the group, nothing left
 	// in the stream (entries are deleted once acknowledged), nothing
 	// waiting in the delay queue. The shard's keys: other vouchers of the
@@ -202,6 +221,13 @@ func Check(ctx context.Context, db *gorm.DB, rdb redis.UniversalClient, keys vou
 	}
 	if r.Delayed != 0 {
 		bad("I6: %d entries waiting in the delay queue", r.Delayed)
+	}
+	// The shard's pending-order index (what a rebuild counts as in flight)
+	// holds nothing once every order is settled or given back.
+	if n, err := rdb.HLen(ctx, keys.Pending(shard)).Result(); err != nil {
+		return r, fmt.Errorf("read pending-order index: %w", err)
+	} else if n != 0 {
+		bad("I6: %d orders left in the shard's pending-order index", n)
 	}
 	// I7: each accepted order ended exactly once: an order or a dead letter.
 	for _, d := range dead {
