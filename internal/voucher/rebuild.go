@@ -99,33 +99,46 @@ const inFlightPage = 1000
 // purchase script and is not in the index: it holds no reservation.
 func (w *Warmer) readInFlight(ctx context.Context, shard int) (inFlight, error) {
 	out := inFlight{}
+	err := w.scanHash(ctx, w.keys.Pending(shard), func(field, value string) {
+		order, err := strconv.ParseInt(field, 10, 64)
+		u, v, ok := strings.Cut(value, ":")
+		if err != nil || !ok {
+			return // not an entry the purchase script wrote
+		}
+		user, err1 := strconv.ParseInt(u, 10, 64)
+		vid, err2 := strconv.ParseInt(v, 10, 64)
+		if err1 != nil || err2 != nil {
+			return
+		}
+		if out[vid] == nil {
+			out[vid] = map[int64][]int64{}
+		}
+		out[vid][user] = append(out[vid][user], order)
+	}, w.afterPage)
+	if err != nil {
+		return nil, fmt.Errorf("read pending orders of shard %d: %w", shard, err)
+	}
+	return out, nil
+}
+
+// scanHash calls each for every field of a hash, one HSCAN page at a time
+// (then afterPage, when set): a large hash never blocks Redis in one long
+// command.
+func (w *Warmer) scanHash(ctx context.Context, key string, each func(field, value string), afterPage func()) error {
 	var cursor uint64
 	for {
-		page, next, err := w.state.rdb.HScan(ctx, w.keys.Pending(shard), cursor, "", inFlightPage).Result()
+		page, next, err := w.state.rdb.HScan(ctx, key, cursor, "", inFlightPage).Result()
 		if err != nil {
-			return nil, fmt.Errorf("read pending orders of shard %d: %w", shard, err)
+			return err
 		}
 		for i := 0; i+1 < len(page); i += 2 {
-			order, err := strconv.ParseInt(page[i], 10, 64)
-			u, v, ok := strings.Cut(page[i+1], ":")
-			if err != nil || !ok {
-				continue // not an entry the purchase script wrote
-			}
-			user, err1 := strconv.ParseInt(u, 10, 64)
-			vid, err2 := strconv.ParseInt(v, 10, 64)
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			if out[vid] == nil {
-				out[vid] = map[int64][]int64{}
-			}
-			out[vid][user] = append(out[vid][user], order)
+			each(page[i], page[i+1])
 		}
-		if w.afterPage != nil {
-			w.afterPage()
+		if afterPage != nil {
+			afterPage()
 		}
 		if next == 0 {
-			return out, nil
+			return nil
 		}
 		cursor = next
 	}
@@ -350,24 +363,13 @@ func (w *Warmer) Reconcile(ctx context.Context) ([]Diff, error) {
 	return diffs, nil
 }
 
-// buyers reads a voucher's buyers hash one HSCAN page at a time: a sale
-// with many buyers never blocks Redis in one long HGETALL.
+// buyers reads a voucher's buyers hash in pages (scanHash).
 func (w *Warmer) buyers(ctx context.Context, voucherID int64) (map[string]string, error) {
 	out := map[string]string{}
-	var cursor uint64
-	for {
-		page, next, err := w.state.rdb.HScan(ctx, w.keys.Buyers(voucherID), cursor, "", inFlightPage).Result()
-		if err != nil {
-			return nil, fmt.Errorf("read buyers of voucher %d: %w", voucherID, err)
-		}
-		for i := 0; i+1 < len(page); i += 2 {
-			out[page[i]] = page[i+1]
-		}
-		if next == 0 {
-			return out, nil
-		}
-		cursor = next
+	if err := w.scanHash(ctx, w.keys.Buyers(voucherID), func(user, order string) { out[user] = order }, nil); err != nil {
+		return nil, fmt.Errorf("read buyers of voucher %d: %w", voucherID, err)
 	}
+	return out, nil
 }
 
 // Run warms periodically until ctx is done.
