@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"io"
 	"log/slog"
 	"net"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"seckill/internal/auth"
 	"seckill/internal/testenv"
@@ -228,25 +225,8 @@ func TestListenDefaultTaken(t *testing.T) {
 // dropped on cleanup.
 func missingDatabase(t *testing.T) (dsn string, exists func() bool) {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := cfg.DBName + "_fresh"
-	cfg.DBName = ""
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := sql.OpenDB(conn)
-	t.Cleanup(func() {
-		if _, err := admin.Exec("DROP DATABASE IF EXISTS `" + name + "`"); err != nil {
-			t.Error(err)
-		}
-		_ = admin.Close()
-	})
-	cfg.DBName = name
-	return cfg.FormatDSN(), func() bool {
+	dsn, admin, name := testenv.MissingMySQLDatabase(t, "_fresh")
+	return dsn, func() bool {
 		var n int
 		if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n); err != nil {
 			t.Fatal(err)

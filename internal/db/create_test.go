@@ -22,25 +22,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // no database selected; the database is dropped on cleanup.
 func missingDatabase(t *testing.T) (dsn string, admin *sql.DB, name string) {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	name = cfg.DBName + "-new"
-	cfg.DBName = ""
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin = sql.OpenDB(conn)
-	t.Cleanup(func() {
-		if _, err := admin.Exec("DROP DATABASE IF EXISTS `" + name + "`"); err != nil {
-			t.Error(err)
-		}
-		_ = admin.Close()
-	})
-	cfg.DBName = name
-	return cfg.FormatDSN(), admin, name
+	return testenv.MissingMySQLDatabase(t, "-new")
 }
 
 func exists(t *testing.T, admin *sql.DB, name string) bool {

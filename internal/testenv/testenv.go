@@ -172,6 +172,33 @@ func MySQLDSN(tb testing.TB) string {
 	return withDB(cfg, name)
 }
 
+// MissingMySQLDatabase returns the DSN of a database that does not exist
+// yet on the shared server (name is a fresh one plus suffix, which may need
+// quoting), and an admin connection with no database selected, to create
+// or look for it; the database is dropped on cleanup.
+func MissingMySQLDatabase(tb testing.TB, suffix string) (dsn string, admin *sql.DB, name string) {
+	tb.Helper()
+	cfg, err := mysql.ParseDSN(MySQLDSN(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	name = cfg.DBName + suffix
+	cfg.DBName = ""
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	admin = sql.OpenDB(conn)
+	tb.Cleanup(func() {
+		if _, err := admin.Exec("DROP DATABASE IF EXISTS `" + name + "`"); err != nil {
+			tb.Error(err)
+		}
+		_ = admin.Close()
+	})
+	cfg.DBName = name
+	return cfg.FormatDSN(), admin, name
+}
+
 func sharedMySQL() (string, error) {
 	if dsn := os.Getenv("SECKILL_TEST_MYSQL_DSN"); dsn != "" {
 		return dsn, nil
