@@ -145,7 +145,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, "SECKILL_LOG_FORMAT must be json or text")
 	}
-	if c.CrashPoint != "" && c.CrashPoint != "after_commit_before_ack" && c.CrashPoint != "hang_after_read" {
+	if !crashPointValid(c.CrashPoint) {
 		errs = append(errs, "SECKILL_CRASH_POINT must be empty, after_commit_before_ack or hang_after_read")
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{} ") {

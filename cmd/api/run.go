@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
+	"gorm.io/gorm"
 
 	"seckill/internal/auth"
 	"seckill/internal/idgen"
@@ -143,11 +145,7 @@ func migrate(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer
 // at start-up unwinds through the deferred closes alone.
 func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
 	log.Info("starting", "config", cfg)
-	if cfg.embeddedRedis() || cfg.embeddedDB() {
-		log.Warn("embedded mode: in-process Redis and/or SQLite file; data of the in-process Redis is lost on exit. "+
-			"For real servers set SECKILL_REDIS_URL (redis://host:6379/0) and SECKILL_MYSQL_DSN (user:pass@tcp(host:3306)/seckill) and SECKILL_TOKEN_SECRET",
-			"embedded_redis", cfg.embeddedRedis(), "embedded_database", cfg.embeddedDB(), "data_dir", cfg.DataDir)
-	}
+	warnEmbedded(cfg, log)
 	secret, firstStart, err := tokenSecret(cfg)
 	if err != nil {
 		return err
@@ -174,143 +172,239 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		return err
 	}
 	defer closeDB()
-	if applied, err := schema.Apply(ctx, db); err != nil {
+	if err := applyMigrations(ctx, cfg, db, log, stdout); err != nil {
 		return err
-	} else if len(applied) > 0 {
-		log.Info("migrations applied", "versions", applied)
-		if !cfg.embeddedDB() && applied[0] == 1 {
-			announceNewDatabase(stdout)
-		}
 	}
 
-	m := metrics.New()
-	m.WatchRedisPool(rdb.PoolStats)
-	if sqlDB, err := db.DB(); err == nil {
-		m.WatchDB(sqlDB)
-	}
-
-	keys := voucher.NewKeys(cfg.KeyPrefix, cfg.Shards)
-	vstore := voucher.NewStore(db)
-	vstate := voucher.NewState(rdb, keys)
-	ostore := order.NewStore(db)
-	warmer := voucher.NewWarmer(vstore, vstate, ostore, keys, cfg.Warm, log)
-	if n, err := warmer.Warm(ctx); err != nil {
-		log.Warn("warming voucher state failed; purchases answer not_ready until it works", "err", err)
-	} else {
-		log.Info("voucher state warmed", "loaded", n)
-	}
-
+	c := newCore(ctx, cfg, rdb, db, log)
 	if firstStart {
 		if err := announceAdmin(cfg, signer, stdout); err != nil {
 			return err
 		}
 	}
-
-	var writer *order.Writer
-	if cfg.runWorker() {
-		locks, closeLocks, err := openLocks(cfg, rdb, log)
-		if err != nil {
-			return err
-		}
-		defer closeLocks()
-		// Crash point of the fault tests: exit between commit and ack.
-		var hook func()
-		if cfg.CrashPoint == "after_commit_before_ack" {
-			hook = func() { os.Exit(3) }
-		}
-		writer = order.NewWriter(db, rdb, keys, order.WriterConfig{
-			Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
-			AfterCommit: hook, Observer: m,
-		}, log)
+	locks, closeLocks, err := openWorkerLocks(cfg, rdb, log)
+	if err != nil {
+		return err
 	}
-	health := &health{rdb: rdb, db: db}
-	var mainRouter http.Handler
-	var ids *idgen.Generator
-	if cfg.serveAPI() {
-		// The last step that can fail: the lease is released by ids.Run.
-		ids, err = idgen.Lease(ctx, rdb, idgen.Config{KeyPrefix: cfg.KeyPrefix}, log)
-		if err != nil {
-			return err
+	defer closeLocks()
+	svc, err := build(ctx, cfg, c, locks, signer, lns, stdout)
+	if err != nil {
+		return err
+	}
+	return svc.run(ctx)
+}
+
+// warnEmbedded says so when the service runs on its in-process Redis or
+// its SQLite file.
+func warnEmbedded(cfg config, log *slog.Logger) {
+	if cfg.embeddedRedis() || cfg.embeddedDB() {
+		log.Warn("embedded mode: in-process Redis and/or SQLite file; data of the in-process Redis is lost on exit. "+
+			"For real servers set SECKILL_REDIS_URL (redis://host:6379/0) and SECKILL_MYSQL_DSN (user:pass@tcp(host:3306)/seckill) and SECKILL_TOKEN_SECRET",
+			"embedded_redis", cfg.embeddedRedis(), "embedded_database", cfg.embeddedDB(), "data_dir", cfg.DataDir)
+	}
+}
+
+// applyMigrations brings the schema up to date, and tells how the first
+// admin gets in when it has just created a MySQL database's tables.
+func applyMigrations(ctx context.Context, cfg config, db *gorm.DB, log *slog.Logger, stdout io.Writer) error {
+	applied, err := schema.Apply(ctx, db)
+	if err != nil {
+		return err
+	}
+	if len(applied) > 0 {
+		log.Info("migrations applied", "versions", applied)
+		if !cfg.embeddedDB() && applied[0] == 1 {
+			announceNewDatabase(stdout)
 		}
-		vouchers := voucher.NewHTTP(vstore, vstate, voucher.NewReserver(rdb, keys), ids, log)
-		vouchers.Observe(m)
-		mainRouter = apiEngine(log, m, deps{
-			cfg: cfg, log: log, rdb: rdb, db: db, signer: signer, keys: keys, stdout: stdout,
-			vouchers: vouchers,
-			orders:   order.NewHTTP(ostore, rdb, keys, log),
-			health:   health,
-		})
+	}
+	return nil
+}
+
+// openWorkerLocks connects to the buyer-lock nodes when this instance runs
+// the worker; otherwise it returns no locks and a close that does nothing.
+func openWorkerLocks(cfg config, rdb *redis.Client, log *slog.Logger) (*order.Locks, func(), error) {
+	if !cfg.runWorker() {
+		return nil, func() {}, nil
+	}
+	return openLocks(cfg, rdb, log)
+}
+
+// core is what every role of the service shares: the clients, the
+// metrics, the keys and stores, the one Reserver, and the warmer.
+type core struct {
+	rdb      *redis.Client
+	db       *gorm.DB
+	log      *slog.Logger
+	m        *metrics.Metrics
+	keys     voucher.Keys
+	vstore   *voucher.Store
+	vstate   *voucher.State
+	ostore   *order.Store
+	reserver *voucher.Reserver
+	warmer   *voucher.Warmer
+	health   *health
+}
+
+// newCore builds the shared components and warms the voucher state once.
+// A warm-up that fails is logged, not fatal: purchases answer not_ready
+// and the warmer's loop tries again.
+func newCore(ctx context.Context, cfg config, rdb *redis.Client, db *gorm.DB, log *slog.Logger) *core {
+	m := metrics.New()
+	m.WatchRedisPool(rdb.PoolStats)
+	if sqlDB, err := db.DB(); err == nil {
+		m.WatchDB(sqlDB)
+	}
+	keys := voucher.NewKeys(cfg.KeyPrefix, cfg.Shards)
+	c := &core{
+		rdb: rdb, db: db, log: log, m: m, keys: keys,
+		vstore:   voucher.NewStore(db),
+		vstate:   voucher.NewState(rdb, keys),
+		ostore:   order.NewStore(db),
+		reserver: voucher.NewReserver(rdb, keys),
+		health:   &health{rdb: rdb, db: db},
+	}
+	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
+	if n, err := c.warmer.Warm(ctx); err != nil {
+		log.Warn("warming voucher state failed; purchases answer not_ready until it works", "err", err)
 	} else {
-		mainRouter = workerEngine(log, m, health)
+		log.Info("voucher state warmed", "loaded", n)
 	}
+	return c
+}
 
-	// The foreground (HTTP servers, workers) stops on ctx or on the first
-	// failure among them. Background services stop only after the
-	// foreground did, so requests in flight still get ids and state.
+// runner is a background service or a worker loop: it runs until its
+// context is done.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+// instance is a serving instance, built and bound, not started yet.
+type instance struct {
+	log      *slog.Logger
+	shutdown time.Duration
+	lns      listeners
+	// main and admin are the routers of lns.main and lns.admin.
+	main, admin http.Handler
+	// consumers are the worker's stream consumers: foreground, stopped
+	// with the HTTP servers. background runs until the foreground stopped.
+	consumers  []runner
+	background []runner
+	// workerStarted is the worker's start-up log line; empty without one.
+	workerStarted []any
+	api           bool
+}
+
+// build builds every component of the instance; nothing runs yet. The id
+// lease is taken last, as nothing after it can fail: ids.Run releases it.
+func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer *auth.Signer, lns listeners, stdout io.Writer) (*instance, error) {
+	s := &instance{log: c.log, shutdown: cfg.Shutdown, lns: lns, api: cfg.serveAPI()}
+	s.background = append(s.background, c.warmer, newSampler(cfg, c))
+	if locks != nil {
+		s.buildWorker(cfg, c, locks)
+	}
+	if lns.admin != nil {
+		s.admin = adminEngine(c.log, c.m, signer, &admin{dead: order.NewDeadLetters(c.db, c.reserver), warmer: c.warmer})
+	}
+	if !cfg.serveAPI() {
+		s.main = workerEngine(c.log, c.m, c.health)
+		return s, nil
+	}
+	ids, err := idgen.Lease(ctx, c.rdb, idgen.Config{KeyPrefix: cfg.KeyPrefix}, c.log)
+	if err != nil {
+		return nil, err
+	}
+	s.background = append([]runner{ids}, s.background...)
+	vouchers := voucher.NewHTTP(c.vstore, c.vstate, c.reserver, ids, c.log)
+	vouchers.Observe(c.m)
+	s.main = apiEngine(c.log, c.m, deps{
+		cfg: cfg, log: c.log, rdb: c.rdb, db: c.db, signer: signer, keys: c.keys, stdout: stdout,
+		vouchers: vouchers,
+		orders:   order.NewHTTP(c.ostore, c.rdb, c.keys, c.log),
+		health:   c.health,
+	})
+	return s, nil
+}
+
+// newSampler reads the stream and delay-queue gauges of every shard. Every
+// instance reads them; dashboards take the max per shard.
+func newSampler(cfg config, c *core) *metrics.Sampler {
+	sampled := make([]metrics.Shard, c.keys.Shards())
+	for shard := range sampled {
+		sampled[shard] = metrics.Shard{
+			Stream: c.keys.Stream(shard), Delay: mq.NewDelayQueue(c.rdb, c.keys.Delayed(shard), c.keys.Stream(shard)), Ready: c.keys.Ready(shard),
+		}
+	}
+	return metrics.NewSampler(c.rdb, c.m, metrics.SamplerConfig{Group: orderGroup, Shards: sampled, Every: cfg.MetricsEvery}, c.log)
+}
+
+// buildWorker builds the writer, the consumers of every shard stream and
+// each shard's delay-queue poller, with the hooks of the crash point.
+func (s *instance) buildWorker(cfg config, c *core, locks *order.Locks) {
+	crash := crashPoint(cfg.CrashPoint)
+	writer := order.NewWriter(c.db, c.rdb, c.keys, order.WriterConfig{
+		Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
+		AfterCommit: crash.afterCommit, Observer: c.m,
+	}, c.log)
+	name := mq.ConsumerName()
+	for shard := range c.keys.Shards() {
+		delay := mq.NewDelayQueue(c.rdb, c.keys.Delayed(shard), c.keys.Stream(shard))
+		// Several consumers per shard: one batch's Redis round trips
+		// overlap another's transaction.
+		for i := range cfg.Consumers {
+			s.consumers = append(s.consumers, mq.NewConsumer(c.rdb, mq.ConsumerConfig{
+				Stream: c.keys.Stream(shard), Group: orderGroup, Consumer: fmt.Sprintf("%s-%d", name, i),
+				Batch: cfg.Batch, Block: cfg.Block, Grace: cfg.Shutdown / 2,
+				ReclaimIdle: cfg.ReclaimIdle, Delay: delay, Observer: c.m, AfterRead: crash.afterRead,
+			}, writer, c.log))
+		}
+		s.background = append(s.background, mq.NewPoller(delay, mq.PollerConfig{}, c.log))
+	}
+	s.workerStarted = []any{"consumer", name, "shards", c.keys.Shards(), "lock_nodes", max(len(cfg.LockNodes), 1)}
+}
+
+// run starts everything, waits for ctx or the first failure of the
+// foreground (HTTP servers, consumers), and stops in order: the foreground
+// first, so requests in flight still get ids and state, then the
+// background services. The caller's defers then close the clients.
+func (s *instance) run(ctx context.Context) error {
 	fgCtx, stopFG := context.WithCancel(ctx)
 	defer stopFG()
 	fg, fctx := errgroup.WithContext(fgCtx)
-	var g errgroup.Group
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
+	var bg errgroup.Group
 
-	if ids != nil {
-		g.Go(func() error { return ids.Run(bg) })
+	for _, r := range s.background {
+		bg.Go(func() error { return r.Run(bgCtx) })
 	}
-	g.Go(func() error { return warmer.Run(bg) })
-	// Every instance reads the stream and delay-queue gauges; dashboards
-	// take the max per shard.
-	sampled := make([]metrics.Shard, keys.Shards())
-	for shard := range sampled {
-		sampled[shard] = metrics.Shard{Stream: keys.Stream(shard), Delay: mq.NewDelayQueue(rdb, keys.Delayed(shard), keys.Stream(shard)), Ready: keys.Ready(shard)}
-	}
-	sampler := metrics.NewSampler(rdb, m, metrics.SamplerConfig{Group: orderGroup, Shards: sampled, Every: cfg.MetricsEvery}, log)
-	g.Go(func() error { return sampler.Run(bg) })
-
-	if writer != nil {
-		// Crash point of the fault tests: stop dead holding a batch just
-		// read.
-		var afterRead func(int)
-		if cfg.CrashPoint == "hang_after_read" {
-			afterRead = func(int) { select {} }
-		}
-		name := mq.ConsumerName()
-		for shard := range keys.Shards() {
-			delay := mq.NewDelayQueue(rdb, keys.Delayed(shard), keys.Stream(shard))
-			// Several consumers per shard: one batch's Redis round trips
-			// overlap another's transaction.
-			for i := range cfg.Consumers {
-				c := mq.NewConsumer(rdb, mq.ConsumerConfig{
-					Stream: keys.Stream(shard), Group: orderGroup, Consumer: fmt.Sprintf("%s-%d", name, i),
-					Batch: cfg.Batch, Block: cfg.Block, Grace: cfg.Shutdown / 2,
-					ReclaimIdle: cfg.ReclaimIdle, Delay: delay, Observer: m, AfterRead: afterRead,
-				}, writer, log)
-				fg.Go(func() error { return c.Run(fctx) })
-			}
-			poller := mq.NewPoller(delay, mq.PollerConfig{}, log)
-			g.Go(func() error { return poller.Run(bg) })
-		}
-		log.Info("worker started", "consumer", name, "shards", keys.Shards(), "lock_nodes", max(len(cfg.LockNodes), 1))
-	}
-
-	if lns.main != nil {
-		log.Info("http server listening", "addr", lns.main.Addr().String(), "api", cfg.serveAPI())
-		serveHTTP(ctx, fctx, fg, lns.main, mainRouter, cfg.Shutdown, log)
-	}
-	if lns.admin != nil {
-		reserver := voucher.NewReserver(rdb, keys)
-		r := adminEngine(log, m, signer, &admin{dead: order.NewDeadLetters(db, reserver), warmer: warmer})
-		log.Info("admin listener listening", "addr", lns.admin.Addr().String())
-		serveHTTP(ctx, fctx, fg, lns.admin, r, cfg.Shutdown, log)
-	}
+	s.startForeground(ctx, fctx, fg)
 
 	<-fctx.Done()
-	log.Info("shutting down")
+	s.log.Info("shutting down")
 	ferr := fg.Wait()
 	stopBG()
-	gerr := g.Wait()
-	log.Info("stopped")
-	return errors.Join(ferr, gerr)
+	berr := bg.Wait()
+	s.log.Info("stopped")
+	return errors.Join(ferr, berr)
+}
+
+// startForeground starts the consumers and the HTTP servers in fg; they
+// stop when stop is done.
+func (s *instance) startForeground(ctx, stop context.Context, fg *errgroup.Group) {
+	for _, c := range s.consumers {
+		fg.Go(func() error { return c.Run(stop) })
+	}
+	if s.workerStarted != nil {
+		s.log.Info("worker started", s.workerStarted...)
+	}
+	if s.lns.main != nil {
+		s.log.Info("http server listening", "addr", s.lns.main.Addr().String(), "api", s.api)
+		serveHTTP(ctx, stop, fg, s.lns.main, s.main, s.shutdown, s.log)
+	}
+	if s.lns.admin != nil {
+		s.log.Info("admin listener listening", "addr", s.lns.admin.Addr().String())
+		serveHTTP(ctx, stop, fg, s.lns.admin, s.admin, s.shutdown, s.log)
+	}
 }
 
 // listeners are the bound sockets of the service; a nil one is not served.

@@ -1,0 +1,38 @@
+package main
+
+import "os"
+
+// Crash points of the fault tests (SECKILL_CRASH_POINT): each stops the
+// worker dead at one place, so a test can check what the pipeline recovers
+// from there. Never set in production.
+const (
+	// crashAfterCommit exits the process between the MySQL commit of a
+	// batch and its XACK: redelivery must be a no-op.
+	crashAfterCommit = "after_commit_before_ack"
+	// crashHangAfterRead blocks the worker holding the batch it just read
+	// (the test then kills it): another instance must reclaim the batch.
+	crashHangAfterRead = "hang_after_read"
+)
+
+// crashPointValid reports whether p is empty or a known crash point.
+func crashPointValid(p string) bool {
+	return p == "" || p == crashAfterCommit || p == crashHangAfterRead
+}
+
+// crashHooks are the hooks a crash point installs in the writer and the
+// consumers; nil hooks do nothing.
+type crashHooks struct {
+	afterCommit func()    // order.WriterConfig.AfterCommit
+	afterRead   func(int) // mq.ConsumerConfig.AfterRead
+}
+
+// crashPoint returns the hooks of crash point p (none when p is empty).
+func crashPoint(p string) crashHooks {
+	switch p {
+	case crashAfterCommit:
+		return crashHooks{afterCommit: func() { os.Exit(3) }}
+	case crashHangAfterRead:
+		return crashHooks{afterRead: func(int) { select {} }}
+	}
+	return crashHooks{}
+}
