@@ -6,7 +6,8 @@
 -- every id of a call on Lua's stack, which holds about 8,000, and a worker
 -- batch can be larger.
 --
--- KEYS[1] stream
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{<shard>}:orders  stream (the order workers' shard stream)
 -- ARGV[1] consumer group
 -- ARGV[2..n] entry ids
 --

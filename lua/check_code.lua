@@ -12,9 +12,10 @@
 -- newest ARGV[6], for ARGV[5] ms), which send_code.lua lets past the
 -- strangers' ceiling.
 --
--- KEYS[1] the phone's code (hash: digest, tries, locked, by, t:<requester>)
--- KEYS[2] codes sent to the phone in the window for this requester (counter)
--- KEYS[3] requesters that logged in to the phone lately (zset: requester ->
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{login:<phone>}:code  the phone's code (hash: digest, tries, locked, by, t:<requester>)
+-- KEYS[2] seckill:{login:<phone>}:sent:<requester>  codes sent to the phone in the window for this requester (counter)
+-- KEYS[3] seckill:{login:<phone>}:known  requesters that logged in to the phone lately (zset: requester ->
 --         last login, ms)
 -- ARGV[1] digest of the submitted code
 -- ARGV[2] wrong tries that lock the code

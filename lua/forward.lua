@@ -6,8 +6,9 @@
 -- error is moved whole (appended, then removed), so a failing call loses
 -- nothing and moves nothing twice.
 --
--- KEYS[1] delay queue (zset: member = payload, score = due time, unix ms)
--- KEYS[2] stream
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{<shard>}:delayed  delay queue (zset: member = payload, score = due time, unix ms)
+-- KEYS[2] seckill:{<shard>}:orders  the stream the queue feeds
 -- ARGV[1] now, unix ms: members with score <= now are due
 -- ARGV[2] most members to move in one call
 --

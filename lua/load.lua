@@ -5,7 +5,8 @@
 -- Callers write the buyers hash before calling this, so a purchase never sees
 -- the stock without the buyers.
 --
--- KEYS[1] voucher state (hash: stock, begin_ms, end_ms)
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{<shard>}:voucher:<voucher id>  voucher state (hash: stock, begin_ms, end_ms)
 -- ARGV[1] stock
 -- ARGV[2] sale begin, unix ms
 -- ARGV[3] sale end, unix ms

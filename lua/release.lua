@@ -14,10 +14,11 @@
 -- order (its dead letter was read) or holds its reservation, given back
 -- now.
 --
--- KEYS[1] shard ready marker
--- KEYS[2] voucher state (hash: stock, begin_ms, end_ms)
--- KEYS[3] voucher buyers (hash: user id -> order id)
--- KEYS[4] shard pending-order index (hash: order id -> "user:voucher")
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{<shard>}:ready  shard ready marker
+-- KEYS[2] seckill:{<shard>}:voucher:<voucher id>  voucher state (hash: stock, begin_ms, end_ms)
+-- KEYS[3] seckill:{<shard>}:voucher:<voucher id>:buyers  voucher buyers (hash: user id -> order id)
+-- KEYS[4] seckill:{<shard>}:pending  shard pending-order index (hash: order id -> "user:voucher")
 -- ARGV[1] user id
 -- ARGV[2] order id
 -- ARGV[3] "1" to return the unit to stock, "0" to only drop the buyer entry

@@ -1,8 +1,9 @@
 -- reopen.lua: end a shard rebuild: set the ready marker and drop the
 -- rebuild lease, if the caller still holds the lease.
 --
--- KEYS[1] shard rebuild lease (string: owner token)
--- KEYS[2] shard ready marker
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{<shard>}:rebuilding  shard rebuild lease (string: owner token)
+-- KEYS[2] seckill:{<shard>}:ready  shard ready marker
 -- ARGV[1] owner token
 -- ARGV[2] marker value
 --

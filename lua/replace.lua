@@ -13,9 +13,10 @@
 -- A rebuild that outlived its lease must not overwrite what a newer
 -- rebuild (or purchases after it) wrote. The lease is extended on success.
 --
--- KEYS[1] shard rebuild lease (string: owner token)
--- KEYS[2] voucher state (hash: stock, begin_ms, end_ms)
--- KEYS[3] voucher buyers (hash: user id -> order id)
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{<shard>}:rebuilding  shard rebuild lease (string: owner token)
+-- KEYS[2] seckill:{<shard>}:voucher:<voucher id>  voucher state (hash: stock, begin_ms, end_ms)
+-- KEYS[3] seckill:{<shard>}:voucher:<voucher id>:buyers  voucher buyers (hash: user id -> order id)
 -- ARGV[1] owner token
 -- ARGV[2] lease time, ms
 -- ARGV[3] "1" on the first call of a voucher: drop its state and buyers

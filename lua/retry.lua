@@ -8,8 +8,9 @@
 -- acknowledged, or was claimed by another consumer, is not this caller's
 -- to move.
 --
--- KEYS[1] stream
--- KEYS[2] delay queue (zset: member = payload, score = due time, unix ms)
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{<shard>}:orders  stream
+-- KEYS[2] seckill:{<shard>}:delayed  delay queue (zset: member = payload, score = due time, unix ms)
 -- ARGV[1] consumer group
 -- ARGV[2] entry id
 -- ARGV[3] due time, unix ms

@@ -22,14 +22,15 @@
 --
 -- Every check runs before the first write.
 --
--- KEYS[1] the phone's code (hash: digest, tries, locked, by, t:<requester>)
--- KEYS[2] resend guard (string; exists while no new code may be sent)
--- KEYS[3] codes sent to the phone in the window for requesters that never
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{login:<phone>}:code  the phone's code (hash: digest, tries, locked, by, t:<requester>)
+-- KEYS[2] seckill:{login:<phone>}:resend  resend guard (string; exists while no new code may be sent)
+-- KEYS[3] seckill:{login:<phone>}:sent  codes sent to the phone in the window for requesters that never
 --         logged in to it (counter)
--- KEYS[4] codes sent to the phone in the window for this requester (counter)
--- KEYS[5] requesters that logged in to the phone lately (zset: requester ->
+-- KEYS[4] seckill:{login:<phone>}:sent:<requester>  codes sent to the phone in the window for this requester (counter)
+-- KEYS[5] seckill:{login:<phone>}:known  requesters that logged in to the phone lately (zset: requester ->
 --         last login, ms)
--- KEYS[6] codes sent to the phone in the window for anyone (counter)
+-- KEYS[6] seckill:{login:<phone>}:total  codes sent to the phone in the window for anyone (counter)
 -- ARGV[1] digest of the new code (HMAC; the code itself never reaches Redis)
 -- ARGV[2] code lifetime, ms
 -- ARGV[3] resend interval, ms

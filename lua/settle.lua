@@ -18,10 +18,12 @@
 -- While the shard is not ready (a rebuild is under way) nothing is
 -- settled: the caller tries again later, after the rebuild.
 --
--- KEYS[1] shard ready marker
--- KEYS[2] shard pending-order index (hash: order id -> "user:voucher")
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{<shard>}:ready  shard ready marker
+-- KEYS[2] seckill:{<shard>}:pending  shard pending-order index (hash: order id -> "user:voucher")
 -- KEYS[2i+1], KEYS[2i+2] for order i (i = 1..n): its voucher's state
---   (hash: stock, ...) and buyers (hash: user id -> order id)
+--   seckill:{<shard>}:voucher:<voucher id> (hash: stock, ...) and buyers
+--   seckill:{<shard>}:voucher:<voucher id>:buyers (hash: user id -> order id)
 -- ARGV[3i-2], ARGV[3i-1], ARGV[3i] for order i: user id, order id,
 --   voucher id
 --

@@ -7,11 +7,12 @@
 -- as they are. The counters go down by one each, never below zero and
 -- keeping their expiry (a counter without expiry would hold for ever).
 --
--- KEYS[1] the phone's code (hash: digest, ...)
--- KEYS[2] resend guard (string)
--- KEYS[3] codes sent to the phone for requesters that never logged in (counter)
--- KEYS[4] codes sent to the phone for this requester (counter)
--- KEYS[5] codes sent to the phone for anyone (counter)
+-- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
+-- KEYS[1] seckill:{login:<phone>}:code  the phone's code (hash: digest, ...)
+-- KEYS[2] seckill:{login:<phone>}:resend  resend guard (string)
+-- KEYS[3] seckill:{login:<phone>}:sent  codes sent to the phone for requesters that never logged in (counter)
+-- KEYS[4] seckill:{login:<phone>}:sent:<requester>  codes sent to the phone for this requester (counter)
+-- KEYS[5] seckill:{login:<phone>}:total  codes sent to the phone for anyone (counter)
 -- ARGV[1] digest of the code that was not delivered
 -- ARGV[2] "1" when send_code.lua counted it in KEYS[3] too, else "0"
 --
