@@ -75,6 +75,19 @@ func (r *Reserver) Reserve(ctx context.Context, voucherID, userID, orderID int64
 	return decodePurchase(res)
 }
 
+// The return codes of purchase.lua, as its header lists them: {code, detail}.
+const (
+	purchaseAccepted   = 0 // detail: order id; stock reserved, order queued
+	purchaseReplayed   = 1 // detail: order id; accepted by an earlier call, nothing written again
+	purchaseDuplicate  = 2 // detail: the buyer's existing order id
+	purchaseSoldOut    = 3
+	purchaseNotStarted = 4 // the sale has not started (Redis server time)
+	purchaseEnded      = 5 // the sale has ended (Redis server time)
+	purchaseNotReady   = 6 // the shard's state is not loaded
+	purchaseNoState    = 7 // no state for this voucher
+	purchaseWrongType  = 8 // detail: the key of another type; nothing written
+)
+
 // decodePurchase is the one place that reads purchase.lua's return codes.
 func decodePurchase(res []any) (Reservation, error) {
 	if len(res) != 2 {
@@ -93,29 +106,29 @@ func decodePurchase(res []any) (Reservation, error) {
 		return id, nil
 	}
 	switch code {
-	case 0, 1:
+	case purchaseAccepted, purchaseReplayed:
 		id, err := orderID()
 		if err != nil {
 			return Reservation{}, err
 		}
-		return Reservation{OrderID: id, Replayed: code == 1}, nil
-	case 2:
+		return Reservation{OrderID: id, Replayed: code == purchaseReplayed}, nil
+	case purchaseDuplicate:
 		id, err := orderID()
 		if err != nil {
 			return Reservation{}, err
 		}
 		return Reservation{}, &PurchasedError{OrderID: id}
-	case 3:
+	case purchaseSoldOut:
 		return Reservation{}, ErrSoldOut
-	case 4:
+	case purchaseNotStarted:
 		return Reservation{}, ErrNotStarted
-	case 5:
+	case purchaseEnded:
 		return Reservation{}, ErrEnded
-	case 6:
+	case purchaseNotReady:
 		return Reservation{}, ErrNotReady
-	case 7:
+	case purchaseNoState:
 		return Reservation{}, ErrNoState
-	case 8:
+	case purchaseWrongType:
 		return Reservation{}, fmt.Errorf("purchase script: key %q: %w", detail, ErrWrongType)
 	}
 	return Reservation{}, fmt.Errorf("purchase script: unknown code %d", code)
