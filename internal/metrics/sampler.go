@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -120,7 +119,7 @@ func (s *Sampler) sampleShard(ctx context.Context, label string, sh Shard) error
 	length := xlen.Val()
 	var pending, lag int64
 	switch err := groups.Err(); {
-	case err != nil && strings.Contains(err.Error(), "no such key"):
+	case mq.IsNoStream(err):
 		// No stream yet: nothing queued.
 	case err != nil:
 		return fmt.Errorf("groups of %s: %w", sh.Stream, err)

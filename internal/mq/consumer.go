@@ -15,7 +15,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -172,7 +171,7 @@ func DefaultRetryBackoff(attempt int) time.Duration {
 // entry already in the stream is skipped), creating the stream if needed.
 func EnsureGroup(ctx context.Context, rdb redis.UniversalClient, stream, group string) error {
 	err := rdb.XGroupCreateMkStream(ctx, stream, group, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+	if err != nil && !isBusyGroup(err) {
 		return fmt.Errorf("create group %s on %s: %w", group, stream, err)
 	}
 	return nil
@@ -211,7 +210,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.log.Warn("consumer failing; backing off and retrying", "err", err)
 			failing = true
 		}
-		if strings.HasPrefix(err.Error(), "NOGROUP") || strings.Contains(err.Error(), "NOGROUP") {
+		if IsNoGroup(err) {
 			if err := EnsureGroup(work, c.rdb, c.cfg.Stream, c.cfg.Group); err == nil {
 				c.log.Warn("consumer group was missing and is created again from id 0")
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"seckill/internal/mq"
 	"seckill/internal/voucher"
 )
 
@@ -199,7 +200,7 @@ func Check(ctx context.Context, db *gorm.DB, rdb redis.UniversalClient, keys vou
 	if in.Group != "" {
 		p, err := rdb.XPending(ctx, stream, in.Group).Result()
 		switch {
-		case err != nil && strings.HasPrefix(err.Error(), "NOGROUP"):
+		case mq.IsNoGroup(err):
 			bad("I6: no consumer group %s on the stream", in.Group)
 		case err != nil:
 			return r, fmt.Errorf("read pending: %w", err)

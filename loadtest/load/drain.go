@@ -5,12 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/db"
+	"seckill/internal/mq"
 	"seckill/internal/voucher"
 )
 
@@ -66,7 +66,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (DrainResult, error) {
 	pending := func() (int64, error) {
 		p, err := rdb.XPending(ctx, stream, cfg.Group).Result()
 		if err != nil {
-			if strings.HasPrefix(err.Error(), "NOGROUP") {
+			if mq.IsNoGroup(err) {
 				return 0, nil
 			}
 			return 0, err
