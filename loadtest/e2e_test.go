@@ -28,7 +28,7 @@ type cluster struct {
 // startCluster runs scripts/cluster-up.sh on free loopback ports in a
 // temporary state dir and stops it with scripts/cluster-down.sh on cleanup.
 // The script's watchdog also stops it if this test binary dies first.
-func startCluster(t *testing.T, extraEnv ...string) *cluster {
+func startCluster(t testing.TB, extraEnv ...string) *cluster {
 	t.Helper()
 	for _, bin := range []string{"bash", "redis-server", "mariadbd", "mariadb-install-db", "nginx", "go"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -85,7 +85,7 @@ func startCluster(t *testing.T, extraEnv ...string) *cluster {
 }
 
 // pid is the recorded pid of one of the cluster's processes.
-func (c *cluster) pid(t *testing.T, name string) int {
+func (c *cluster) pid(t testing.TB, name string) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(c.dir, "run", name+".pid"))
 	if err != nil {
@@ -98,7 +98,7 @@ func (c *cluster) pid(t *testing.T, name string) int {
 	return pid
 }
 
-func (c *cluster) logTails(t *testing.T) {
+func (c *cluster) logTails(t testing.TB) {
 	t.Helper()
 	logs, _ := filepath.Glob(filepath.Join(c.dir, "log", "*.log"))
 	logs = append(logs, filepath.Join(c.dir, "nginx", "logs", "error.log"))
@@ -111,7 +111,7 @@ func (c *cluster) logTails(t *testing.T) {
 	}
 }
 
-func readEnvFile(t *testing.T, path string) map[string]string {
+func readEnvFile(t testing.TB, path string) map[string]string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -205,7 +205,7 @@ func TestClusterSurvivesSIGKILL(t *testing.T) {
 }
 
 // readSummary reads the load generator's --json summary.
-func readSummary(t *testing.T, path string) load.Summary {
+func readSummary(t testing.TB, path string) load.Summary {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {

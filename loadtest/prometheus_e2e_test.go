@@ -87,7 +87,7 @@ func (p promAPI) alertState(ctx context.Context, name string) (string, error) {
 
 // dashboardQueries reads every query of the Grafana dashboard, with
 // Grafana's $__rate_interval replaced by a window Prometheus understands.
-func dashboardQueries(t *testing.T) []string {
+func dashboardQueries(t testing.TB) []string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "deploy", "grafana", "dashboards", "seckill.json"))
 	if err != nil {

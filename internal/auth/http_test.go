@@ -66,7 +66,7 @@ func TestHTTPLimitsPerClientAddress(t *testing.T) {
 
 // testWaitAccepted repeats a code request while the resend wait (set short
 // by the test) has not run out.
-func testWaitAccepted(t *testing.T, ask func() int) {
+func testWaitAccepted(t testing.TB, ask func() int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {

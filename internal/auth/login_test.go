@@ -42,7 +42,7 @@ func (o *outbox) Send(_ context.Context, phone, code string) error {
 	return nil
 }
 
-func (o *outbox) last(t *testing.T, phone string) string {
+func (o *outbox) last(t testing.TB, phone string) string {
 	t.Helper()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -53,7 +53,7 @@ func (o *outbox) last(t *testing.T, phone string) string {
 	return cs[len(cs)-1]
 }
 
-func mustDB(t *testing.T, mysql bool) *gorm.DB {
+func mustDB(t testing.TB, mysql bool) *gorm.DB {
 	t.Helper()
 	var g *gorm.DB
 	var err error
@@ -78,7 +78,7 @@ type loginFixture struct {
 	g     *gorm.DB
 }
 
-func newLoginFixture(t *testing.T, cfg LoginConfig) loginFixture {
+func newLoginFixture(t testing.TB, cfg LoginConfig) loginFixture {
 	t.Helper()
 	cfg.KeyPrefix = testenv.Prefix(t)
 	box := &outbox{}
@@ -133,7 +133,7 @@ func TestLoginRoundTrip(t *testing.T) {
 
 // sendEventually sends a code, retrying while the resend guard (set short
 // by the test) has not run out: a condition with a deadline, not a sleep.
-func sendEventually(t *testing.T, l *Login, phone, addr string) {
+func sendEventually(t testing.TB, l *Login, phone, addr string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -219,7 +219,7 @@ func TestCodeStorage(t *testing.T) {
 
 // sendUntilRefused asks for codes from addr until a refusal other than the
 // resend wait, and returns how many were sent and the refusal.
-func sendUntilRefused(t *testing.T, l *Login, phone, addr string) (int, *WaitError) {
+func sendUntilRefused(t testing.TB, l *Login, phone, addr string) (int, *WaitError) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	sent := 0

@@ -73,7 +73,7 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(status)
 }
 
-func newGateway(t *testing.T, answer func(n int) int) (*gateway, *httptest.Server) {
+func newGateway(t testing.TB, answer func(n int) int) (*gateway, *httptest.Server) {
 	t.Helper()
 	g := &gateway{secret: []byte("gateway-shared-secret-0123456789"), answer: answer}
 	srv := httptest.NewServer(g)
@@ -81,7 +81,7 @@ func newGateway(t *testing.T, answer func(n int) int) (*gateway, *httptest.Serve
 	return g, srv
 }
 
-func newWebhook(t *testing.T, url string, secret []byte, timeout time.Duration) *WebhookSender {
+func newWebhook(t testing.TB, url string, secret []byte, timeout time.Duration) *WebhookSender {
 	t.Helper()
 	s, err := NewWebhookSender(WebhookConfig{URL: url, Secret: secret, Timeout: timeout, Retries: 2, Backoff: time.Millisecond})
 	if err != nil {

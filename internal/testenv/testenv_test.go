@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // eventually polls cond until it returns nil or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, cond func() error) {
+func eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -31,7 +31,7 @@ func eventually(t *testing.T, timeout time.Duration, cond func() error) {
 	}
 }
 
-func openDB(t *testing.T, dsn string) *sql.DB {
+func openDB(t testing.TB, dsn string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {

@@ -25,7 +25,7 @@ type scriptEnv struct {
 	res   *Reserver
 }
 
-func newScriptEnv(t *testing.T) scriptEnv {
+func newScriptEnv(t testing.TB) scriptEnv {
 	t.Helper()
 	rdb := testenv.Redis(t)
 	keys := NewKeys(testenv.Prefix(t), 4)
@@ -33,7 +33,7 @@ func newScriptEnv(t *testing.T) scriptEnv {
 }
 
 // put loads a voucher's state and marks its shard ready.
-func (e scriptEnv) put(t *testing.T, id int64, stock int, begin, end time.Time) {
+func (e scriptEnv) put(t testing.TB, id int64, stock int, begin, end time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := e.state.Load(ctx, Voucher{ID: id, Stock: stock, TotalStock: stock, BeginAt: begin, EndAt: end}, nil); err != nil {
@@ -44,7 +44,7 @@ func (e scriptEnv) put(t *testing.T, id int64, stock int, begin, end time.Time) 
 	}
 }
 
-func (e scriptEnv) stock(t *testing.T, id int64) int64 {
+func (e scriptEnv) stock(t testing.TB, id int64) int64 {
 	t.Helper()
 	n, err := e.rdb.HGet(context.Background(), e.keys.State(id), "stock").Int64()
 	if err != nil {
@@ -53,7 +53,7 @@ func (e scriptEnv) stock(t *testing.T, id int64) int64 {
 	return n
 }
 
-func (e scriptEnv) streamLen(t *testing.T, id int64) int64 {
+func (e scriptEnv) streamLen(t testing.TB, id int64) int64 {
 	t.Helper()
 	n, err := e.rdb.XLen(context.Background(), e.keys.Stream(e.keys.Shard(id))).Result()
 	if err != nil {
@@ -179,7 +179,7 @@ func TestPurchaseWrongTypeWritesNothing(t *testing.T) {
 	}
 	for _, backend := range []struct {
 		name string
-		env  func(t *testing.T) scriptEnv
+		env  func(t testing.TB) scriptEnv
 	}{{"redis", newScriptEnv}, {"embedded", newEmbeddedScriptEnv}} {
 		for _, tc := range cases {
 			t.Run(backend.name+"/"+tc.name, func(t *testing.T) {
@@ -221,7 +221,7 @@ func TestPurchaseWrongTypeWritesNothing(t *testing.T) {
 
 // newEmbeddedScriptEnv is newScriptEnv on the in-process Redis that
 // embedded mode runs the same scripts on.
-func newEmbeddedScriptEnv(t *testing.T) scriptEnv {
+func newEmbeddedScriptEnv(t testing.TB) scriptEnv {
 	t.Helper()
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -238,7 +238,7 @@ func (e scriptEnv) pendingOf(id int64) string { return e.keys.Pending(e.keys.Sha
 
 // look describes every key a purchase of id may write: its type and
 // contents, read in a way both Redis servers answer.
-func (e scriptEnv) look(t *testing.T, id int64) string {
+func (e scriptEnv) look(t testing.TB, id int64) string {
 	t.Helper()
 	ctx := context.Background()
 	var b strings.Builder

@@ -10,7 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-func engine(t *testing.T) *gin.Engine {
+func engine(t testing.TB) *gin.Engine {
 	t.Helper()
 	gin.SetMode(gin.TestMode)
 	s, err := New()
