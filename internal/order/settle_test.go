@@ -69,8 +69,8 @@ func stalled(t *testing.T, e writerEnv, m mq.Message) (*item, *gorm.DB) {
 	it.ord = o
 	tx := e.db.WithContext(context.Background()).Begin(e.w.txOptions())
 	t.Cleanup(func() { tx.Rollback() })
-	if fresh, err := e.w.unseen(tx, []*item{it}); err != nil || len(fresh) != 1 {
-		t.Fatalf("unseen: %v, %v", fresh, err)
+	if err := e.w.decideFromMySQL(tx, []*item{it}); err != nil || it.v.effects().record == recordNothing {
+		t.Fatalf("decide from mysql: %v, %v; want it to be recorded", it.v, err)
 	}
 	return it, tx
 }
@@ -86,11 +86,11 @@ func TestWriterSeesConcurrentCommit(t *testing.T) {
 	// The other worker writes and commits the same order meanwhile.
 	handle(t, e.w, []mq.Message{msg(1, 1301, 9, v)})
 	// The stalled worker goes on the careful way: it must find the order.
-	if err := e.w.one(tx, late, "m0"); err != nil {
+	if err := e.w.insertOrLetter(tx, late, "m0"); err != nil {
 		t.Fatal(err)
 	}
-	if late.reason != "" {
-		t.Fatalf("the stalled worker dead-lettered a written order: %s", late.reason)
+	if late.v.reason != "" {
+		t.Fatalf("the stalled worker dead-lettered a written order: %s", late.v.reason)
 	}
 	if err := tx.Commit().Error; err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestWriterIDCollision(t *testing.T) {
 
 	late, tx := stalled(t, e, msg(3, 1402, 3, v))
 	handle(t, e.w, []mq.Message{msg(4, 1402, 4, v)}) // another buyer's order, same id
-	if err := e.w.one(tx, late, "m0"); err != nil {
+	if err := e.w.insertOrLetter(tx, late, "m0"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit().Error; err != nil {
@@ -143,11 +143,11 @@ func TestWriterIDCollision(t *testing.T) {
 	if out := handle(t, e.w, []mq.Message{msg(2, 1401, 2, v)}); out[0] != mq.Ack {
 		t.Fatalf("redelivery: outcome %v, want Ack", out[0])
 	}
-	var owners []buyerOf
+	var owners []orderOwner
 	if err := e.db.Raw("SELECT id, user_id, voucher_id FROM orders WHERE voucher_id = ? ORDER BY id", v).Scan(&owners).Error; err != nil {
 		t.Fatal(err)
 	}
-	if want := []buyerOf{{1401, 1, v}, {1402, 4, v}}; !slices.Equal(owners, want) {
+	if want := []orderOwner{{1401, 1, v}, {1402, 4, v}}; !slices.Equal(owners, want) {
 		t.Fatalf("orders %v, want %v", owners, want)
 	}
 	if s, o, d := e.counts(t, v); s != 8 || o != 2 || d != 2 {
@@ -237,11 +237,11 @@ func TestWriterIDClashInOneBatch(t *testing.T) {
 	if d := deadLetterOf(t, e, 1, v1); d.Reason != ReasonOutOfStock {
 		t.Fatalf("buyer 1: dead letter %+v, want out_of_stock", d)
 	}
-	var owners []buyerOf
+	var owners []orderOwner
 	if err := e.db.Raw("SELECT id, user_id, voucher_id FROM orders WHERE id = 1601").Scan(&owners).Error; err != nil {
 		t.Fatal(err)
 	}
-	if want := []buyerOf{{1601, 2, v2}}; !slices.Equal(owners, want) {
+	if want := []orderOwner{{1601, 2, v2}}; !slices.Equal(owners, want) {
 		t.Fatalf("orders %v, want %v", owners, want)
 	}
 }
@@ -256,9 +256,9 @@ func TestWriterIDClashAcrossWorkers(t *testing.T) {
 	if err := e.db.Exec("UPDATE vouchers SET stock = 0 WHERE id = ?", v2).Error; err != nil {
 		t.Fatal(err)
 	}
-	late, tx := stalled(t, e, msg(1, 1701, 1, v1))    // buyer 1's worker has read, and stalls
-	handle(t, e.w, []mq.Message{msg(2, 1701, 2, v2)}) // buyer 2: out of stock, committed
-	if err := e.w.one(tx, late, "m0"); err != nil {   // buyer 1: out of stock too
+	late, tx := stalled(t, e, msg(1, 1701, 1, v1))             // buyer 1's worker has read, and stalls
+	handle(t, e.w, []mq.Message{msg(2, 1701, 2, v2)})          // buyer 2: out of stock, committed
+	if err := e.w.insertOrLetter(tx, late, "m0"); err != nil { // buyer 1: out of stock too
 		t.Fatal(err)
 	}
 	if err := tx.Commit().Error; err != nil {
@@ -318,15 +318,15 @@ func TestWriterDeadLetterRecordedMeanwhile(t *testing.T) {
 	over := m
 	over.Deliveries = 99
 	handle(t, w, []mq.Message{over}) // the reclaimer: delivery_limit, committed
-	if err := w.one(tx, late, "m0"); err != nil {
+	if err := w.insertOrLetter(tx, late, "m0"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit().Error; err != nil {
 		t.Fatal(err)
 	}
 	w.observeCommitted([]*item{late})
-	if late.reason != ReasonDeliveryLimit {
-		t.Errorf("the stalled worker's item has reason %q, want the letter's delivery_limit", late.reason)
+	if late.v.reason != ReasonDeliveryLimit {
+		t.Errorf("the stalled worker's item has reason %q, want the letter's delivery_limit", late.v.reason)
 	}
 	if d := deadLetterOf(t, e, 9, v); d.Reason != ReasonDeliveryLimit {
 		t.Errorf("dead letter %+v, want delivery_limit kept", d)
@@ -391,12 +391,12 @@ func TestWriterRetriedTransactionDecidesAfresh(t *testing.T) {
 	e := newWriterEnv(t)
 	v := e.voucher(t, 10)
 	it, tx := stalled(t, e, msg(1, 2401, 3, v))
-	it.reason, it.idTaken = ReasonOutOfStock, true // what a failed attempt left
-	if fresh, err := e.w.unseen(tx, []*item{it}); err != nil || len(fresh) != 1 {
-		t.Fatalf("unseen: %v, %v", fresh, err)
+	it.v, it.idTaken = verdict{lettered, ReasonOutOfStock}, true // what a failed attempt left
+	if err := e.w.decideFromMySQL(tx, []*item{it}); err != nil {
+		t.Fatalf("decide from mysql: %v", err)
 	}
-	if it.reason != "" || it.idTaken {
-		t.Fatalf("after unseen: reason %q idTaken %v, want none", it.reason, it.idTaken)
+	if it.v != (verdict{fate: inserted}) || it.idTaken {
+		t.Fatalf("after deciding: verdict %v idTaken %v, want inserted and the id free", it.v, it.idTaken)
 	}
 }
 
@@ -465,14 +465,14 @@ func TestWriterStalledWorkerFindsItsOrderWritten(t *testing.T) {
 	m := msg(1, 3001, 9, v)
 	late, tx := stalled(t, e, m)
 	handle(t, e.w, []mq.Message{m}) // the other worker: the order, with the last unit
-	if err := e.w.one(tx, late, "m0"); err != nil {
+	if err := e.w.insertOrLetter(tx, late, "m0"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit().Error; err != nil {
 		t.Fatal(err)
 	}
-	if late.reason != "" || late.fresh {
-		t.Fatalf("stalled worker's item: reason %q fresh %v, want written and not counted", late.reason, late.fresh)
+	if late.v != (verdict{fate: written}) {
+		t.Fatalf("stalled worker's item: verdict %v, want written and not counted", late.v)
 	}
 	if s, o, d := e.counts(t, v); s != 0 || o != 1 || d != 0 {
 		t.Fatalf("stock %d orders %d dead %d; want 0 1 0", s, o, d)
@@ -499,20 +499,20 @@ func TestWriterOrderAndLetterRace(t *testing.T) {
 		if err := tx.SavePoint("fast").Error; err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := e.w.fast(tx, []*item{late}); err != nil || ok {
+		if ok, err := e.w.insertAll(tx, []*item{late}); err != nil || ok {
 			t.Fatalf("fast path: %v, %v; want a fall back to the careful way", ok, err)
 		}
 		if err := tx.RollbackTo("fast").Error; err != nil {
 			t.Fatal(err)
 		}
-		if err := e.w.one(tx, late, "m0"); err != nil {
+		if err := e.w.insertOrLetter(tx, late, "m0"); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit().Error; err != nil {
 			t.Fatal(err)
 		}
-		if late.reason != ReasonDeliveryLimit || late.fresh {
-			t.Fatalf("stalled item: reason %q fresh %v; want the letter's, not counted", late.reason, late.fresh)
+		if late.v != (verdict{letterFound, ReasonDeliveryLimit}) {
+			t.Fatalf("stalled item: verdict %v; want the letter's, not counted", late.v)
 		}
 		if s, o, d := e.counts(t, v); s != 10 || o != 0 || d != 1 {
 			t.Fatalf("stock %d orders %d dead %d; want 10 0 1", s, o, d)
@@ -525,16 +525,16 @@ func TestWriterOrderAndLetterRace(t *testing.T) {
 		stateEnv(t, e, v, 9, map[int64]int64{4: 5002})
 		m := msg(1, 5002, 4, v)
 		late, tx := stalled(t, e, m)
-		late.reason = ReasonDeliveryLimit // as Handle gives a message over its limit
-		handle(t, e.w, []mq.Message{m})   // the other worker: the order, committed
+		late.v = verdict{lettered, ReasonDeliveryLimit} // as Handle gives a message over its limit
+		handle(t, e.w, []mq.Message{m})                 // the other worker: the order, committed
 		if err := e.w.deadLetter(tx, late); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit().Error; err != nil {
 			t.Fatal(err)
 		}
-		if late.reason != "" || late.fresh {
-			t.Fatalf("stalled item: reason %q fresh %v; want written, not counted", late.reason, late.fresh)
+		if late.v != (verdict{fate: written}) {
+			t.Fatalf("stalled item: verdict %v; want written, not counted", late.v)
 		}
 		if s, o, d := e.counts(t, v); s != 9 || o != 1 || d != 0 {
 			t.Fatalf("stock %d orders %d dead %d; want 9 1 0", s, o, d)

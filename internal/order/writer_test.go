@@ -207,7 +207,7 @@ func TestConsumerRedeliversCommittedBatch(t *testing.T) {
 		e.w, slog.New(slog.DiscardHandler))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(cctx) }()
-	testenv.WaitFor(t, 10*time.Second, "condition", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the redelivered batch acked (nothing pending)", func() bool {
 		p, err := e.rdb.XPending(ctx, stream, "g").Result()
 		return err == nil && p.Count == 0
 	})

@@ -1,0 +1,271 @@
+package order
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+
+	"seckill/internal/db"
+)
+
+// write decides every item from what MySQL holds and records it as an
+// order or a dead letter. Items already written or dead-lettered (a
+// redelivery) change nothing.
+func (w *Writer) write(tx *gorm.DB, items []*item) error {
+	if err := w.decideFromMySQL(tx, items); err != nil {
+		return err
+	}
+	if err := w.recordLetters(tx, items); err != nil {
+		return err
+	}
+	var orders []*item
+	for _, it := range items {
+		if it.v.effects().record == recordOrder {
+			orders = append(orders, it)
+		}
+	}
+	return w.recordOrders(tx, orders)
+}
+
+// recordLetters records the dead letters the items were decided to get:
+// those of decodable messages first, then of undecodable ones.
+func (w *Writer) recordLetters(tx *gorm.DB, items []*item) error {
+	for _, f := range []fate{lettered, poisoned} {
+		for _, it := range items {
+			if it.v.fate != f {
+				continue
+			}
+			if err := w.deadLetter(tx, it); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// recordOrders inserts the orders in bulk (insertAll) and, when any guard
+// trips (a duplicate, a stock guard), rolls them back and goes the careful
+// way, one savepoint each (insertOrLetter).
+func (w *Writer) recordOrders(tx *gorm.DB, orders []*item) error {
+	if len(orders) == 0 {
+		return nil
+	}
+	if err := tx.SavePoint("fast").Error; err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	ok, err := w.insertAll(tx, orders)
+	if err != nil || ok {
+		return err
+	}
+	if err := tx.RollbackTo("fast").Error; err != nil {
+		return fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	for i, it := range orders {
+		if err := w.insertOrLetter(tx, it, "m"+strconv.Itoa(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// insertAll decrements each voucher's stock by its count in the batch, in voucher
+// id order so concurrent batches lock rows in one order, then inserts every
+// order in one statement. It reports false, with no error, when a guard
+// tripped and the batch must go the careful way.
+func (w *Writer) insertAll(tx *gorm.DB, items []*item) (bool, error) {
+	counts := map[int64]int{}
+	for _, it := range items {
+		counts[it.ord.VoucherID]++
+	}
+	vids := make([]int64, 0, len(counts))
+	for id := range counts {
+		vids = append(vids, id)
+	}
+	slices.Sort(vids)
+	now := time.Now().UTC()
+	for _, id := range vids {
+		n := counts[id]
+		res := tx.Exec("UPDATE vouchers SET stock = stock - ?, updated_at = ? WHERE id = ? AND stock >= ?", n, now, id, n)
+		if res.Error != nil {
+			return false, fmt.Errorf("take stock of voucher %d: %w", id, res.Error)
+		}
+		if res.RowsAffected != 1 {
+			return false, nil
+		}
+	}
+	rows := make([]Order, len(items))
+	for i, it := range items {
+		rows[i] = Order{ID: it.ord.OrderID, UserID: it.ord.UserID, VoucherID: it.ord.VoucherID, AcceptedAt: it.ord.AcceptedAt, CreatedAt: now}
+	}
+	// In statements of 1,000 rows (5,000 placeholders): one statement for a
+	// large batch would pass SQLite's limit of 32,766 variables.
+	err := tx.CreateInBatches(&rows, 1000).Error
+	if db.IsDuplicate(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("insert %d orders: %w", len(rows), err)
+	}
+	// A worker that took one of these messages over may have dead-lettered
+	// it meanwhile: then the careful way decides each.
+	if found, err := w.anyLiveLetter(tx, items); err != nil || found {
+		return false, err
+	}
+	return true, nil
+}
+
+// anyLiveLetter reports whether one of the items has a live dead letter,
+// under its order id or its message (locking reads, as in liveLetter): a
+// query for the batch on the order ids, and one on the message ids of the
+// items whose order id another buyer holds (only those get letters kept
+// by their message; usually none).
+func (w *Writer) anyLiveLetter(tx *gorm.DB, items []*item) (bool, error) {
+	ids := make([]int64, len(items))
+	byStream := map[string][]string{}
+	for i, it := range items {
+		ids[i] = it.ord.OrderID
+		if it.idTaken {
+			byStream[it.msg.Stream] = append(byStream[it.msg.Stream], it.msg.ID)
+		}
+	}
+	var keyed []orderOwner
+	if err := tx.Raw(w.locking("SELECT order_id AS id, user_id, voucher_id FROM dead_letters WHERE order_id IN ? AND replayed_at IS NULL"), ids).
+		Scan(&keyed).Error; err != nil {
+		return false, fmt.Errorf("find dead letters of orders: %w", err)
+	}
+	for _, k := range keyed {
+		for _, it := range items {
+			if k == it.owner() {
+				return true, nil
+			}
+		}
+	}
+	for stream, msgs := range byStream {
+		var n int64
+		if err := tx.Raw(w.locking("SELECT COUNT(*) FROM dead_letters WHERE stream = ? AND message_id IN ? AND replayed_at IS NULL"), stream, msgs).
+			Scan(&n).Error; err != nil {
+			return false, fmt.Errorf("find dead letters of messages: %w", err)
+		}
+		if n > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// liveLetter returns the reason of this item's live dead letter, under its
+// order id or its message, or "" when it has none. A letter is found when
+// committed, or waited for (a locking read) while another worker is
+// recording it.
+func (w *Writer) liveLetter(tx *gorm.DB, it *item) (string, error) {
+	var reasons []string
+	if err := tx.Raw(w.locking("SELECT reason FROM dead_letters WHERE (order_id = ? OR (stream = ? AND message_id = ?)) AND user_id = ? AND voucher_id = ? AND replayed_at IS NULL"),
+		it.ord.OrderID, it.msg.Stream, it.msg.ID, it.ord.UserID, it.ord.VoucherID).Scan(&reasons).Error; err != nil {
+		return "", fmt.Errorf("find dead letter of order %d: %w", it.ord.OrderID, err)
+	}
+	if len(reasons) == 0 {
+		return "", nil
+	}
+	return reasons[0], nil
+}
+
+// insertOrLetter writes a single item under its own savepoint: the
+// order, or the dead letter that says why it cannot be one.
+func (w *Writer) insertOrLetter(tx *gorm.DB, it *item, sp string) error {
+	if err := tx.SavePoint(sp).Error; err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	now := time.Now().UTC()
+	refused, err := w.takeUnit(tx, it, now)
+	if err != nil {
+		return err
+	}
+	if refused.holds != holdsNothing {
+		// (The last unit may have gone to this very order, written by a
+		// worker that took the message over: recordDeadLetter finds it.)
+		it.v = decide(it.read, refused)
+		return w.deadLetter(tx, it)
+	}
+	o := it.ord
+	err = tx.Create(&Order{ID: o.OrderID, UserID: o.UserID, VoucherID: o.VoucherID, AcceptedAt: o.AcceptedAt, CreatedAt: now}).Error
+	if err == nil {
+		return w.insertedOrLettered(tx, it, sp)
+	}
+	if !db.IsDuplicate(err) {
+		return fmt.Errorf("insert order %d: %w", o.OrderID, err)
+	}
+	if err := tx.RollbackTo(sp).Error; err != nil {
+		return fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	return w.duplicateOrder(tx, it)
+}
+
+// takeUnit takes one unit of the item's voucher, or says why the stock
+// guard refused (holdsNoStock, holdsNoVoucher).
+func (w *Writer) takeUnit(tx *gorm.DB, it *item, now time.Time) (found, error) {
+	id := it.ord.VoucherID
+	res := tx.Exec("UPDATE vouchers SET stock = stock - 1, updated_at = ? WHERE id = ? AND stock > 0", now, id)
+	if res.Error != nil {
+		return found{}, fmt.Errorf("take stock of voucher %d: %w", id, res.Error)
+	}
+	if res.RowsAffected == 1 {
+		return found{}, nil
+	}
+	var n int64
+	if err := tx.Raw("SELECT COUNT(*) FROM vouchers WHERE id = ?", id).Scan(&n).Error; err != nil {
+		return found{}, fmt.Errorf("find voucher %d: %w", id, err)
+	}
+	if n == 0 {
+		return found{holds: holdsNoVoucher}, nil
+	}
+	return found{holds: holdsNoStock}, nil
+}
+
+// insertedOrLettered follows an order inserted under savepoint sp: a
+// worker that took the message over may have dead-lettered it meanwhile,
+// and then that letter is what it is.
+func (w *Writer) insertedOrLettered(tx *gorm.DB, it *item, sp string) error {
+	letter, err := w.liveLetter(tx, it)
+	if err != nil || letter == "" {
+		return err
+	}
+	if err := tx.RollbackTo(sp).Error; err != nil {
+		return fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	it.v = decide(it.read, found{holdsLetter, letter})
+	return nil
+}
+
+// duplicateOrder decides an item whose insert met a duplicate key: its
+// order written by a concurrent batch (done, counted there), another
+// buyer's order on the id (a collision), or the buyer's other order of
+// the voucher.
+func (w *Writer) duplicateOrder(tx *gorm.DB, it *item) error {
+	var rows []orderOwner
+	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id FROM orders WHERE id = ?"), it.ord.OrderID).Scan(&rows).Error; err != nil {
+		return fmt.Errorf("find order %d: %w", it.ord.OrderID, err)
+	}
+	f := found{holds: holdsBuyersOrder}
+	if len(rows) == 1 {
+		f = holdingOf(it, &rows[0], nil) // this buyer's order, or another's
+	}
+	it.v = decide(it.read, f)
+	if it.v.fate == written {
+		return nil
+	}
+	it.idTaken = it.idTaken || f.idTaken()
+	return w.deadLetter(tx, it)
+}
+
+// orderWritten reports whether this item's order is in the table, written
+// by a concurrent batch (then it is done, and counted there).
+func (w *Writer) orderWritten(tx *gorm.DB, it *item) (bool, error) {
+	var rows []orderOwner
+	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id FROM orders WHERE id = ?"), it.ord.OrderID).Scan(&rows).Error; err != nil {
+		return false, fmt.Errorf("find order %d: %w", it.ord.OrderID, err)
+	}
+	return len(rows) == 1 && rows[0] == it.owner(), nil
+}

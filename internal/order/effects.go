@@ -1,0 +1,128 @@
+package order
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// afterCommit tells the observer what the transaction recorded, then
+// makes Redis agree with it: the reservations of dead letters given back,
+// the written orders settled.
+func (w *Writer) afterCommit(ctx context.Context, work []*item) error {
+	w.observeCommitted(work)
+	if w.cfg.AfterCommit != nil {
+		w.cfg.AfterCommit()
+	}
+	// Give back the reservations of dead letters before the ack: after a
+	// crash here the redelivery finds the dead letter and gives back again,
+	// which the script makes a no-op.
+	if err := w.giveBack(ctx, work); err != nil {
+		if !errors.Is(err, errNotReady) {
+			w.cfg.Observer.RedisError("give_back")
+		}
+		return err
+	}
+	return w.settle(ctx, work)
+}
+
+// observeCommitted tells the observer what the committed transaction
+// recorded for the first time.
+func (w *Writer) observeCommitted(items []*item) {
+	orders := 0
+	for _, it := range items {
+		switch it.v.effects().count {
+		case countOrder:
+			orders++
+		case countLetter:
+			w.cfg.Observer.DeadLettered(it.v.reason)
+		}
+	}
+	if orders > 0 {
+		w.cfg.Observer.Written(orders)
+	}
+}
+
+// restocks says which dead letters give their unit back to the Redis
+// stock: those whose unit MySQL still has. An order refused for lack of
+// MySQL stock, or for an unknown voucher, has no unit to give back.
+func restocks(reason string) bool {
+	return reason == ReasonDeliveryLimit || reason == ReasonAttemptLimit || reason == ReasonDuplicateBuyer ||
+		reason == ReasonIDCollision
+}
+
+// giveBack returns the Redis reservation of every dead-lettered item. In
+// a shard that is not ready (being rebuilt) the script gives nothing back,
+// and the batch is tried again after the rebuild (errNotReady): the dead
+// letter is committed, so the redelivery finds it and gives back then.
+func (w *Writer) giveBack(ctx context.Context, items []*item) error {
+	pipe := w.rdb.Pipeline()
+	var cmds []*redis.Cmd
+	for _, it := range items {
+		if !it.v.effects().giveBack {
+			continue
+		}
+		o := it.ord
+		restock := "0"
+		if restocks(it.v.reason) {
+			restock = "1"
+		}
+		shard := w.keys.Shard(o.VoucherID)
+		keys := []string{w.keys.Ready(shard), w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(shard)}
+		cmds = append(cmds, w.release.Eval(ctx, pipe, keys, o.UserID, o.OrderID, restock))
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("give back %d reservations: %w", len(cmds), err)
+	}
+	for _, c := range cmds {
+		if given, err := c.Int(); err != nil || given < 0 {
+			return fmt.Errorf("give back %d reservations: %w", len(cmds), cmp.Or(err, errNotReady))
+		}
+	}
+	return nil
+}
+
+// settle makes Redis agree with the orders just written, one script call
+// per shard: it drops them from the pending index and, when a rebuild of
+// Redis missed one (it was in this worker's hands), records its buyer and
+// takes its unit; when the buyer bought again meanwhile, the written order
+// takes over that later order's entry and unit (lua/settle.lua says why).
+// While a shard is being rebuilt it cannot settle, and the batch is tried
+// again.
+func (w *Writer) settle(ctx context.Context, items []*item) error {
+	type call struct {
+		keys []string
+		args []any
+	}
+	calls := map[int]*call{}
+	for _, it := range items {
+		if !it.v.effects().settle {
+			continue
+		}
+		o := it.ord
+		shard := w.keys.Shard(o.VoucherID)
+		c := calls[shard]
+		if c == nil {
+			c = &call{keys: []string{w.keys.Ready(shard), w.keys.Pending(shard)}}
+			calls[shard] = c
+		}
+		c.keys = append(c.keys, w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID))
+		c.args = append(c.args, o.UserID, o.OrderID, o.VoucherID)
+	}
+	for shard, c := range calls {
+		n, err := w.settleScript.Run(ctx, w.rdb, c.keys, c.args...).Int()
+		if err != nil {
+			return fmt.Errorf("settle %d orders of shard %d in redis: %w", len(c.args)/3, shard, err)
+		}
+		if n != 1 {
+			return fmt.Errorf("settle orders of shard %d in redis: %w", shard, errNotReady)
+		}
+	}
+	return nil
+}

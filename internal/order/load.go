@@ -1,0 +1,168 @@
+package order
+
+import (
+	"fmt"
+
+	"gorm.io/gorm"
+)
+
+// decideFromMySQL reads what MySQL holds for every item and decides each
+// afresh (a transaction tried again starts from what Handle read, not
+// from what the failed attempt found).
+func (w *Writer) decideFromMySQL(tx *gorm.DB, items []*item) error {
+	if err := w.loadHoldings(tx, items); err != nil {
+		return err
+	}
+	return w.loadUndecodable(tx, items)
+}
+
+// letterRow is a dead letter as the writer reads it.
+type letterRow struct {
+	owner           orderOwner
+	reason          string
+	replayed        bool
+	stream, message string
+}
+
+// loadHoldings reads the orders and dead letters under the decodable
+// items' order ids (locking reads) and decides each item by what is
+// there. An item whose order id another buyer holds is looked up by its
+// message too (byMessage): its letter, if any, is kept there.
+func (w *Writer) loadHoldings(tx *gorm.DB, items []*item) error {
+	var ids []int64
+	for _, it := range items {
+		if it.read != readUndecodable {
+			ids = append(ids, it.ord.OrderID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	orders, letters, err := w.rowsOf(tx, ids)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		if it.read == readUndecodable {
+			continue
+		}
+		f := holdingOf(it, orders[it.ord.OrderID], letters[it.ord.OrderID])
+		if f.idTaken() {
+			mine, ok, err := w.byMessage(tx, it)
+			if err != nil {
+				return err
+			}
+			if ok {
+				f = mine
+			}
+		}
+		it.v, it.idTaken = decide(it.read, f), f.idTaken()
+	}
+	return nil
+}
+
+// rowsOf reads the orders and dead letters under these order ids.
+func (w *Writer) rowsOf(tx *gorm.DB, ids []int64) (map[int64]*orderOwner, map[int64]*letterRow, error) {
+	var done []orderOwner
+	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id FROM orders WHERE id IN ?"), ids).Scan(&done).Error; err != nil {
+		return nil, nil, fmt.Errorf("find written orders: %w", err)
+	}
+	var dead []struct {
+		OrderID   int64
+		UserID    int64
+		VoucherID int64
+		Reason    string
+		Replayed  bool
+		Stream    string
+		MessageID string
+	}
+	if err := tx.Raw(w.locking("SELECT order_id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed, stream, message_id FROM dead_letters WHERE order_id IN ?"), ids).Scan(&dead).Error; err != nil {
+		return nil, nil, fmt.Errorf("find dead letters: %w", err)
+	}
+	orders := make(map[int64]*orderOwner, len(done))
+	for i := range done {
+		orders[done[i].ID] = &done[i]
+	}
+	letters := make(map[int64]*letterRow, len(dead))
+	for _, d := range dead {
+		letters[d.OrderID] = &letterRow{orderOwner{d.OrderID, d.UserID, d.VoucherID}, d.Reason, d.Replayed, d.Stream, d.MessageID}
+	}
+	return orders, letters, nil
+}
+
+// holdingOf says what the order and the dead letter under an item's order
+// id (nil when none) hold for it. This buyer's order or live letter, or
+// this message's replayed letter, decide it; another buyer's order is a
+// collision; another buyer's letter leaves the id free for an order.
+func holdingOf(it *item, order *orderOwner, letter *letterRow) found {
+	mineOrder := order != nil && *order == it.owner()
+	mineLetter := letter != nil && letter.owner == it.owner()
+	switch {
+	case mineOrder:
+		return found{holds: holdsOrder}
+	case mineLetter && !letter.replayed:
+		return found{holdsLetter, letter.reason}
+	case mineLetter && letter.stream == it.msg.Stream && letter.message == it.msg.ID:
+		return found{holds: holdsReplayed}
+	case order != nil:
+		return found{holds: holdsOthersOrder}
+	case letter != nil && !mineLetter:
+		return found{holds: holdsOthersLetter}
+	}
+	return found{}
+}
+
+// byMessage looks for the dead letter of this very stream message (kept
+// by its message: another buyer holds the order id) and reports what it
+// holds: a live letter (given back again, a no-op) or a replayed one (the
+// item is a stale copy).
+func (w *Writer) byMessage(tx *gorm.DB, it *item) (found, bool, error) {
+	var rows []struct {
+		Reason            string
+		Replayed          bool
+		UserID, VoucherID *int64
+	}
+	if err := tx.Raw(w.locking("SELECT reason, replayed_at IS NOT NULL AS replayed, user_id, voucher_id FROM dead_letters WHERE stream = ? AND message_id = ?"),
+		it.msg.Stream, it.msg.ID).Scan(&rows).Error; err != nil {
+		return found{}, false, fmt.Errorf("find dead letter of message %s: %w", it.msg.ID, err)
+	}
+	if len(rows) == 0 || rows[0].UserID == nil || rows[0].VoucherID == nil ||
+		*rows[0].UserID != it.ord.UserID || *rows[0].VoucherID != it.ord.VoucherID {
+		return found{}, false, nil // none, or another message's under the same id
+	}
+	if rows[0].Replayed {
+		return found{holds: holdsReplayed}, true, nil
+	}
+	return found{holdsLetter, rows[0].Reason}, true, nil
+}
+
+// loadUndecodable decides the undecodable items: those whose message has
+// a dead letter already are done.
+func (w *Writer) loadUndecodable(tx *gorm.DB, items []*item) error {
+	for _, it := range items {
+		if it.read != readUndecodable {
+			continue
+		}
+		var n int64
+		if err := tx.Raw("SELECT COUNT(*) FROM dead_letters WHERE stream = ? AND message_id = ?", it.msg.Stream, it.msg.ID).Scan(&n).Error; err != nil {
+			return fmt.Errorf("find dead letter: %w", err)
+		}
+		f := found{}
+		if n > 0 {
+			f.holds = holdsLetter
+		}
+		it.v = decide(it.read, f)
+	}
+	return nil
+}
+
+// orderOwner is an order id with the buyer and voucher it was accepted for.
+type orderOwner struct {
+	ID        int64
+	UserID    int64
+	VoucherID int64
+}
+
+func (it *item) owner() orderOwner {
+	return orderOwner{ID: it.ord.OrderID, UserID: it.ord.UserID, VoucherID: it.ord.VoucherID}
+}
