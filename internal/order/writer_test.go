@@ -88,6 +88,20 @@ func handle(t *testing.T, w *Writer, batch []mq.Message) []mq.Outcome {
 	return out
 }
 
+// deadLetterOf returns the one dead letter of a buyer's message for a
+// voucher.
+func deadLetterOf(t *testing.T, e writerEnv, user, v int64) DeadLetter {
+	t.Helper()
+	var rows []DeadLetter
+	if err := e.db.Where("user_id = ? AND voucher_id = ?", user, v).Find(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("user %d voucher %d: %d dead letters, want 1", user, v, len(rows))
+	}
+	return rows[0]
+}
+
 func TestWriterBatchAndReplay(t *testing.T) {
 	t.Parallel()
 	e := newWriterEnv(t)
