@@ -63,7 +63,7 @@ func TestOneUserThousandPurchases(t *testing.T) {
 			t.Logf("answers %v", codes)
 
 			g := s.db(t)
-			testenv.WaitFor(t, 30*time.Second, "condition", func() bool {
+			testenv.WaitFor(t, 30*time.Second, "the one accepted order written to MySQL", func() bool {
 				var c int64
 				g.Table("orders").Where("voucher_id = ?", vid).Count(&c)
 				return c == 1

@@ -31,7 +31,7 @@ const specPath = "../../docs/openapi.yaml"
 
 // loadSpec reads docs/openapi.yaml and checks it is a valid OpenAPI 3
 // document.
-func loadSpec(t *testing.T) *openapi3.T {
+func loadSpec(t testing.TB) *openapi3.T {
 	t.Helper()
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromFile(specPath)
@@ -80,7 +80,7 @@ func engineOps(r *gin.Engine) []string {
 
 // routeEngines builds the two routers exactly as run does, on clients
 // that are never called.
-func routeEngines(t *testing.T, env map[string]string) (apiR, adminR *gin.Engine) {
+func routeEngines(t testing.TB, env map[string]string) (apiR, adminR *gin.Engine) {
 	t.Helper()
 	cfg, err := loadConfig(func(k string) string { return env[k] })
 	if err != nil {
@@ -312,7 +312,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 
 // checkExchange makes the request and checks it and its answer against the
 // document; it returns the status and body.
-func checkExchange(t *testing.T, doc *openapi3.T, base string, s exchange) (int, []byte) {
+func checkExchange(t testing.TB, doc *openapi3.T, base string, s exchange) (int, []byte) {
 	t.Helper()
 	name := fmt.Sprintf("%s %s (want %d)", s.method, s.url, s.status)
 	var reqBody []byte

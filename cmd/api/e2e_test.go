@@ -34,7 +34,7 @@ type service struct {
 
 // startService runs the whole program with env (and the test defaults
 // below) on a free port and waits for /healthz.
-func startService(t *testing.T, env map[string]string) service {
+func startService(t testing.TB, env map[string]string) service {
 	t.Helper()
 	addr := freeAddr(t)
 	env["SECKILL_ADDR"] = addr
@@ -76,7 +76,7 @@ func runService(t testing.TB, env map[string]string) (logs func() string) {
 		}
 	})
 	base := "http://" + env["SECKILL_ADDR"]
-	testenv.WaitFor(t, 30*time.Second, "condition", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the service answering 200 on /healthz", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("service exited at start: %v\n%s", err, logs())
@@ -157,7 +157,7 @@ type sale struct {
 
 // stampede releases every buyer at once; repeaters press twice. Buyer i
 // goes to bases[i % len(bases)].
-func stampede(t *testing.T, bases []string, voucherID int64, buyers, repeaters int) sale {
+func stampede(t testing.TB, bases []string, voucherID int64, buyers, repeaters int) sale {
 	t.Helper()
 	type result struct {
 		user   int64
@@ -227,7 +227,7 @@ func stampede(t *testing.T, bases []string, voucherID int64, buyers, repeaters i
 
 // drainAndVerify waits until every invariant holds, and fails with the last
 // report when they do not within the deadline.
-func drainAndVerify(t *testing.T, g *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, voucherID int64, s sale) verify.Report {
+func drainAndVerify(t testing.TB, g *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, voucherID int64, s sale) verify.Report {
 	t.Helper()
 	var rep verify.Report
 	deadline := time.Now().Add(60 * time.Second)
@@ -300,7 +300,7 @@ func TestFlashSale(t *testing.T) {
 }
 
 // dsn returns a fresh database on the shared MySQL.
-func dsn(t *testing.T) string { return testenv.MySQLDSN(t) }
+func dsn(t testing.TB) string { return testenv.MySQLDSN(t) }
 
 // TestFlashSaleEmbedded runs the same sale on the embedded default: the
 // in-process Redis and an SQLite file.

@@ -171,7 +171,7 @@ func FuzzVoucherCreate(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	count := func(t *testing.T) int64 {
+	count := func(t testing.TB) int64 {
 		var n int64
 		if err := g.Table("vouchers").Count(&n).Error; err != nil {
 			t.Fatal(err)

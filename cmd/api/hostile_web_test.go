@@ -81,7 +81,7 @@ func TestHostileInput(t *testing.T) {
 	}
 }
 
-func hostileCases(t *testing.T, vid int64, admin, user string) []hostile {
+func hostileCases(t testing.TB, vid int64, admin, user string) []hostile {
 	other, _ := auth.NewSigner([]byte("not-the-secret-not-the-secret-xx"))
 	forged, _ := other.Mint(auth.Identity{UserID: 2, Role: auth.RoleAdmin}, time.Hour)
 	expired, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{

@@ -16,7 +16,7 @@ import (
 )
 
 // get answers a GET with an optional bearer token: status and body.
-func get(t *testing.T, url, tok string) (int, string) {
+func get(t testing.TB, url, tok string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	if tok != "" {
@@ -119,7 +119,7 @@ func TestWorkerReadyzFollowsRedis(t *testing.T) {
 // runUntil runs the whole program with env and returns its error; it fails
 // the test if the program is still running after within (it is then
 // stopped).
-func runUntil(t *testing.T, env map[string]string, within time.Duration) (logs string, err error) {
+func runUntil(t testing.TB, env map[string]string, within time.Duration) (logs string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -138,7 +138,7 @@ func runUntil(t *testing.T, env map[string]string, within time.Duration) (logs s
 }
 
 // taken returns an address some other socket holds for the test.
-func taken(t *testing.T) string {
+func taken(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -223,7 +223,7 @@ func TestListenDefaultTaken(t *testing.T) {
 // missingDatabase returns SECKILL_MYSQL_DSN for a database that does not
 // exist yet on the test server, and a check of whether it exists now; it is
 // dropped on cleanup.
-func missingDatabase(t *testing.T) (dsn string, exists func() bool) {
+func missingDatabase(t testing.TB) (dsn string, exists func() bool) {
 	t.Helper()
 	dsn, admin, name := testenv.MissingMySQLDatabase(t, "_fresh")
 	return dsn, func() bool {

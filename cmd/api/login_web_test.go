@@ -92,7 +92,7 @@ func TestLoginFlow(t *testing.T) {
 	}
 }
 
-func mustAtoi(t *testing.T, s string) int {
+func mustAtoi(t testing.TB, s string) int {
 	t.Helper()
 	n, err := strconv.Atoi(s)
 	if err != nil {

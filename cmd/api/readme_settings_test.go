@@ -22,7 +22,7 @@ var (
 
 // readmeSettings reads the settings table of README.md: setting or flag ->
 // its default cell.
-func readmeSettings(t *testing.T) map[string]string {
+func readmeSettings(t testing.TB) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -58,7 +58,7 @@ func readmeSettings(t *testing.T) map[string]string {
 // codeSettings reads the service's code (the non-test Go files of cmd/api):
 // every SECKILL_* name it spells, and every subcommand flag as
 // "api <command> --<flag>" with its default when that is a literal.
-func codeSettings(t *testing.T) (env []string, flags map[string]string) {
+func codeSettings(t testing.TB) (env []string, flags map[string]string) {
 	t.Helper()
 	files, err := filepath.Glob("*.go")
 	if err != nil {

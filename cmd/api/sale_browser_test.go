@@ -20,7 +20,7 @@ import (
 // browser starts Debian's chromium, headless, with its own profile and
 // nothing that reaches for the network; it is killed on cleanup. Without
 // chromium the test skips, or fails under CI=true.
-func browser(t *testing.T) context.Context {
+func browser(t testing.TB) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
@@ -63,7 +63,7 @@ const browserTZ = "Asia/Kolkata"
 var browserZone = time.FixedZone("IST", 5*3600+1800)
 
 // artifacts is where screenshots go: $SECKILL_ARTIFACTS, else a test dir.
-func artifacts(t *testing.T) string {
+func artifacts(t testing.TB) string {
 	dir := os.Getenv("SECKILL_ARTIFACTS")
 	if dir == "" {
 		return t.TempDir()
@@ -76,7 +76,7 @@ func artifacts(t *testing.T) string {
 
 // waitCode polls the outbox until a code for phone is there: the page
 // asks for it asynchronously.
-func waitCode(t *testing.T, outbox, phone string) string {
+func waitCode(t testing.TB, outbox, phone string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

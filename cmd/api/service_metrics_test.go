@@ -36,7 +36,7 @@ type observed struct {
 
 // startObserved runs the service with env over these defaults and waits
 // for /healthz; cleanup stops it and checks it exited cleanly.
-func startObserved(t *testing.T, env map[string]string) observed {
+func startObserved(t testing.TB, env map[string]string) observed {
 	t.Helper()
 	def := map[string]string{
 		"SECKILL_REDIS_URL":        testenv.RedisURL(t),
@@ -63,7 +63,7 @@ func startObserved(t *testing.T, env map[string]string) observed {
 }
 
 // scrape reads url in Prometheus's text format.
-func scrape(t *testing.T, url string, hdr ...string) (int, map[string]*dto.MetricFamily) {
+func scrape(t testing.TB, url string, hdr ...string) (int, map[string]*dto.MetricFamily) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -330,10 +330,10 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 }
 
 // lastOutboxCode reads the newest code sent to phone from the outbox.
-func lastOutboxCode(t *testing.T, outbox, phone string) string {
+func lastOutboxCode(t testing.TB, outbox, phone string) string {
 	t.Helper()
 	var code string
-	testenv.WaitFor(t, 5*time.Second, "condition", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "a login code for "+phone+" in the outbox", func() bool {
 		f, err := openFile(outbox)
 		if err != nil {
 			return false
@@ -354,7 +354,7 @@ func openFile(path string) (*os.File, error) { return os.Open(path) }
 
 // passwordDSN makes a database user with a random password on the test's
 // fresh database and returns a DSN that logs in as that user.
-func passwordDSN(t *testing.T) (dsn, password string) {
+func passwordDSN(t testing.TB) (dsn, password string) {
 	t.Helper()
 	base := testenv.MySQLDSN(t)
 	cfg, err := mysql.ParseDSN(base)
@@ -423,7 +423,7 @@ func TestAccessLog(t *testing.T) {
 	}
 
 	lines := map[string]map[string]any{} // request id -> access log line
-	testenv.WaitFor(t, 5*time.Second, "condition", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "access log lines of the given and the generated request ids", func() bool {
 		for line := range strings.Lines(o.logs()) {
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "request" {
