@@ -136,6 +136,13 @@ type Consumer struct {
 	reported map[string]struct{}
 	// claimFrom is where the next XAUTOCLAIM scan starts.
 	claimFrom string
+	// Run's loop state: cursor is where the next read starts (an id while
+	// this consumer's own pending entries are read again, ">" for new
+	// ones); reclaimAt is when the next reclaim scan is due; backoff
+	// spaces the attempts while reads or batches fail.
+	cursor    string
+	reclaimAt time.Time
+	backoff   backoff
 }
 
 // NewConsumer returns a Consumer; it does not own rdb.
@@ -184,11 +191,34 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := EnsureGroup(ctx, c.rdb, c.cfg.Stream, c.cfg.Group); err != nil && ctx.Err() == nil {
 		c.log.Warn("consumer group not created yet; retrying", "err", err)
 	}
-	// work outlives ctx by at most Grace, so a batch read before the stop
-	// is still handled and acknowledged.
+	work, stop := c.withGrace(ctx)
+	defer stop()
+	// Start with this consumer's own pending entries (a consumer name can
+	// come back), then read new ones.
+	c.cursor, c.reclaimAt = "0", time.Now()
+	c.backoff = backoff{max: c.cfg.MaxBackoff, log: c.log}
+	for ctx.Err() == nil {
+		batch, err := c.next(ctx, work)
+		if err != nil {
+			if !c.backOff(ctx, work, err) {
+				break
+			}
+			continue
+		}
+		if !c.finish(ctx, work, batch) {
+			break // left pending: others reclaim it
+		}
+		c.backoff.reset()
+	}
+	return nil
+}
+
+// withGrace returns the context batches run in: it outlives ctx by at most
+// Grace, so a batch read before the stop is still handled and
+// acknowledged.
+func (c *Consumer) withGrace(ctx context.Context) (work context.Context, stop func()) {
 	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
+	stopAfter := context.AfterFunc(ctx, func() {
 		t := time.NewTimer(c.cfg.Grace)
 		defer t.Stop()
 		select {
@@ -197,96 +227,124 @@ func (c *Consumer) Run(ctx context.Context) error {
 			cancel()
 		}
 	})
-	defer stop()
+	return work, func() { stopAfter(); cancel() }
+}
 
-	// Start with this consumer's own pending entries (a consumer name can
-	// come back), then read new ones.
-	cursor := "0"
-	nextReclaim := time.Now()
-	var backoff time.Duration
-	failing := false
-	fail := func(err error) bool {
-		if !failing {
-			c.log.Warn("consumer failing; backing off and retrying", "err", err)
-			failing = true
-		}
-		if IsNoGroup(err) {
-			if err := EnsureGroup(work, c.rdb, c.cfg.Stream, c.cfg.Group); err == nil {
-				c.log.Warn("consumer group was missing and is created again from id 0")
-			}
-		}
-		backoff = min(max(2*backoff, 50*time.Millisecond), c.cfg.MaxBackoff)
-		return sleep(ctx, backoff)
+// next reads the next batch: the entries of stalled consumers when a
+// reclaim scan is due, otherwise this consumer's own pending entries (the
+// cursor walks them once) and, when those are done, new ones.
+func (c *Consumer) next(ctx, work context.Context) ([]Message, error) {
+	if time.Now().After(c.reclaimAt) {
+		batch, err := c.reclaim(work)
+		c.reclaimAt = time.Now().Add(c.cfg.ReclaimEvery)
+		c.countRedisError(ctx, "reclaim", err)
+		return batch, err
 	}
-	for ctx.Err() == nil {
-		var batch []Message
-		var err error
-		if time.Now().After(nextReclaim) {
-			batch, err = c.reclaim(work)
-			nextReclaim = time.Now().Add(c.cfg.ReclaimEvery)
-			if err != nil && ctx.Err() == nil {
-				c.cfg.Observer.RedisError("reclaim")
-			}
-		} else {
-			batch, err = c.read(work, cursor)
-			if err != nil && ctx.Err() == nil {
-				c.cfg.Observer.RedisError("read")
-			}
-			if err == nil && cursor != ">" {
-				if len(batch) == 0 {
-					cursor = ">" // own backlog done
-				} else {
-					cursor = batch[len(batch)-1].ID
-				}
-			}
+	batch, err := c.read(work, c.cursor)
+	c.countRedisError(ctx, "read", err)
+	if err == nil {
+		c.advanceCursor(batch)
+	}
+	return batch, err
+}
+
+// advanceCursor moves the cursor past the own pending entries just read;
+// an empty read means they are done, and new entries come next.
+func (c *Consumer) advanceCursor(batch []Message) {
+	switch {
+	case c.cursor == ">":
+	case len(batch) == 0:
+		c.cursor = ">"
+	default:
+		c.cursor = batch[len(batch)-1].ID
+	}
+}
+
+// countRedisError tells the observer about a failed call, unless it
+// failed because the consumer is stopping.
+func (c *Consumer) countRedisError(ctx context.Context, op string, err error) {
+	if err != nil && ctx.Err() == nil {
+		c.cfg.Observer.RedisError(op)
+	}
+}
+
+// finish hands the batch to the handler until it is done, each time less
+// the entries no longer pending with this consumer (carried out before a
+// failure, or taken over by another consumer): reading it again would
+// count as another delivery. The batch is kept fresh the whole time,
+// backoffs included: while MySQL is down every consumer fails alike, and
+// entries passed around meanwhile would count deliveries towards a dead
+// letter. finish reports false when it gave up because ctx is done; what
+// is left stays pending for others to reclaim.
+func (c *Consumer) finish(ctx, work context.Context, batch []Message) bool {
+	if len(batch) == 0 {
+		return true
+	}
+	if c.cfg.AfterRead != nil {
+		c.cfg.AfterRead(len(batch))
+	}
+	stopKeepalive := c.keepalive(work, batch)
+	defer func() { stopKeepalive() }()
+	for len(batch) > 0 {
+		err := c.process(work, batch)
+		if err == nil {
+			return true
 		}
-		if err != nil {
-			if ctx.Err() != nil || !fail(err) {
-				break
-			}
-			continue
+		if !c.backOff(ctx, work, err) {
+			return false
 		}
-		if len(batch) > 0 && c.cfg.AfterRead != nil {
-			c.cfg.AfterRead(len(batch))
-		}
-		// The same batch (less the entries no longer pending with this
-		// consumer) is handed over again until it is done: a read again
-		// would count as another delivery.
-		// The batch is kept fresh the whole time, backoffs included: while
-		// MySQL is down every consumer fails alike, and entries passed
-		// around meanwhile would count deliveries towards a dead letter.
-		if len(batch) > 0 {
-			stopKeepalive := c.keepalive(work, batch)
-			gaveUp := false
-			for len(batch) > 0 {
-				err := c.process(work, batch)
-				if err == nil {
-					break
-				}
-				if ctx.Err() != nil || !fail(err) {
-					gaveUp = true // left pending: others reclaim it
-					break
-				}
-				// What was carried out before the failure, and what
-				// another consumer took over, is not handed over again,
-				// nor kept fresh.
-				if owned := c.stillOwned(work, batch); len(owned) < len(batch) {
-					stopKeepalive()
-					batch, stopKeepalive = owned, c.keepalive(work, owned)
-				}
-			}
+		if owned := c.stillOwned(work, batch); len(owned) < len(batch) {
 			stopKeepalive()
-			if gaveUp {
-				return nil
-			}
+			batch, stopKeepalive = owned, c.keepalive(work, owned)
 		}
-		if failing {
-			c.log.Info("consumer recovered")
-			failing = false
-		}
-		backoff = 0
 	}
-	return nil
+	return true
+}
+
+// backOff answers a failed read or batch before the next attempt: a
+// missing group (Redis lost its data) is created again from id 0, then the
+// consumer waits. It reports false when ctx is done, before or during the
+// wait: stop.
+func (c *Consumer) backOff(ctx, work context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if IsNoGroup(err) {
+		if err := EnsureGroup(work, c.rdb, c.cfg.Stream, c.cfg.Group); err == nil {
+			c.log.Warn("consumer group was missing and is created again from id 0")
+		}
+	}
+	return c.backoff.wait(ctx, err)
+}
+
+// backoff spaces the attempts of a failing consumer: 50ms, doubling up to
+// max; a success starts again from the bottom. It logs where a run of
+// failures begins and where it ends.
+type backoff struct {
+	max     time.Duration
+	log     *slog.Logger
+	last    time.Duration // the previous wait; 0 after a success
+	failing bool
+}
+
+// wait waits out the next backoff after err, logging err when it begins a
+// run of failures; it reports false when ctx was done first.
+func (b *backoff) wait(ctx context.Context, err error) bool {
+	if !b.failing {
+		b.log.Warn("consumer failing; backing off and retrying", "err", err)
+		b.failing = true
+	}
+	b.last = min(max(2*b.last, 50*time.Millisecond), b.max)
+	return sleep(ctx, b.last)
+}
+
+// reset ends a run of failures: the next one waits the shortest time again.
+func (b *backoff) reset() {
+	if b.failing {
+		b.log.Info("consumer recovered")
+		b.failing = false
+	}
+	b.last = 0
 }
 
 // read reads one batch from cursor ("0"-style for own pending, ">" for new).

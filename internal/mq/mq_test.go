@@ -18,8 +18,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 var quiet = slog.New(slog.DiscardHandler)
 
-func names(t *testing.T) (stream, delayed string) {
-	p := testenv.Prefix(t)
+func names(tb testing.TB) (stream, delayed string) {
+	p := testenv.Prefix(tb)
 	return p + ":{0}:stream", p + ":{0}:delayed"
 }
 
@@ -112,24 +112,24 @@ func TestDelayQueueManyPollers(t *testing.T) {
 	}
 }
 
-func addMessages(t *testing.T, rdb *redis.Client, stream string, n int) {
-	t.Helper()
+func addMessages(tb testing.TB, rdb *redis.Client, stream string, n int) {
+	tb.Helper()
 	for i := range n {
 		if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: map[string]any{"n": fmt.Sprint(i)}}).Err(); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 }
 
-func runConsumer(t *testing.T, c *Consumer) {
-	t.Helper()
+func runConsumer(tb testing.TB, c *Consumer) {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	tb.Cleanup(func() { cancel(); <-done })
 }
 
-func drained(t *testing.T, rdb *redis.Client, stream, key string) func() bool {
+func drained(rdb *redis.Client, stream, key string) func() bool {
 	return func() bool {
 		ctx := context.Background()
 		p, err := rdb.XPending(ctx, stream, "g").Result()
@@ -170,7 +170,7 @@ func TestConsumerRetryThroughDelayQueue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = p.Run(ctx) }()
-	testenv.WaitFor(t, 10*time.Second, "condition", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "every message handled at attempts 0, 1 and 2", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range 5 {
@@ -180,7 +180,7 @@ func TestConsumerRetryThroughDelayQueue(t *testing.T) {
 		}
 		return true
 	})
-	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(t, rdb, stream, key))
+	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(rdb, stream, key))
 	mu.Lock()
 	defer mu.Unlock()
 	for n, a := range attempts {
@@ -219,7 +219,7 @@ func TestConsumerReclaimsFromDeadConsumer(t *testing.T) {
 		Stream: stream, Group: "g", Consumer: "alive", Block: 20 * time.Millisecond,
 		ReclaimIdle: 100 * time.Millisecond, ReclaimEvery: 20 * time.Millisecond,
 	}, h, quiet))
-	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(t, rdb, stream, key))
+	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(rdb, stream, key))
 	mu.Lock()
 	defer mu.Unlock()
 	if len(deliveries) != 3 {
@@ -270,7 +270,7 @@ func TestConsumerKeepsLiveBatch(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	free()
-	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(t, rdb, stream, key))
+	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(rdb, stream, key))
 	if otherCalls.Load() != 0 {
 		t.Fatalf("the other consumer took %d entries", otherCalls.Load())
 	}

@@ -56,15 +56,15 @@ func (w *watch) read() (errors map[string]int, acked, retried int) {
 	return errors, w.acked, w.retried
 }
 
-func addMany(t *testing.T, rdb *redis.Client, stream string, n int) {
-	t.Helper()
+func addMany(tb testing.TB, rdb *redis.Client, stream string, n int) {
+	tb.Helper()
 	ctx := context.Background()
 	pipe := rdb.Pipeline()
 	for i := range n {
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"n": fmt.Sprint(i)}})
 		if (i+1)%1000 == 0 || i == n-1 {
 			if _, err := pipe.Exec(ctx); err != nil {
-				t.Fatal(err)
+				tb.Fatal(err)
 			}
 		}
 	}
@@ -113,7 +113,7 @@ func TestConsumerLargeBatch(t *testing.T) {
 		if errs, _, _ := w.read(); errs["ack"] > 0 {
 			t.Fatalf("acknowledging the batch failed %d times", errs["ack"])
 		}
-		return drained(t, rdb, stream, key)()
+		return drained(rdb, stream, key)()
 	})
 	mu.Lock()
 	defer mu.Unlock()
@@ -187,7 +187,7 @@ func TestConsumerRetryWrongTypedQueue(t *testing.T) {
 	defer cancel()
 	go func() { _ = NewPoller(q, PollerConfig{Every: 5 * time.Millisecond}, quiet).Run(pctx) }()
 	testenv.WaitFor(t, 10*time.Second, "the entry handled after the delay queue", handledAgain.Load)
-	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(t, rdb, stream, key))
+	testenv.WaitFor(t, 10*time.Second, "stream, pending list and delay queue drained", drained(rdb, stream, key))
 }
 
 // TestConsumerRetryNotPending: a Retry outcome for an entry no longer
