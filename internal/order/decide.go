@@ -112,22 +112,28 @@ func decide(r read, f found) verdict {
 	return verdict{fate: inserted}
 }
 
-// What each fate does. In words, by what was read and what MySQL holds:
+// effects is what a verdict does; effectsOf holds one row per fate. In
+// words, from what was read and what MySQL holds to what happens:
 //
-//	read / MySQL holds                         fate          record  count   give back  settle
-//	id repeated in the batch, lock held        retry         -       -       -          -
-//	nothing (or another buyer's letter)        inserted      order   order   -          yes
-//	  ... over a delivery or attempt limit     lettered      letter  letter  yes        -
-//	this buyer's order                         written       -       -       -          yes
-//	this buyer's live letter                   letterFound   -       -       yes        -
-//	this message's replayed letter             stale         -       -       -          -
-//	another buyer's order on the id            lettered      letter  letter  yes        -
-//	no stock, no voucher, buyer's other order  lettered      letter  letter  yes        -
-//	undecodable, no letter yet                 poisoned      letter  letter  -          -
-//	undecodable, its letter there              poisonFound   -       -       -          -
+//	read / MySQL holds                      verdict                    record  count   give back  settle
+//	id repeated in the batch; lock held     retry                      -       -       -          -
+//	nothing, or another buyer's letter      inserted                   order   order   -          yes
+//	  the same, over the delivery limit     lettered(delivery_limit)   letter  letter  yes        -
+//	  the same, lock held on its last try   lettered(attempt_limit)    letter  letter  yes        -
+//	this buyer's order                      written                    -       -       -          yes
+//	this buyer's live letter                letterFound(its reason)    -       -       yes        -
+//	this message's replayed letter          stale                      -       -       -          -
+//	another buyer's order on the id         lettered(id_collision)     letter  letter  yes        -
+//	no unit left, no such voucher           lettered(out_of_stock,     letter  letter  yes        -
+//	                                          unknown_voucher)
+//	the buyer's other order of the voucher  lettered(duplicate_buyer)  letter  letter  yes        -
+//	undecodable, no letter yet              poisoned(undecodable)      letter  letter  -          -
+//	undecodable, its letter there           poisonFound(undecodable)   -       -       -          -
 //
-// A give-back returns the unit to the Redis stock only for the reasons
-// restocks names; it always frees the buyer.
+// The last three MySQL answers come from the guards of the careful way
+// (insertOrLetter). A give-back drops the buyer entry while it names this
+// order, and returns the unit to the Redis stock only for the reasons
+// restocks names (out_of_stock and unknown_voucher have no unit to give).
 type effects struct {
 	outcome  mq.Outcome // mq.Ack unless said
 	record   record     // what the transaction writes
