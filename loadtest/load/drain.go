@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
 
 	"seckill/internal/db"
 	"seckill/internal/mq"
@@ -56,54 +57,53 @@ func Drain(ctx context.Context, cfg DrainConfig) (DrainResult, error) {
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	keys := voucher.NewKeys(cfg.KeyPrefix, cfg.Shards)
-	stream := keys.Stream(keys.Shard(cfg.VoucherID))
+	w := drainWatch{cfg: cfg, g: g, rdb: rdb, stream: keys.Stream(keys.Shard(cfg.VoucherID))}
+	return w.run(ctx)
+}
 
-	count := func() (int, error) {
-		var n int64
-		err := g.WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ?", cfg.VoucherID).Scan(&n).Error
-		return int(n), err
-	}
-	pending := func() (int64, error) {
-		p, err := rdb.XPending(ctx, stream, cfg.Group).Result()
-		if err != nil {
-			if mq.IsNoGroup(err) {
-				return 0, nil
-			}
-			return 0, err
-		}
-		return p.Count, nil
-	}
+// drainWatch watches one voucher's drain: its orders in MySQL and what
+// its group holds pending on the voucher's stream.
+type drainWatch struct {
+	cfg    DrainConfig
+	g      *gorm.DB
+	rdb    *redis.Client
+	stream string
+}
+
+// run polls every 20ms until the drain is done, logging the count every
+// second; it fails when the timeout passes first or the voucher had its
+// orders before the watch began.
+func (w drainWatch) run(ctx context.Context) (DrainResult, error) {
+	cfg := w.cfg
 	watch := time.Now()
 	deadline := watch.Add(cfg.Timeout)
-	first, err := count()
+	first, err := w.orders(ctx)
 	if err != nil {
 		return DrainResult{}, err
 	}
 	fmt.Fprintf(cfg.Log, "watching voucher %d: %d of %d orders in MySQL; start the worker now\n", cfg.VoucherID, first, cfg.Expect)
 	var began time.Time
-	base, lastLog := first, watch
+	lastLog := watch
 	for {
-		n, err := count()
+		n, err := w.orders(ctx)
 		if err != nil {
 			return DrainResult{}, err
 		}
 		now := time.Now()
 		if began.IsZero() && n > first {
 			// The first batch landed; count from the state before it.
-			began, base = now, first
+			began = now
 		}
-		if n >= cfg.Expect {
-			p, err := pending()
-			if err != nil {
-				return DrainResult{}, err
+		done, err := w.done(ctx, n)
+		if err != nil {
+			return DrainResult{}, err
+		}
+		if done {
+			if began.IsZero() {
+				return DrainResult{}, fmt.Errorf("voucher %d already had %d orders when the watch began", cfg.VoucherID, n)
 			}
-			if p == 0 {
-				if began.IsZero() {
-					return DrainResult{}, fmt.Errorf("voucher %d already had %d orders when the watch began", cfg.VoucherID, n)
-				}
-				secs := now.Sub(began).Seconds()
-				return DrainResult{Orders: n - base, Seconds: secs, Rate: float64(n-base) / secs, WaitSeconds: began.Sub(watch).Seconds()}, nil
-			}
+			secs := now.Sub(began).Seconds()
+			return DrainResult{Orders: n - first, Seconds: secs, Rate: float64(n-first) / secs, WaitSeconds: began.Sub(watch).Seconds()}, nil
 		}
 		if now.After(deadline) {
 			return DrainResult{}, fmt.Errorf("after %s: %d of %d orders in MySQL", cfg.Timeout, n, cfg.Expect)
@@ -116,4 +116,27 @@ func Drain(ctx context.Context, cfg DrainConfig) (DrainResult, error) {
 			return DrainResult{}, ctx.Err()
 		}
 	}
+}
+
+// orders counts the voucher's orders in MySQL.
+func (w drainWatch) orders(ctx context.Context) (int, error) {
+	var n int64
+	err := w.g.WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ?", w.cfg.VoucherID).Scan(&n).Error
+	return int(n), err
+}
+
+// done reports whether the drain is over: n orders are all that were
+// expected, and the group holds nothing pending (no group: nothing).
+func (w drainWatch) done(ctx context.Context, n int) (bool, error) {
+	if n < w.cfg.Expect {
+		return false, nil
+	}
+	p, err := w.rdb.XPending(ctx, w.stream, w.cfg.Group).Result()
+	switch {
+	case mq.IsNoGroup(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return p.Count == 0, nil
 }

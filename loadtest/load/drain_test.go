@@ -1,0 +1,84 @@
+package load
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"seckill/internal/db"
+	"seckill/internal/testenv"
+	"seckill/internal/voucher"
+	schema "seckill/sql"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// signalWriter closes started on its first write: the watch has begun.
+type signalWriter struct{ started chan struct{} }
+
+func (w signalWriter) Write(p []byte) (int, error) {
+	select {
+	case <-w.started:
+	default:
+		close(w.started)
+	}
+	return len(p), nil
+}
+
+// TestDrainTimesOrdersWritten: the clock runs from the first order written
+// after the watch began; with no consumer group on the stream nothing is
+// pending. A voucher that had its orders before the watch is an error.
+func TestDrainTimesOrdersWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := testenv.MySQLDSN(t)
+	g, err := db.OpenMySQL(dsn, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(g)
+	if _, err := schema.Apply(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	v := voucher.Voucher{Title: "t", TotalStock: 5, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
+	if err := voucher.NewStore(g).Create(ctx, &v); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(id, user int64) {
+		t.Helper()
+		now := time.Now()
+		if err := g.Exec("INSERT INTO orders VALUES (?, ?, ?, ?, ?)", id, user, v.ID, now, now).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DrainConfig{
+		VoucherID: v.ID, Expect: 2, RedisURL: testenv.RedisURL(t), MySQLDSN: dsn,
+		KeyPrefix: testenv.Prefix(t), Shards: 1, Timeout: time.Minute,
+	}
+
+	started := make(chan struct{})
+	cfg.Log = signalWriter{started}
+	type result struct {
+		res DrainResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := Drain(ctx, cfg)
+		done <- result{res, err}
+	}()
+	<-started
+	insert(901, 1)
+	insert(902, 2)
+	r := <-done
+	if r.err != nil || r.res.Orders != 2 || r.res.Seconds < 0 || r.res.WaitSeconds < 0 {
+		t.Fatalf("drain %+v, %v; want 2 orders", r.res, r.err)
+	}
+
+	cfg.Log = io.Discard
+	if _, err := Drain(ctx, cfg); err == nil || !strings.Contains(err.Error(), "already had 2 orders") {
+		t.Fatalf("drain of a voucher drained before the watch: %v", err)
+	}
+}
