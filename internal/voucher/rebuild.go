@@ -193,65 +193,100 @@ func (w *Warmer) Warm(ctx context.Context) (loaded int, err error) {
 	return loaded, errors.Join(errs...)
 }
 
+// warmShard rebuilds the shard when its ready marker is gone, else loads
+// the state of its vouchers that have none.
 func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, error) {
-	rdb := w.state.rdb
-	ready, err := rdb.Exists(ctx, w.keys.Ready(shard)).Result()
+	ready, err := w.state.rdb.Exists(ctx, w.keys.Ready(shard)).Result()
 	if err != nil {
 		return 0, fmt.Errorf("check shard %d: %w", shard, err)
 	}
-	rebuild := ready == 0
-	var token string // the rebuild lease's owner token
-	if rebuild {
-		// One instance rebuilds a shard at a time, and only while the
-		// marker is still missing: a second rebuild after the first
-		// reopened the shard would overwrite live purchases.
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		token = hex.EncodeToString(b[:])
-		took, err := rdb.SetNX(ctx, w.keys.Rebuilding(shard), token, rebuildLease).Result()
-		if err != nil {
-			return 0, fmt.Errorf("take shard %d rebuild lease: %w", shard, err)
-		}
-		if !took {
-			return 0, nil // another instance is at it
-		}
-		if ready, err = rdb.Exists(ctx, w.keys.Ready(shard)).Result(); err != nil || ready == 1 {
-			rdb.Del(context.WithoutCancel(ctx), w.keys.Rebuilding(shard))
-			return 0, err // rebuilt meanwhile
-		}
+	if ready == 0 {
+		return w.rebuildShard(ctx, shard, vs)
 	}
-	var todo []Voucher
-	if rebuild {
-		todo = vs
-	} else if len(vs) > 0 {
-		pipe := rdb.Pipeline()
-		exists := make([]*redis.IntCmd, len(vs))
-		for i, v := range vs {
-			exists[i] = pipe.Exists(ctx, w.keys.State(v.ID))
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, fmt.Errorf("check voucher state: %w", err)
-		}
-		for i, v := range vs {
-			if exists[i].Val() == 0 {
-				todo = append(todo, v)
-			}
-		}
-	}
-	if len(todo) == 0 {
-		if rebuild {
-			return 0, w.state.Reopen(ctx, token, shard)
-		}
-		return 0, nil
-	}
-	flying, err := w.readInFlight(ctx, shard)
-	if err != nil {
+	todo, err := w.missingState(ctx, vs)
+	if err != nil || len(todo) == 0 {
 		return 0, err
 	}
+	if err := w.loadAll(ctx, shard, todo, ""); err != nil {
+		return 0, err
+	}
+	return len(todo), nil
+}
+
+// rebuildShard writes the state of every voucher of the shard under the
+// shard's rebuild lease, then reopens the shard.
+func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher) (int, error) {
+	token, took, err := w.takeRebuildLease(ctx, shard)
+	if err != nil || !took {
+		return 0, err
+	}
+	if len(vs) > 0 {
+		if err := w.loadAll(ctx, shard, vs, token); err != nil {
+			return 0, err
+		}
+		w.log.Warn("shard state rebuilt from the database", "shard", shard, "vouchers", len(vs))
+	}
+	return len(vs), w.state.Reopen(ctx, token, shard)
+}
+
+// takeRebuildLease makes this instance the one that rebuilds the shard, and
+// only while the marker is still missing: a second rebuild after the first
+// reopened the shard would overwrite live purchases. took is false when
+// another instance is at it or has rebuilt it meanwhile.
+func (w *Warmer) takeRebuildLease(ctx context.Context, shard int) (token string, took bool, err error) {
+	rdb := w.state.rdb
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	token = hex.EncodeToString(b[:])
+	took, err = rdb.SetNX(ctx, w.keys.Rebuilding(shard), token, rebuildLease).Result()
+	if err != nil {
+		return "", false, fmt.Errorf("take shard %d rebuild lease: %w", shard, err)
+	}
+	if !took {
+		return "", false, nil // another instance is at it
+	}
+	if ready, err := rdb.Exists(ctx, w.keys.Ready(shard)).Result(); err != nil || ready == 1 {
+		rdb.Del(context.WithoutCancel(ctx), w.keys.Rebuilding(shard))
+		return "", false, err // rebuilt meanwhile
+	}
+	return token, true, nil
+}
+
+// missingState returns the vouchers whose state Redis does not hold.
+func (w *Warmer) missingState(ctx context.Context, vs []Voucher) ([]Voucher, error) {
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	pipe := w.state.rdb.Pipeline()
+	exists := make([]*redis.IntCmd, len(vs))
+	for i, v := range vs {
+		exists[i] = pipe.Exists(ctx, w.keys.State(v.ID))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("check voucher state: %w", err)
+	}
+	var todo []Voucher
+	for i, v := range vs {
+		if exists[i].Val() == 0 {
+			todo = append(todo, v)
+		}
+	}
+	return todo, nil
+}
+
+// loadAll writes what Redis should hold for each voucher: under the
+// rebuild lease token (replacing whatever is there), or, with no token,
+// only where the state is missing.
+func (w *Warmer) loadAll(ctx context.Context, shard int, todo []Voucher, token string) error {
+	flying, err := w.readInFlight(ctx, shard)
+	if err != nil {
+		return err
+	}
+	rebuild := token != ""
 	for _, v := range todo {
 		e, err := w.expect(ctx, v, flying)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if rebuild {
 			err = w.state.Replace(ctx, token, rebuildLease, v, e.stock, e.buyers)
@@ -260,16 +295,12 @@ func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, e
 			_, err = w.state.Load(ctx, v, e.buyers)
 		}
 		if err != nil {
-			return 0, err
+			return err
 		}
 		w.log.Info("voucher state loaded from database", "voucher_id", v.ID, "stock", e.stock,
 			"buyers", len(e.buyers), "in_flight", e.flying, "shard_rebuilt", rebuild)
 	}
-	if rebuild {
-		w.log.Warn("shard state rebuilt from the database", "shard", shard, "vouchers", len(todo))
-		return len(todo), w.state.Reopen(ctx, token, shard)
-	}
-	return len(todo), nil
+	return nil
 }
 
 // noticeRestart notices when the Redis server is another process than
@@ -342,25 +373,31 @@ func (w *Warmer) Reconcile(ctx context.Context) ([]Diff, error) {
 		if err != nil {
 			return nil, err
 		}
-		missing, extra := 0, 0
-		for u, o := range e.buyers {
-			if got[fmt.Sprint(u)] != fmt.Sprint(o) {
-				missing++
-			}
-		}
-		for u := range got {
-			var id int64
-			if _, err := fmt.Sscan(u, &id); err != nil || e.buyers[id] == 0 {
-				extra++
-			}
-		}
-		if missing+extra > 0 {
-			d.What, d.Redis, d.Expected = "buyers", fmt.Sprintf("%d entries, %d unexpected", len(got), extra),
-				fmt.Sprintf("%d entries, %d missing", len(e.buyers), missing)
+		if inRedis, expected, differ := compareBuyers(got, e.buyers); differ {
+			d.What, d.Redis, d.Expected = "buyers", inRedis, expected
 			diffs = append(diffs, d)
 		}
 	}
 	return diffs, nil
+}
+
+// compareBuyers says how Redis's buyers (user -> order, as strings) differ
+// from the expected ones, if they do.
+func compareBuyers(got map[string]string, want map[int64]int64) (inRedis, expected string, differ bool) {
+	missing, extra := 0, 0
+	for u, o := range want {
+		if got[fmt.Sprint(u)] != fmt.Sprint(o) {
+			missing++
+		}
+	}
+	for u := range got {
+		var id int64
+		if _, err := fmt.Sscan(u, &id); err != nil || want[id] == 0 {
+			extra++
+		}
+	}
+	return fmt.Sprintf("%d entries, %d unexpected", len(got), extra),
+		fmt.Sprintf("%d entries, %d missing", len(want), missing), missing+extra > 0
 }
 
 // buyers reads a voucher's buyers hash in pages (scanHash).
