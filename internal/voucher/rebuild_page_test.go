@@ -11,10 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"seckill/internal/db"
 	"seckill/internal/mq"
 	"seckill/internal/testenv"
-	schema "seckill/sql"
 )
 
 // pageEnv is a voucher on sale with a backlog of accepted orders in Redis.
@@ -30,15 +28,8 @@ type pageEnv struct {
 // backlog is still in flight).
 func newPageEnv(t testing.TB, rdb *redis.Client, stock int) pageEnv {
 	t.Helper()
-	g, err := db.OpenMySQL(testenv.MySQLDSN(t), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close(g) })
+	g := migratedMySQL(t)
 	ctx := context.Background()
-	if _, err := schema.Apply(ctx, g); err != nil {
-		t.Fatal(err)
-	}
 	keys := NewKeys(testenv.Prefix(t), 1)
 	store := NewStore(g)
 	v := Voucher{Title: "t", TotalStock: stock, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}

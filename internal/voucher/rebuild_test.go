@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
 
 	"seckill/internal/db"
 	"seckill/internal/mq"
@@ -31,21 +32,29 @@ func (l ledger) Reservations(context.Context, int64) (map[int64]int64, map[int64
 	return b, l.dead, nil
 }
 
+// migratedMySQL opens a fresh MySQL database of the test with the schema
+// applied; it is closed on cleanup.
+func migratedMySQL(t testing.TB) *gorm.DB {
+	t.Helper()
+	g, err := db.OpenMySQL(testenv.MySQLDSN(t), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close(g) })
+	if _, err := schema.Apply(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // TestRebuildAfterStateLoss: a shard whose ready marker is gone is rebuilt
 // from the database plus the orders still in flight (on the stream or in
 // the delay queue, found through the shard's pending index), purchases fail closed until then, and reconcile then finds
 // nothing to report.
 func TestRebuildAfterStateLoss(t *testing.T) {
 	t.Parallel()
-	g, err := db.OpenMySQL(testenv.MySQLDSN(t), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(g)
+	g := migratedMySQL(t)
 	ctx := context.Background()
-	if _, err := schema.Apply(ctx, g); err != nil {
-		t.Fatal(err)
-	}
 	rdb := testenv.Redis(t)
 	keys := NewKeys(testenv.Prefix(t), 1)
 	store := NewStore(g)
@@ -152,15 +161,8 @@ func TestRebuildLeaseGuardsWrites(t *testing.T) {
 // are rebuilt and sell, and Warm reports the one that failed.
 func TestWarmOpensTheShardsItCan(t *testing.T) {
 	t.Parallel()
-	g, err := db.OpenMySQL(testenv.MySQLDSN(t), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(g)
+	g := migratedMySQL(t)
 	ctx := context.Background()
-	if _, err := schema.Apply(ctx, g); err != nil {
-		t.Fatal(err)
-	}
 	rdb := testenv.Redis(t)
 	keys := NewKeys(testenv.Prefix(t), 2)
 	store := NewStore(g)
