@@ -32,8 +32,13 @@ local queue_type = redis.call('TYPE', KEYS[2])['ok']
 if queue_type ~= 'zset' and queue_type ~= 'none' then
   return redis.error_reply('WRONGTYPE retry: ' .. KEYS[2] .. ' is ' .. queue_type .. ', not a sorted set')
 end
--- Raises NOGROUP when the group is missing: nothing written yet.
-local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[5])
+-- Answers NOGROUP when the group is missing: nothing written yet. The
+-- error is passed on as it came (code first), not raised, so that every
+-- Redis, the embedded one too, reports it with the code in front.
+local pending = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[5])
+if type(pending) == 'table' and pending.err then
+  return redis.error_reply(pending.err)
+end
 if #pending == 0 then
   return 0
 end
