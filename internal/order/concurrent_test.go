@@ -189,8 +189,8 @@ func TestWriterOrderAndLetterRace(t *testing.T) {
 		stateEnv(t, e, v, 9, map[int64]int64{4: 5002})
 		m := msg(1, 5002, 4, v)
 		late, tx := stalled(t, e, m)
-		late.v = verdict{lettered, ReasonDeliveryLimit} // as Handle gives a message over its limit
-		handle(t, e.w, []mq.Message{m})                 // the other worker: the order, committed
+		late.read, late.v = readDeliveryLimit, verdict{lettered, ReasonDeliveryLimit} // as Handle gives a message over its limit
+		handle(t, e.w, []mq.Message{m})                                               // the other worker: the order, committed
 		if err := e.w.deadLetter(tx, late); err != nil {
 			t.Fatal(err)
 		}
