@@ -479,7 +479,8 @@ func (c *Consumer) process(ctx context.Context, batch []Message) error {
 	if moved < len(retries) {
 		// Not this consumer's any more: the batch fails, and is handed
 		// over again without them (and without what was carried out).
-		c.cfg.Observer.RedisError("delay")
+		// Redis did not fail (another consumer owns them now), so no
+		// Redis error is counted: that count pages an operator.
 		return fmt.Errorf("delay %d entries: %d %w", len(retries), len(retries)-moved, errNotPending)
 	}
 	return nil

@@ -234,8 +234,10 @@ func TestConsumerRetryNotPending(t *testing.T) {
 		return acked == 3
 	})
 	errs, acked, retried := w.read()
-	if errs["delay"] != 1 || retried != 0 || acked != 3 {
-		t.Fatalf("delay errors %d, retried %d, acked %d; want 1, 0, 3", errs["delay"], retried, acked)
+	// Another consumer owning the entry is no Redis failure: nothing is
+	// counted as one (SeckillRedisErrors pages on that count).
+	if errs["delay"] != 0 || retried != 0 || acked != 3 {
+		t.Fatalf("delay errors %d, retried %d, acked %d; want 0, 0, 3", errs["delay"], retried, acked)
 	}
 	mu.Lock()
 	defer mu.Unlock()
