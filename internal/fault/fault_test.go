@@ -118,10 +118,12 @@ func TestMariaDBOutage(t *testing.T) {
 	c.maria.Pause(t)
 	s := newSale()
 	c.burst(s, []string{api.base}, vid, users, requests/2, nil)
-	// Accepted orders wait in the stream, none acked.
-	if p := c.pending(); p == 0 {
-		t.Fatal("nothing pending while MariaDB is paused")
-	}
+	// Accepted orders wait in the stream, none acked: the workers read
+	// them (soon after the burst; a read may still be on its way) and hold
+	// them pending.
+	testenv.WaitFor(t, 10*time.Second, "orders read and held pending while MariaDB is paused", func() bool {
+		return c.pending() > 0
+	})
 	// The outage lasts five reclaim idle times (SECKILL_RECLAIM_IDLE=1s):
 	// holding the fault is the scenario, not a wait for a result.
 	<-time.After(5 * time.Second)
