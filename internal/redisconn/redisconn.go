@@ -1,0 +1,161 @@
+// Package redisconn opens the Redis the sale runs on from one URL: a single
+// server (redis://, rediss://, unix://) or a Redis Cluster
+// (redis-cluster://, rediss-cluster://, seed nodes as the host and addr=
+// parameters). Everything that talks to the sale's Redis opens it here, so
+// the service, its subcommands and the load tools read the same setting
+// the same way.
+package redisconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster URL schemes. The rest of such a URL is what go-redis's
+// ParseClusterURL reads: redis-cluster://[user:pass@]host:port[?addr=host:port&...].
+const (
+	schemeCluster    = "redis-cluster"
+	schemeClusterTLS = "rediss-cluster"
+)
+
+// Target is a parsed Redis URL: exactly one of Single and Cluster is set.
+type Target struct {
+	Single  *redis.Options
+	Cluster *redis.ClusterOptions
+}
+
+// IsCluster reports whether the target is a Redis Cluster.
+func (t Target) IsCluster() bool { return t.Cluster != nil }
+
+// Parse reads a Redis URL. On a cluster only database 0 exists: a URL that
+// names another is refused.
+func Parse(raw string) (Target, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Target{}, fmt.Errorf("parse redis url: %w", redactErr(err, raw))
+	}
+	switch u.Scheme {
+	case schemeCluster, schemeClusterTLS:
+		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+			return Target{}, fmt.Errorf("redis cluster url names database %s: a Redis Cluster has only database 0", db)
+		}
+		if u.Query().Has("db") {
+			return Target{}, errors.New("redis cluster url sets db: a Redis Cluster has only database 0")
+		}
+		u.Path = ""
+		u.Scheme = strings.TrimSuffix(u.Scheme, "-cluster")
+		opts, err := redis.ParseClusterURL(u.String())
+		if err != nil {
+			return Target{}, redactErr(err, raw)
+		}
+		return Target{Cluster: opts}, nil
+	default:
+		opts, err := redis.ParseURL(raw)
+		if err != nil {
+			return Target{}, redactErr(err, raw)
+		}
+		return Target{Single: opts}, nil
+	}
+}
+
+// redactErr keeps a password in the URL out of an error message.
+func redactErr(err error, raw string) error {
+	u, perr := url.Parse(raw)
+	if perr != nil || u.User == nil {
+		return err
+	}
+	if p, ok := u.User.Password(); ok && p != "" && strings.Contains(err.Error(), p) {
+		return errors.New(strings.ReplaceAll(err.Error(), p, "xxxxx"))
+	}
+	return err
+}
+
+// Tuning is what the caller sets on top of the URL; zero fields keep
+// go-redis's defaults (or the URL's).
+type Tuning struct {
+	DialTimeout, ReadTimeout, WriteTimeout, PoolTimeout time.Duration
+	PoolSize, MinIdleConns                              int
+	// MaxRetries < 0 disables retries.
+	MaxRetries int
+}
+
+// Open connects to the target with the tuning applied. It does not dial:
+// the first command does.
+func (t Target) Open(tn Tuning) redis.UniversalClient {
+	set := func(dst *time.Duration, v time.Duration) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	setInt := func(dst *int, v int) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	if t.Cluster != nil {
+		o := *t.Cluster
+		set(&o.DialTimeout, tn.DialTimeout)
+		set(&o.ReadTimeout, tn.ReadTimeout)
+		set(&o.WriteTimeout, tn.WriteTimeout)
+		set(&o.PoolTimeout, tn.PoolTimeout)
+		setInt(&o.PoolSize, tn.PoolSize)
+		setInt(&o.MinIdleConns, tn.MinIdleConns)
+		setInt(&o.MaxRetries, tn.MaxRetries)
+		return redis.NewClusterClient(&o)
+	}
+	o := *t.Single
+	set(&o.DialTimeout, tn.DialTimeout)
+	set(&o.ReadTimeout, tn.ReadTimeout)
+	set(&o.WriteTimeout, tn.WriteTimeout)
+	set(&o.PoolTimeout, tn.PoolTimeout)
+	setInt(&o.PoolSize, tn.PoolSize)
+	setInt(&o.MinIdleConns, tn.MinIdleConns)
+	setInt(&o.MaxRetries, tn.MaxRetries)
+	return redis.NewClient(&o)
+}
+
+// Open parses raw and connects with the tuning applied.
+func Open(raw string, tn Tuning) (redis.UniversalClient, error) {
+	t, err := Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	return t.Open(tn), nil
+}
+
+// IsCluster reports whether rdb talks to a Redis Cluster.
+func IsCluster(rdb redis.UniversalClient) bool {
+	_, ok := rdb.(*redis.ClusterClient)
+	return ok
+}
+
+// MasterFor returns the client of the server that holds key: on a cluster
+// the master serving key's slot (from the client's slot map), else the one
+// server.
+func MasterFor(ctx context.Context, rdb redis.UniversalClient, key string) (*redis.Client, error) {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	case *redis.Client:
+		return c, nil
+	}
+	return nil, fmt.Errorf("redis client %T has no master for a key", rdb)
+}
+
+// ForEachMaster calls fn for every master: on a cluster each master the
+// client's slot map knows, at once, else the one server.
+func ForEachMaster(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, c *redis.Client) error) error {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
+	}
+	return fmt.Errorf("redis client %T has no masters", rdb)
+}
