@@ -19,12 +19,14 @@ import (
 
 	"seckill/internal/db"
 	"seckill/internal/order"
+	"seckill/internal/redisconn"
 )
 
-// openRedis connects to the configured Redis, or starts an in-process one
+// openRedis connects to the configured Redis (one server, or a Redis
+// Cluster for a redis-cluster:// URL), or starts an in-process one
 // (embedded mode). The returned func closes what was opened.
-func openRedis(ctx context.Context, cfg config, log *slog.Logger) (*redis.Client, func(), error) {
-	opts := &redis.Options{}
+func openRedis(ctx context.Context, cfg config, log *slog.Logger) (redis.UniversalClient, func(), error) {
+	target := redisconn.Target{Single: &redis.Options{}}
 	var mr *miniredis.Miniredis
 	stopClock := func() {}
 	if cfg.embeddedRedis() {
@@ -32,12 +34,12 @@ func openRedis(ctx context.Context, cfg config, log *slog.Logger) (*redis.Client
 		if err := mr.StartAddr(cfg.EmbeddedRedisAddr); err != nil {
 			return nil, nil, fmt.Errorf("start embedded redis: %w", err)
 		}
-		opts.Addr = mr.Addr()
+		target.Single.Addr = mr.Addr()
 		log.Info("embedded redis listening", "addr", mr.Addr())
 		stopClock = runMiniredisClock(mr)
 	} else {
 		var err error
-		opts, err = redis.ParseURL(cfg.RedisURL)
+		target, err = redisconn.Parse(cfg.RedisURL)
 		if err != nil {
 			return nil, nil, fmt.Errorf("SECKILL_REDIS_URL: %w", err)
 		}
@@ -50,13 +52,12 @@ func openRedis(ctx context.Context, cfg config, log *slog.Logger) (*redis.Client
 	if cfg.embeddedRedis() {
 		timeout = 10 * time.Second
 	}
-	opts.DialTimeout = timeout
-	opts.ReadTimeout = timeout
-	opts.WriteTimeout = timeout
-	opts.PoolTimeout = timeout
-	opts.PoolSize = max(cfg.RedisPool, 4*runtime.GOMAXPROCS(0))
-	opts.MinIdleConns = min(opts.PoolSize, 16)
-	rdb := redis.NewClient(opts)
+	pool := max(cfg.RedisPool, 4*runtime.GOMAXPROCS(0))
+	rdb := target.Open(redisconn.Tuning{
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout,
+		// On a cluster the pool is per master.
+		PoolSize: pool, MinIdleConns: min(pool, 16),
+	})
 	closeAll := func() {
 		_ = rdb.Close()
 		stopClock()
@@ -68,6 +69,9 @@ func openRedis(ctx context.Context, cfg config, log *slog.Logger) (*redis.Client
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		log.Warn("redis does not answer yet; purchases fail until it does", "err", err)
+	}
+	if target.IsCluster() {
+		log.Info("redis cluster", "seed_nodes", target.Cluster.Addrs)
 	}
 	return rdb, closeAll, nil
 }
@@ -155,7 +159,7 @@ func embeddedSecret(dir string) (secret string, created bool, err error) {
 // openLocks connects to the buyer-lock nodes: the main Redis by default,
 // or the independent Redis servers of SECKILL_LOCK_NODES (a majority of
 // them must grant a lock).
-func openLocks(cfg config, main *redis.Client, log *slog.Logger) (*order.Locks, func(), error) {
+func openLocks(cfg config, main redis.UniversalClient, log *slog.Logger) (*order.Locks, func(), error) {
 	if len(cfg.LockNodes) == 0 {
 		return order.NewLocks([]redis.UniversalClient{main}, cfg.LockTTL, log), func() {}, nil
 	}
@@ -166,20 +170,23 @@ func openLocks(cfg config, main *redis.Client, log *slog.Logger) (*order.Locks, 
 		}
 	}
 	for _, u := range cfg.LockNodes {
-		opts, err := redis.ParseURL(u)
+		target, err := redisconn.Parse(u)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("SECKILL_LOCK_NODES: %w", err)
 		}
+		if target.IsCluster() {
+			closeAll()
+			return nil, nil, fmt.Errorf("SECKILL_LOCK_NODES: %s: each lock node is one independent Redis server (redis://), not a cluster; "+
+				"to take the locks on the sale's cluster leave SECKILL_LOCK_NODES empty", redactURL(u))
+		}
 		// A batch takes its locks all at once: as many connections as the
 		// main Redis has. A dead node must not hold up the others: fail
 		// fast.
-		opts.PoolSize = max(cfg.RedisPool, 4*runtime.GOMAXPROCS(0))
-		opts.DialTimeout = 200 * time.Millisecond
-		opts.ReadTimeout = 500 * time.Millisecond
-		opts.WriteTimeout = 500 * time.Millisecond
-		opts.MaxRetries = 0
-		nodes = append(nodes, redis.NewClient(opts))
+		nodes = append(nodes, target.Open(redisconn.Tuning{
+			PoolSize:    max(cfg.RedisPool, 4*runtime.GOMAXPROCS(0)),
+			DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
+		}))
 	}
 	return order.NewLocks(nodes, cfg.LockTTL, log), closeAll, nil
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"seckill/internal/redisconn"
 )
 
 // config is every setting of the service, read from the environment. The
@@ -29,10 +31,14 @@ type config struct {
 	Batch             int           // SECKILL_WORKER_BATCH
 	Block             time.Duration // SECKILL_WORKER_BLOCK
 	// Consumers is how many batches one instance writes at once per shard.
-	Consumers     int           // SECKILL_WORKER_CONSUMERS
-	Shutdown      time.Duration // SECKILL_SHUTDOWN_TIMEOUT
-	Warm          time.Duration // SECKILL_WARM_INTERVAL
-	RedisPool     int           // SECKILL_REDIS_POOL
+	Consumers int           // SECKILL_WORKER_CONSUMERS
+	Shutdown  time.Duration // SECKILL_SHUTDOWN_TIMEOUT
+	Warm      time.Duration // SECKILL_WARM_INTERVAL
+	RedisPool int           // SECKILL_REDIS_POOL
+	// WaitReplicas is how many replicas must acknowledge an accepted
+	// purchase before it is answered (Redis WAIT); 0: none.
+	WaitReplicas  int           // SECKILL_REDIS_WAIT_REPLICAS
+	WaitTimeout   time.Duration // SECKILL_REDIS_WAIT_TIMEOUT
 	LogLevel      slog.Level    // SECKILL_LOG_LEVEL
 	LogFormat     string        // SECKILL_LOG_FORMAT: json or text
 	LockNodes     []string      // SECKILL_LOCK_NODES: Redis URLs; empty: the main Redis
@@ -111,6 +117,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Shutdown:          dur("SECKILL_SHUTDOWN_TIMEOUT", 15*time.Second),
 		Warm:              dur("SECKILL_WARM_INTERVAL", 5*time.Second),
 		RedisPool:         num("SECKILL_REDIS_POOL", 256, 1, 10_000),
+		WaitReplicas:      num("SECKILL_REDIS_WAIT_REPLICAS", 0, 0, 16),
+		WaitTimeout:       dur("SECKILL_REDIS_WAIT_TIMEOUT", 100*time.Millisecond),
 		LogFormat:         str("SECKILL_LOG_FORMAT", "json"),
 		CrashPoint:        str("SECKILL_CRASH_POINT", ""),
 		LockTTL:           dur("SECKILL_LOCK_TTL", 10*time.Second),
@@ -148,6 +156,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if !crashPointValid(c.CrashPoint) {
 		errs = append(errs, "SECKILL_CRASH_POINT must be empty, after_commit_before_ack or hang_after_read")
 	}
+	if c.RedisURL != "" {
+		if _, err := redisconn.Parse(c.RedisURL); err != nil {
+			errs = append(errs, "SECKILL_REDIS_URL: "+err.Error())
+		}
+	} else if c.WaitReplicas > 0 {
+		errs = append(errs, "SECKILL_REDIS_WAIT_REPLICAS needs SECKILL_REDIS_URL: the embedded Redis has no replicas")
+	}
 	if strings.ContainsAny(c.KeyPrefix, "{} ") {
 		errs = append(errs, "SECKILL_KEY_PREFIX must not contain braces or spaces")
 	}
@@ -170,6 +185,7 @@ func (c config) LogValue() slog.Value {
 		slog.Int("worker_batch", c.Batch),
 		slog.Bool("token_secret_set", c.Secret != ""),
 		slog.Int("lock_nodes", max(len(c.LockNodes), 1)),
+		slog.Int("redis_wait_replicas", c.WaitReplicas),
 		slog.String("admin_addr", c.AdminAddr),
 	)
 }

@@ -14,6 +14,8 @@ import (
 
 	"seckill/internal/apierr"
 	"seckill/internal/auth"
+	"seckill/internal/redisconn"
+	"seckill/internal/voucher"
 	schema "seckill/sql"
 )
 
@@ -93,24 +95,27 @@ func limitBody(n int64) gin.HandlerFunc {
 
 // health answers the liveness and readiness probes.
 type health struct {
-	rdb *redis.Client
-	db  *gorm.DB
+	rdb  redis.UniversalClient
+	db   *gorm.DB
+	keys voucher.Keys
 }
 
 func (h *health) live(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "up"}) }
 
-// ready checks Redis, the database and that the schema is at the version
-// this build expects.
+// ready checks Redis (every master, a cluster's state, every shard's state
+// loaded), the database and that the schema is at the version this build
+// expects; what fails is named in detail.
 func (h *health) ready(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+	// Redis and the database each get their own time: a Redis that hangs
+	// must not make the database look down.
+	rctx, rcancel := context.WithTimeout(c.Request.Context(), time.Second)
+	defer rcancel()
+	checks, detail := gin.H{}, gin.H{}
+	rr := checkRedis(rctx, h.rdb, h.keys.Ready, h.keys.Shards())
+	rr.report(checks, detail, redisconn.IsCluster(h.rdb))
+	ok := rr.ok()
+	ctx, cancel := context.WithTimeout(c.Request.Context(), time.Second)
 	defer cancel()
-	checks := gin.H{}
-	ok := true
-	if err := h.rdb.Ping(ctx).Err(); err != nil {
-		checks["redis"], ok = "down", false
-	} else {
-		checks["redis"] = "up"
-	}
 	if sqlDB, err := h.db.DB(); err != nil || sqlDB.PingContext(ctx) != nil {
 		checks["database"], ok = "down", false
 	} else {
@@ -126,5 +131,9 @@ func (h *health) ready(c *gin.Context) {
 	if !ok {
 		status = http.StatusServiceUnavailable
 	}
-	c.JSON(status, gin.H{"ready": ok, "checks": checks})
+	body := gin.H{"ready": ok, "checks": checks}
+	if len(detail) > 0 {
+		body["detail"] = detail
+	}
+	c.JSON(status, body)
 }

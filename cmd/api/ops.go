@@ -29,10 +29,10 @@ func opsClients(ctx context.Context, cfg config, log *slog.Logger) (*order.DeadL
 		closeRedis()
 		return nil, nil, nil, err
 	}
-	keys := voucher.NewKeys(cfg.KeyPrefix, cfg.Shards)
+	keys := saleKeys(cfg, rdb)
 	vstore := voucher.NewStore(db)
 	warmer := voucher.NewWarmer(vstore, voucher.NewState(rdb, keys), order.NewStore(db), keys, cfg.Warm, log)
-	dead := order.NewDeadLetters(db, voucher.NewReserver(rdb, keys))
+	dead := order.NewDeadLetters(db, newReserver(cfg, rdb, keys))
 	return dead, warmer, func() { closeDB(); closeRedis() }, nil
 }
 

@@ -23,7 +23,7 @@ import (
 type deps struct {
 	cfg      config
 	log      *slog.Logger
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	db       *gorm.DB
 	signer   *auth.Signer
 	keys     voucher.Keys

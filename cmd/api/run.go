@@ -35,7 +35,8 @@ const usage = `usage: api [serve]                        run the service (defaul
        api migrate                              apply database migrations and exit
        api dlq list [--limit N]                 list dead letters
        api dlq replay ID                        send a dead-lettered order through again
-       api reconcile                            report differences between Redis and the database`
+       api reconcile                            report differences between Redis and the database
+       api shards                               show where each shard lives: hash tag, slot, master`
 
 // run is the whole program; main and the end-to-end tests call it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -222,7 +223,7 @@ func applyMigrations(ctx context.Context, cfg config, db *gorm.DB, log *slog.Log
 
 // openWorkerLocks connects to the buyer-lock nodes when this instance runs
 // the worker; otherwise it returns no locks and a close that does nothing.
-func openWorkerLocks(cfg config, rdb *redis.Client, log *slog.Logger) (*order.Locks, func(), error) {
+func openWorkerLocks(cfg config, rdb redis.UniversalClient, log *slog.Logger) (*order.Locks, func(), error) {
 	if !cfg.runWorker() {
 		return nil, func() {}, nil
 	}
@@ -232,7 +233,7 @@ func openWorkerLocks(cfg config, rdb *redis.Client, log *slog.Logger) (*order.Lo
 // core is what every role of the service shares: the clients, the
 // metrics, the keys and stores, the one Reserver, and the warmer.
 type core struct {
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	db       *gorm.DB
 	log      *slog.Logger
 	m        *metrics.Metrics
@@ -248,20 +249,20 @@ type core struct {
 // newCore builds the shared components and warms the voucher state once.
 // A warm-up that fails is logged, not fatal: purchases answer not_ready
 // and the warmer's loop tries again.
-func newCore(ctx context.Context, cfg config, rdb *redis.Client, db *gorm.DB, log *slog.Logger) *core {
+func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gorm.DB, log *slog.Logger) *core {
 	m := metrics.New()
 	m.WatchRedisPool(rdb.PoolStats)
 	if sqlDB, err := db.DB(); err == nil {
 		m.WatchDB(sqlDB)
 	}
-	keys := voucher.NewKeys(cfg.KeyPrefix, cfg.Shards)
+	keys := saleKeys(cfg, rdb)
 	c := &core{
 		rdb: rdb, db: db, log: log, m: m, keys: keys,
 		vstore:   voucher.NewStore(db),
 		vstate:   voucher.NewState(rdb, keys),
 		ostore:   order.NewStore(db),
-		reserver: voucher.NewReserver(rdb, keys),
-		health:   &health{rdb: rdb, db: db},
+		reserver: newReserver(cfg, rdb, keys),
+		health:   &health{rdb: rdb, db: db, keys: keys},
 	}
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
 	if n, err := c.warmer.Warm(ctx); err != nil {
@@ -270,6 +271,19 @@ func newCore(ctx context.Context, cfg config, rdb *redis.Client, db *gorm.DB, lo
 		log.Info("voucher state warmed", "loaded", n)
 	}
 	return c
+}
+
+// saleKeys names the sale's keys: on a Redis Cluster each shard's hash
+// tag is chosen so the shards spread over the slot range, and so over the
+// masters.
+func saleKeys(cfg config, rdb redis.UniversalClient) voucher.Keys {
+	return voucher.NewKeys(cfg.KeyPrefix, cfg.Shards)
+}
+
+// newReserver is the one Reserver of an instance: with
+// SECKILL_REDIS_WAIT_REPLICAS an accepted purchase waits for replicas.
+func newReserver(cfg config, rdb redis.UniversalClient, keys voucher.Keys) *voucher.Reserver {
+	return voucher.NewReserver(rdb, keys)
 }
 
 // runner is a background service or a worker loop: it runs until its

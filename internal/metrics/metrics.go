@@ -12,6 +12,7 @@ package metrics
 import (
 	"database/sql"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,8 +27,14 @@ const namespace = "seckill"
 // error code of the answer. Any other outcome is counted as "other".
 var PurchaseOutcomes = []string{
 	"accepted", "sold_out", "already_purchased", "not_started", "ended",
-	"not_ready", "voucher_not_found", "bad_request", "unavailable",
+	"not_ready", "voucher_not_found", "bad_request", "unavailable", "not_replicated",
 }
+
+// RebuildReasons are why a shard's sale state was rebuilt: its ready
+// marker was gone (Redis lost the data), or the master holding it is
+// another server or process than the one it was loaded on (a restart, a
+// failover or a moved slot).
+var RebuildReasons = []string{"missing", "master_changed"}
 
 // DeadLetterReasons are the reasons the order writer gives; any other
 // reason is counted as "other".
@@ -74,6 +81,7 @@ type Metrics struct {
 	delaySize     *prometheus.GaugeVec
 	delayOverdue  *prometheus.GaugeVec
 	shardReady    *prometheus.GaugeVec
+	shardRebuilds *prometheus.CounterVec
 }
 
 // New builds the registry with the Go runtime and process collectors and
@@ -112,6 +120,7 @@ func New() *Metrics {
 	m.delaySize = m.gaugeVec("delay_queue_size", "Messages waiting in a shard's delay queue.", "shard")
 	m.delayOverdue = m.gaugeVec("delay_queue_oldest_overdue_seconds", "How long the most overdue delay-queue message is past its due time, per shard.", "shard")
 	m.shardReady = m.gaugeVec("shard_ready", "1 while a shard's sale state is loaded in Redis (its ready marker is there), 0 while purchases in it answer not_ready.", "shard")
+	m.shardRebuilds = m.counterVec("shard_rebuilds_total", "Shard sale states this instance rebuilt from the database, by shard and reason: missing (Redis lost the data) or master_changed (restart, failover or moved slot).", "shard", "reason")
 	return m
 }
 
@@ -185,6 +194,15 @@ func (m *Metrics) Outcomes(acked, retried, pending int) {
 	m.messages["ack"].Add(float64(acked))
 	m.messages["retry"].Add(float64(retried))
 	m.messages["pending"].Add(float64(pending))
+}
+
+// ShardRebuilt counts one rebuild of a shard's sale state by this
+// instance.
+func (m *Metrics) ShardRebuilt(shard int, reason string) {
+	if !slices.Contains(RebuildReasons, reason) {
+		reason = "other"
+	}
+	m.shardRebuilds.WithLabelValues(strconv.Itoa(shard), reason).Inc()
 }
 
 // RedisError counts a failed Redis call.
