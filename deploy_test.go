@@ -1,6 +1,7 @@
 // Tests of the deployment files at the root of the repository: the
-// Dockerfile and docker-compose.yml, checked without a Docker engine, and
-// their agreement with scripts/cluster-up.sh and the nginx template.
+// Dockerfile, docker-compose.yml and docker-compose.cluster.yml laid over
+// it, checked without a Docker engine, and their agreement with
+// scripts/cluster-up.sh and the nginx template.
 package seckill
 
 import (
@@ -14,13 +15,22 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v3"
+
+	"seckill/internal/redisconn"
 )
 
 const testSecret = "compose-test-secret-0123456789abcdef"
 
 func loadCompose(t *testing.T, env ...string) (*types.Project, error) {
 	t.Helper()
-	opts, err := cli.NewProjectOptions([]string{"docker-compose.yml"},
+	return loadComposeFiles(t, []string{"docker-compose.yml"}, env...)
+}
+
+// loadComposeFiles loads files laid over one another, as docker compose -f
+// a -f b does.
+func loadComposeFiles(t *testing.T, files []string, env ...string) (*types.Project, error) {
+	t.Helper()
+	opts, err := cli.NewProjectOptions(files,
 		cli.WithWorkingDirectory("."), cli.WithEnv(env), cli.WithName("seckill"))
 	if err != nil {
 		t.Fatal(err)
@@ -418,4 +428,194 @@ func TestComposeMonitoring(t *testing.T) {
 		t.Errorf("grafana must wait for a healthy prometheus, has %+v", graf.DependsOn)
 	}
 	loopbackOnly(graf, 3000)
+}
+
+// clusterNodes are the Redis Cluster's services in docker-compose.cluster.yml.
+var clusterNodes = []string{"redis-node-1", "redis-node-2", "redis-node-3", "redis-node-4", "redis-node-5", "redis-node-6"}
+
+// TestComposeClusterFile: docker-compose.cluster.yml over docker-compose.yml
+// runs the sale on a Redis Cluster of six durable nodes instead of the one
+// Redis; a one-shot service creates the cluster from every node with one
+// replica per master; the instances wait for it and open it through a
+// redis-cluster:// URL naming every node, with one shard per master.
+func TestComposeClusterFile(t *testing.T) {
+	t.Parallel()
+	p, err := loadComposeFiles(t, []string{"docker-compose.yml", "docker-compose.cluster.yml"}, "SECKILL_TOKEN_SECRET="+testSecret)
+	if err != nil {
+		t.Fatalf("load docker-compose.yml with docker-compose.cluster.yml: %v", err)
+	}
+	want := append([]string{"api1", "api2", "grafana", "mysql", "nginx", "prometheus", "redis-cluster-init", "redis-locks"}, clusterNodes...)
+	slices.Sort(want)
+	if got := slices.Sorted(slices.Values(p.ServiceNames())); !slices.Equal(got, want) {
+		t.Fatalf("services %v, want %v (and no single redis)", got, want)
+	}
+	svc := func(name string) types.ServiceConfig {
+		s, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	locks := svc("redis-locks")
+
+	// Each node: cluster mode, the single Redis's durability, its data in a
+	// volume, a health check, and an address of its own that stays the same
+	// when the container is recreated.
+	ips := map[string]string{}
+	for _, name := range clusterNodes {
+		s := svc(name)
+		if s.Image != locks.Image {
+			t.Errorf("%s image %q, want the lock Redis's %q", name, s.Image, locks.Image)
+		}
+		for _, args := range [][]string{
+			{"--cluster-enabled", "yes"}, {"--appendonly", "yes"}, {"--appendfsync", "always"},
+			{"--maxmemory-policy", "noeviction"},
+		} {
+			if !hasArgs(s.Command, args...) {
+				t.Errorf("%s command %q lacks %q", name, s.Command, args)
+			}
+		}
+		if s.HealthCheck == nil || s.HealthCheck.Disable || len(s.HealthCheck.Test) < 2 {
+			t.Errorf("%s has no health check", name)
+		}
+		if len(s.Volumes) != 1 || s.Volumes[0].Target != "/data" || s.Volumes[0].Type != types.VolumeTypeVolume {
+			t.Errorf("%s does not keep /data (AOF, nodes.conf) in a volume: %+v", name, s.Volumes)
+		}
+		if len(s.Ports) != 0 {
+			t.Errorf("%s publishes ports %v", name, s.Ports)
+		}
+		n := s.Networks["backend"]
+		if n == nil || n.Ipv4Address == "" {
+			t.Errorf("%s has no fixed address on the backend network", name)
+			continue
+		}
+		for other, ip := range ips {
+			if ip == n.Ipv4Address {
+				t.Errorf("%s and %s share the address %s", name, other, ip)
+			}
+		}
+		ips[name] = n.Ipv4Address
+	}
+
+	// The one-shot creation: after every node is healthy, from all six,
+	// one replica per master, without asking.
+	initSvc := svc("redis-cluster-init")
+	for _, name := range clusterNodes {
+		if dep, ok := initSvc.DependsOn[name]; !ok || dep.Condition != types.ServiceConditionHealthy {
+			t.Errorf("redis-cluster-init must wait for %s to be healthy, has %+v", name, dep)
+		}
+	}
+	if initSvc.Restart != "no" {
+		t.Errorf("redis-cluster-init restart %q, want no: it runs once", initSvc.Restart)
+	}
+	script := strings.Join(append(slices.Clone(initSvc.Entrypoint), initSvc.Command...), " ")
+	for _, want := range []string{"redis-cli --cluster create", "--cluster-replicas 1", "--cluster-yes", "cluster_state:ok", "master_link_status:up"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("redis-cluster-init lacks %q: %s", want, script)
+		}
+	}
+	var nodeIPs []string
+	if v := initSvc.Environment["NODES"]; v != nil {
+		nodeIPs = strings.Fields(*v)
+	}
+	if !slices.Equal(nodeIPs, slices.Collect(func(yield func(string) bool) {
+		for _, name := range clusterNodes {
+			if !yield(ips[name]) {
+				return
+			}
+		}
+	})) {
+		t.Errorf("redis-cluster-init creates the cluster from %v, want every node's address %v", nodeIPs, ips)
+	}
+
+	// The instances: the cluster URL with every node as a seed, one shard
+	// per master, started once the cluster is created.
+	for _, name := range []string{"api1", "api2"} {
+		s := svc(name)
+		env := func(k string) string {
+			if v := s.Environment[k]; v != nil {
+				return *v
+			}
+			return ""
+		}
+		target, err := redisconn.Parse(env("SECKILL_REDIS_URL"))
+		if err != nil || !target.IsCluster() {
+			t.Errorf("%s: SECKILL_REDIS_URL %q is no Redis Cluster URL: %v", name, env("SECKILL_REDIS_URL"), err)
+		} else {
+			var seeds []string
+			for _, n := range clusterNodes {
+				seeds = append(seeds, n+":6379")
+			}
+			if got := slices.Sorted(slices.Values(target.Cluster.Addrs)); !slices.Equal(got, seeds) {
+				t.Errorf("%s: the cluster URL names %v, want every node %v", name, got, seeds)
+			}
+		}
+		if env("SECKILL_SHARDS") != "3" {
+			t.Errorf("%s: SECKILL_SHARDS %q, want 3, one per master", name, env("SECKILL_SHARDS"))
+		}
+		if dep, ok := s.DependsOn["redis-cluster-init"]; !ok || dep.Condition != types.ServiceConditionCompletedSuccessfully {
+			t.Errorf("%s must wait for redis-cluster-init to complete, has %+v", name, s.DependsOn)
+		}
+		if _, ok := s.DependsOn["redis"]; ok {
+			t.Errorf("%s waits for the single redis, which the cluster set-up leaves out", name)
+		}
+		for _, d := range []string{"redis-locks", "mysql"} {
+			if dep, ok := s.DependsOn[d]; !ok || dep.Condition != types.ServiceConditionHealthy {
+				t.Errorf("%s must wait for %s to be healthy, has %+v", name, d, dep)
+			}
+		}
+		// The rest is docker-compose.yml's.
+		if env("SECKILL_TOKEN_SECRET") != testSecret || env("SECKILL_LOCK_NODES") != "redis://redis-locks:6379/0" ||
+			!strings.Contains(env("SECKILL_MYSQL_DSN"), "@tcp(mysql:3306)/seckill") || s.Build == nil {
+			t.Errorf("%s lost docker-compose.yml's settings: %v", name, s.Environment)
+		}
+	}
+}
+
+// TestClusterScriptRedisCluster: SECKILL_CLUSTER_REDIS=cluster starts six
+// nodes with the flags compose's nodes have, creates the cluster with one
+// replica per master, waits for it, hands the instances a redis-cluster://
+// URL with three shards, and cluster-down.sh stops every node.
+func TestClusterScriptRedisCluster(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("scripts/cluster-up.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(b)
+	start := command(script, `    start "redis-node-$i" `)
+	if start == "" {
+		t.Fatal("cluster-up.sh starts no redis-node-$i")
+	}
+	p, err := loadComposeFiles(t, []string{"docker-compose.yml", "docker-compose.cluster.yml"}, "SECKILL_TOKEN_SECRET="+testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := p.GetService(clusterNodes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(node.Command); i += 2 {
+		flag, val := node.Command[i], node.Command[i+1]
+		if val == "" {
+			val = `""`
+		}
+		if !strings.Contains(start, flag+" "+val) && !strings.Contains(start, flag+` "`+val+`"`) {
+			t.Errorf("cluster-up.sh starts its nodes without compose's %s %s: %s", flag, val, start)
+		}
+	}
+	for _, want := range []string{
+		"--cluster-replicas 1 --cluster-yes", "cluster_state", "master_link_status:up",
+		`export SECKILL_REDIS_URL=$cluster_url`, `export SECKILL_SHARDS=${SECKILL_SHARDS:-3}`,
+		`cluster_url="redis-cluster://127.0.0.1:`,
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("cluster-up.sh lacks %q", want)
+		}
+	}
+	if down, err := os.ReadFile("scripts/cluster-down.sh"); err != nil {
+		t.Error(err)
+	} else if !strings.Contains(string(down), `"$run"/redis-node-*.pid`) {
+		t.Error("cluster-down.sh does not stop the Redis Cluster's nodes")
+	}
 }

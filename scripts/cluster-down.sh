@@ -2,7 +2,7 @@
 # cluster-down.sh: stops what scripts/cluster-up.sh started, by the pids it
 # recorded, and nothing else: nginx (and the ceiling server and Prometheus) first, then the
 # instances (SIGTERM lets them finish the batch in flight), then MariaDB,
-# Redis and the lock Redis.
+# Redis (or the nodes of the Redis Cluster) and the lock Redis.
 #
 #   scripts/cluster-down.sh           stop; keep the data for the next cluster-up.sh
 #   scripts/cluster-down.sh --purge   stop and delete the state directory
@@ -59,6 +59,12 @@ if [ -d "$run" ]; then
   wait
   stop mariadb
   stop redis
+  # The nodes of a Redis Cluster, together.
+  for f in "$run"/redis-node-*.pid; do
+    [ -e "$f" ] || continue
+    stop "$(basename "$f" .pid)" &
+  done
+  wait
   stop redis-locks
 fi
 if $purge; then

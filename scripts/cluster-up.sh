@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cluster-up.sh: seckill as it runs in production, on this machine's loopback,
 # from the installed binaries: redis-server (AOF, fsync always, noeviction),
+# or a Redis Cluster of six such servers (SECKILL_CLUSTER_REDIS=cluster),
 # a second redis-server for buyer locks only (no persistence), mariadbd (its
 # own datadir), two or more API instances and nginx in front.
 # Prints the URL and an admin token; scripts/cluster-down.sh stops it.
@@ -21,7 +22,17 @@
 #   SECKILL_CLUSTER_HTTP_PORT    nginx (18080)
 #   SECKILL_CLUSTER_API_PORT     first instance's port; the others follow (18081)
 #   SECKILL_CLUSTER_API_PORTS    or each instance's port, space-separated
+#   SECKILL_CLUSTER_REDIS        the sale's Redis: "single", one redis-server (the default), or
+#                                "cluster", a Redis Cluster of 3 masters with 1 replica each
+#                                (redis-server --cluster-enabled yes, created with
+#                                redis-cli --cluster create); the instances get a
+#                                redis-cluster:// URL naming every node, and SECKILL_SHARDS
+#                                defaults to 3 so that the shards spread over the masters
 #   SECKILL_CLUSTER_REDIS_PORT   redis-server (16379)
+#   SECKILL_CLUSTER_REDIS_NODE_PORT  first cluster node's port; the other five follow (16400)
+#   SECKILL_CLUSTER_REDIS_NODE_PORTS  or each node's port, space-separated (six)
+#   SECKILL_CLUSTER_REDIS_BUS_PORTS   each node's cluster bus port, space-separated (default:
+#                                its port + 10000)
 #   SECKILL_CLUSTER_LOCK_REDIS_PORT  redis-server for buyer locks, no persistence (16380);
 #                                the instances get it as SECKILL_LOCK_NODES
 #   SECKILL_CLUSTER_MYSQL_PORT   mariadbd (13306)
@@ -55,7 +66,9 @@ logs=$dir/log
 instances=${SECKILL_CLUSTER_INSTANCES:-2}
 http_port=${SECKILL_CLUSTER_HTTP_PORT:-18080}
 api_port=${SECKILL_CLUSTER_API_PORT:-18081}
+redis_mode=${SECKILL_CLUSTER_REDIS:-single}
 redis_port=${SECKILL_CLUSTER_REDIS_PORT:-16379}
+redis_node_port=${SECKILL_CLUSTER_REDIS_NODE_PORT:-16400}
 lock_redis_port=${SECKILL_CLUSTER_LOCK_REDIS_PORT:-16380}
 mysql_port=${SECKILL_CLUSTER_MYSQL_PORT:-13306}
 solo_port=${SECKILL_CLUSTER_SOLO_PORT:-18089}
@@ -140,11 +153,41 @@ admin_addr() {
   if [ "$p" -le 65535 ] && port_free "$p"; then echo "127.0.0.1:$p"; else echo off; fi
 }
 
+# redis_alive: the sale's Redis of a started cluster runs (its single
+# server, or the first node of its Redis Cluster).
+redis_alive() { alive redis || alive redis-node-1; }
+
+# cluster_field PORT FIELD: FIELD of CLUSTER INFO on the node on PORT.
+cluster_field() {
+  redis-cli -h 127.0.0.1 -p "$1" cluster info 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p"
+}
+
+# cluster_ready: every node says cluster_state:ok and knows all six, and
+# every replica's link to its master is up.
+cluster_ready() {
+  local p role
+  for p in "${node_ports[@]}"; do
+    [ "$(cluster_field "$p" cluster_state)" = ok ] || return 1
+    [ "$(cluster_field "$p" cluster_known_nodes)" = "${#node_ports[@]}" ] || return 1
+    role=$(redis-cli -h 127.0.0.1 -p "$p" info replication 2>/dev/null | tr -d '\r')
+    case "$role" in
+      *role:slave*) [[ $role == *master_link_status:up* ]] || return 1 ;;
+      *role:master*) ;;
+      *) return 1 ;;
+    esac
+  done
+}
+
 # instance_env: the settings every instance gets. Buyer locks need no
 # durability (MySQL's keys are the real guard): on the AOF Redis every lock
 # write would wait for an fsync.
 instance_env() {
-  export SECKILL_REDIS_URL="redis://127.0.0.1:$redis_port/0"
+  if [ "$redis_mode" = cluster ]; then
+    export SECKILL_REDIS_URL=$cluster_url
+    export SECKILL_SHARDS=${SECKILL_SHARDS:-3}
+  else
+    export SECKILL_REDIS_URL="redis://127.0.0.1:$redis_port/0"
+  fi
   export SECKILL_LOCK_NODES="redis://127.0.0.1:$lock_redis_port/0"
   export SECKILL_MYSQL_DSN="root@tcp(127.0.0.1:$mysql_port)/seckill"
   SECKILL_TOKEN_SECRET=$(cat "$dir/token-secret")
@@ -152,7 +195,7 @@ instance_env() {
 }
 
 if [ "${1:-}" = "worker" ]; then
-  [ -f "$dir/cluster.env" ] && alive redis || die "no cluster runs in $dir; start one with scripts/cluster-up.sh"
+  [ -f "$dir/cluster.env" ] && redis_alive || die "no cluster runs in $dir; start one with scripts/cluster-up.sh"
   set -a
   # shellcheck disable=SC1091
   . "$dir/cluster.env"
@@ -172,7 +215,8 @@ if [ "${1:-}" = "worker" ]; then
 fi
 
 if [ "${1:-}" = "ceiling" ]; then
-  [ -f "$dir/cluster.env" ] && alive redis || die "no cluster runs in $dir; start one with scripts/cluster-up.sh"
+  [ -f "$dir/cluster.env" ] && redis_alive || die "no cluster runs in $dir; start one with scripts/cluster-up.sh"
+  alive redis || die "the ceiling server runs on a single redis-server; this cluster runs a Redis Cluster"
   alive ceiling && die "the ceiling server already runs (pid $(cut -d' ' -f1 "$run/ceiling.pid"))"
   port_free "$ceiling_port" || die "port $ceiling_port is taken; choose another with SECKILL_CLUSTER_CEILING_PORT"
   need go
@@ -187,7 +231,7 @@ if [ "${1:-}" = "ceiling" ]; then
 fi
 
 if [ "${1:-}" = "api" ]; then
-  [ -f "$dir/cluster.env" ] && alive redis || die "no cluster runs in $dir; start one with scripts/cluster-up.sh"
+  [ -f "$dir/cluster.env" ] && redis_alive || die "no cluster runs in $dir; start one with scripts/cluster-up.sh"
   alive api-solo && die "the solo instance already runs (pid $(cut -d' ' -f1 "$run/api-solo.pid"))"
   port_free "$solo_port" || die "port $solo_port is taken; choose another with SECKILL_CLUSTER_SOLO_PORT"
   set -a
@@ -203,14 +247,19 @@ if [ "${1:-}" = "api" ]; then
   exit 0
 fi
 
+case $redis_mode in
+  single | cluster) ;;
+  *) die "SECKILL_CLUSTER_REDIS=$redis_mode: want single or cluster" ;;
+esac
 need redis-server
+[ "$redis_mode" = single ] || need redis-cli
 need mariadbd
 need mariadb-install-db
 need mariadb
 need nginx
 [ -z "$prometheus_port" ] || need prometheus
 mkdir -p "$run" "$logs" "$dir/redis" "$dir/redis-locks" "$dir/mysql" "$dir/nginx/logs" "$dir/nginx/temp" "$dir/bin"
-for name in nginx redis redis-locks mariadb prometheus; do
+for name in nginx redis redis-node-{1..6} redis-locks mariadb prometheus; do
   alive "$name" && die "a cluster already runs in $dir (scripts/cluster-down.sh stops it)"
 done
 read -r -a api_ports <<<"${SECKILL_CLUSTER_API_PORTS:-}"
@@ -218,7 +267,22 @@ if [ ${#api_ports[@]} -eq 0 ]; then
   for i in $(seq 0 $((instances - 1))); do api_ports+=($((api_port + i))); done
 fi
 instances=${#api_ports[@]}
-for p in "$http_port" "$redis_port" "$lock_redis_port" "$mysql_port" "${api_ports[@]}" $prometheus_port; do
+redis_ports=("$redis_port")
+if [ "$redis_mode" = cluster ]; then
+  read -r -a node_ports <<<"${SECKILL_CLUSTER_REDIS_NODE_PORTS:-}"
+  [ ${#node_ports[@]} -gt 0 ] || read -r -a node_ports <<<"$(seq -s ' ' "$redis_node_port" $((redis_node_port + 5)))"
+  read -r -a bus_ports <<<"${SECKILL_CLUSTER_REDIS_BUS_PORTS:-}"
+  if [ ${#bus_ports[@]} -eq 0 ]; then
+    for p in "${node_ports[@]}"; do bus_ports+=($((p + 10000))); done
+  fi
+  [ ${#node_ports[@]} -eq 6 ] && [ ${#bus_ports[@]} -eq 6 ] ||
+    die "a Redis Cluster here has six nodes: SECKILL_CLUSTER_REDIS_NODE_PORTS and _BUS_PORTS name six ports each"
+  redis_ports=("${node_ports[@]}" "${bus_ports[@]}")
+  # Every node is a seed: the client finds the cluster through any of them.
+  cluster_url="redis-cluster://127.0.0.1:${node_ports[0]}?$(printf 'addr=127.0.0.1:%s&' "${node_ports[@]:1}" | sed 's/&$//')"
+fi
+for p in "$http_port" "${redis_ports[@]}" "$lock_redis_port" "$mysql_port" "${api_ports[@]}" $prometheus_port; do
+  [ "$p" -ge 1 ] 2>/dev/null && [ "$p" -le 65535 ] || die "port $p is no port"
   port_free "$p" || die "port $p is taken; choose others with SECKILL_CLUSTER_*_PORT"
 done
 
@@ -240,10 +304,45 @@ if [ ! -s "$dir/token-secret" ]; then
   (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/token-secret")
 fi
 
-say "redis-server on 127.0.0.1:$redis_port (appendonly, fsync always, noeviction)"
-start redis "$logs/redis.log" redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir/redis" \
-  --daemonize no --appendonly yes --appendfsync always --maxmemory-policy noeviction --save ""
-wait_for redis-server 30 redis redis_ok "$redis_port"
+if [ "$redis_mode" = cluster ]; then
+  # Six nodes, each with the single server's durability, its own dir (its
+  # AOF and nodes.conf) and its own session; a replica is promoted when its
+  # master stays unreachable for cluster-node-timeout.
+  say "Redis Cluster nodes on 127.0.0.1:${node_ports[*]} (appendonly, fsync always, noeviction)"
+  for i in 1 2 3 4 5 6; do
+    mkdir -p "$dir/redis-node-$i"
+    start "redis-node-$i" "$logs/redis-node-$i.log" redis-server --port "${node_ports[$((i - 1))]}" \
+      --bind 127.0.0.1 --dir "$dir/redis-node-$i" --daemonize no --cluster-enabled yes \
+      --cluster-config-file nodes.conf --cluster-port "${bus_ports[$((i - 1))]}" --cluster-node-timeout 5000 \
+      --appendonly yes --appendfsync always --maxmemory-policy noeviction --save ""
+  done
+  for i in 1 2 3 4 5 6; do
+    wait_for "redis-node-$i" 30 "redis-node-$i" redis_ok "${node_ports[$((i - 1))]}"
+  done
+  # Fresh nodes each know only themselves: create the cluster. Nodes kept
+  # from an earlier cluster-up.sh know each other from nodes.conf and meet
+  # again by themselves.
+  known=()
+  for p in "${node_ports[@]}"; do known+=("$(cluster_field "$p" cluster_known_nodes)"); done
+  if [ "${known[*]}" = "1 1 1 1 1 1" ]; then
+    say "creating the Redis Cluster: 3 masters, 1 replica each"
+    # shellcheck disable=SC2046
+    redis-cli --cluster create $(printf '127.0.0.1:%s ' "${node_ports[@]}") --cluster-replicas 1 --cluster-yes \
+      >"$logs/redis-cluster-create.log" 2>&1 || die "redis-cli --cluster create failed; see $logs/redis-cluster-create.log"
+  elif [ "${known[*]}" != "6 6 6 6 6 6" ]; then
+    die "the nodes in $dir/redis-node-* know ${known[*]} nodes, want all 1 (new) or all 6; cluster-down.sh --purge starts afresh"
+  fi
+  deadline=$((SECONDS + 60))
+  until cluster_ready; do
+    [ $SECONDS -lt $deadline ] || die "the Redis Cluster is not ok after 60s (cluster_state:ok on every node, every replica's master link up); see $logs/redis-node-*.log"
+    sleep 0.2
+  done
+else
+  say "redis-server on 127.0.0.1:$redis_port (appendonly, fsync always, noeviction)"
+  start redis "$logs/redis.log" redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir/redis" \
+    --daemonize no --appendonly yes --appendfsync always --maxmemory-policy noeviction --save ""
+  wait_for redis-server 30 redis redis_ok "$redis_port"
+fi
 
 say "redis-server for buyer locks on 127.0.0.1:$lock_redis_port (no persistence)"
 start redis-locks "$logs/redis-locks.log" redis-server --port "$lock_redis_port" --bind 127.0.0.1 \
@@ -343,6 +442,7 @@ admin=$("$dir/bin/api" token --user 1 --admin --ttl 24h)
   echo "SECKILL_MYSQL_DSN='$SECKILL_MYSQL_DSN'"
   echo "SECKILL_KEY_PREFIX='${SECKILL_KEY_PREFIX:-seckill}'"
   echo "SECKILL_SHARDS='${SECKILL_SHARDS:-1}'"
+  echo "SECKILL_CLUSTER_REDIS='$redis_mode'"
   [ -z "$prometheus_port" ] || echo "SECKILL_PROMETHEUS_URL='http://127.0.0.1:$prometheus_port'"
 } >"$dir/cluster.env"
 chmod 600 "$dir/cluster.env"
@@ -356,16 +456,20 @@ if [ -n "${SECKILL_CLUSTER_WATCH_PID:-}" ]; then
 fi
 trap - ERR
 
+redis_desc=Redis
+[ "$redis_mode" = single ] || redis_desc="a Redis Cluster (3 masters, 3 replicas)"
 cat <<EOF
 
-seckill cluster is up: nginx in front of $instances instances, Redis, a lock Redis and MariaDB on loopback.
+seckill cluster is up: nginx in front of $instances instances, $redis_desc, a lock Redis and MariaDB on loopback.
 
   URL          http://127.0.0.1:$http_port
   instances    ${urls[*]}
   admin token  $admin
   settings     $dir/cluster.env   (set -a; . $dir/cluster.env; set +a)
   logs         $logs/
-${prometheus_port:+  prometheus   http://127.0.0.1:$prometheus_port (alerts: /alerts)
+${cluster_url:+  redis        $cluster_url   (SECKILL_SHARDS=$SECKILL_SHARDS)
+  see it       redis-cli -c -p ${node_ports[0]} cluster nodes
+}${prometheus_port:+  prometheus   http://127.0.0.1:$prometheus_port (alerts: /alerts)
 }
   stop with    scripts/cluster-down.sh  (--purge also deletes the data)
 EOF
