@@ -76,6 +76,10 @@ func redactErr(err error, raw string) error {
 	return err
 }
 
+// ClusterStateReload is how old a cluster client's slot map may get
+// before a command reloads it (CLUSTER SLOTS in the background).
+const ClusterStateReload = time.Second
+
 // Tuning is what the caller sets on top of the URL; zero fields keep
 // go-redis's defaults (or the URL's).
 type Tuning struct {
@@ -107,6 +111,14 @@ func (t Target) Open(tn Tuning) redis.UniversalClient {
 		setInt(&o.PoolSize, tn.PoolSize)
 		setInt(&o.MinIdleConns, tn.MinIdleConns)
 		setInt(&o.MaxRetries, tn.MaxRetries)
+		// go-redis reloads its slot map on MOVED, or when it is older
+		// than this when a command is sent (default a minute). A master
+		// that died refuses connections instead of answering MOVED, so
+		// after a failover the client would keep sending that master's
+		// slots to it for up to the default: reload every second.
+		if o.ClusterStateReloadInterval == 0 {
+			o.ClusterStateReloadInterval = ClusterStateReload
+		}
 		return redis.NewClusterClient(&o)
 	}
 	o := *t.Single

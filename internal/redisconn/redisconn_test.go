@@ -75,8 +75,8 @@ func TestOpenAppliesTuning(t *testing.T) {
 	if !IsCluster(cl) || IsCluster(single) {
 		t.Fatal("IsCluster is wrong")
 	}
-	if got := cl.(*redis.ClusterClient).Options().PoolSize; got != 9 {
-		t.Fatalf("cluster pool %d, want 9", got)
+	if o := cl.(*redis.ClusterClient).Options(); o.PoolSize != 9 || o.ClusterStateReloadInterval != ClusterStateReload {
+		t.Fatalf("cluster pool %d, slot map reloaded every %v; want 9 and %v", o.PoolSize, o.ClusterStateReloadInterval, ClusterStateReload)
 	}
 	if _, err := MasterFor(context.Background(), single, "k"); err != nil {
 		t.Fatalf("MasterFor on one server: %v", err)
