@@ -25,6 +25,8 @@ var (
 	replaceSrc string
 	//go:embed reopen.lua
 	reopenSrc string
+	//go:embed drop_ready.lua
+	dropReadySrc string
 	//go:embed settle.lua
 	settleSrc string
 	//go:embed send_code.lua
@@ -73,3 +75,7 @@ func Replace() *redis.Script { return redis.NewScript(replaceSrc) }
 
 // Reopen marks a rebuilt shard ready and drops its rebuild lease.
 func Reopen() *redis.Script { return redis.NewScript(reopenSrc) }
+
+// DropReady drops a shard's ready marker if it still holds the value read,
+// taking the shard's rebuild lease in the same step.
+func DropReady() *redis.Script { return redis.NewScript(dropReadySrc) }

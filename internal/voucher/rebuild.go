@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,10 +29,11 @@ type Ledger interface {
 
 // Warmer keeps the Redis sale state in line with the database. At start-up
 // and then periodically it loads the state of vouchers on sale that have
-// none, and when a shard's ready marker is gone (Redis lost its data, or
-// was replaced), it rebuilds the whole shard from the database plus the
-// orders still in flight in Redis, and only then marks it ready again.
-// Purchases in that shard answer not_ready meanwhile.
+// none, and when a shard's ready marker is gone (Redis lost its data) or
+// names another master than the one serving the shard (a restart, a
+// failover, a moved slot: see judge), it rebuilds the whole shard from the
+// database plus the orders still in flight in Redis, and only then marks
+// it ready again. Purchases in that shard answer not_ready meanwhile.
 type Warmer struct {
 	store  *Store
 	state  *State
@@ -39,7 +41,10 @@ type Warmer struct {
 	keys   Keys
 	every  time.Duration
 	log    *slog.Logger
-	runID  string
+	// onRebuild, when set, is told of each rebuild this instance did.
+	onRebuild func(shard int, reason string)
+	// unknownOnce logs once that the master does not tell its run_id.
+	unknownOnce sync.Once
 	// afterPage, when set, runs after each page of the pending index is
 	// read: tests move orders between the stream and the delay queue there.
 	afterPage func()
@@ -169,10 +174,83 @@ func (w *Warmer) expect(ctx context.Context, v Voucher, flying inFlight) (expect
 	return e, nil
 }
 
+// Why a shard is rebuilt, as OnRebuild is told.
+const (
+	// RebuildMissing: the shard's ready marker is gone. Redis lost its
+	// data (restarted without persistence, flushed), or the shard was
+	// never loaded.
+	RebuildMissing = "missing"
+	// RebuildMasterChanged: the marker names another master than the one
+	// serving the shard now. The master restarted with its data (AOF or
+	// RDB: whatever it did not persist is lost), a replica took over
+	// (asynchronous replication may have lost acknowledged writes), or the
+	// shard's slot moved to another master.
+	RebuildMasterChanged = "master_changed"
+)
+
+// OnRebuild sets a function called once for each shard rebuild this
+// Warmer completes, with the shard and why (RebuildMissing,
+// RebuildMasterChanged); a rebuild left to another instance is not
+// counted. Set it before Warm or Run is first called.
+func (w *Warmer) OnRebuild(fn func(shard int, reason string)) { w.onRebuild = fn }
+
+// shardCheck is what a Warm round reads of a shard before touching it.
+type shardCheck struct {
+	marker  string // the ready marker's value
+	present bool   // whether the ready marker exists
+	master  string // run_id of the master serving the shard; "" when it does not tell
+}
+
+// shardVerdict is what a Warm round does with a shard.
+type shardVerdict int
+
+const (
+	// shardCurrent: the state was loaded into the master serving the
+	// shard; only vouchers without state are loaded.
+	shardCurrent shardVerdict = iota
+	// shardLost: no ready marker; rebuild the shard.
+	shardLost
+	// shardStale: the marker names another master; drop it (if nobody
+	// changed it meanwhile) and rebuild the shard.
+	shardStale
+)
+
+// judge decides a shard's verdict from Redis alone, with no memory of
+// earlier rounds, so every instance reaches the same verdict and the
+// rebuild lease lets one of them rebuild. A shard's verdict does not
+// depend on any other shard's: on a cluster a failover or a moved slot
+// rebuilds only the shards it touched.
+//
+//	marker missing                        -> lost    (rebuild: missing)
+//	master's run_id unknown               -> current (existence only)
+//	marker == master's run_id             -> current
+//	marker names another master           -> stale   (rebuild: master_changed)
+//
+// A marker written before markers held the master's run_id holds an
+// RFC3339 time: it is stale once, and the shard is rebuilt once.
+func judge(c shardCheck) shardVerdict {
+	switch {
+	case !c.present:
+		return shardLost
+	case c.master == "" || c.marker == c.master:
+		return shardCurrent
+	default:
+		return shardStale
+	}
+}
+
+// reason names a rebuild's verdict for OnRebuild and the log.
+func (v shardVerdict) reason() string {
+	if v == shardStale {
+		return RebuildMasterChanged
+	}
+	return RebuildMissing
+}
+
 // Warm checks every shard once: rebuilds the shards whose ready marker is
-// gone and loads missing voucher state in the others.
+// gone or names another master than the one serving the shard, and loads
+// missing voucher state in the others.
 func (w *Warmer) Warm(ctx context.Context) (loaded int, err error) {
-	w.noticeRestart(ctx)
 	vs, err := w.store.Live(ctx, time.Now())
 	if err != nil {
 		return 0, err
@@ -181,10 +259,12 @@ func (w *Warmer) Warm(ctx context.Context) (loaded int, err error) {
 	for _, v := range vs {
 		byShard[w.keys.Shard(v.ID)] = append(byShard[w.keys.Shard(v.ID)], v)
 	}
+	// Each master's identity is read once per round.
+	ms := w.state.masters()
 	// A shard that cannot be warmed does not keep the others closed.
 	var errs []error
 	for shard := range w.keys.Shards() {
-		n, err := w.warmShard(ctx, shard, byShard[shard])
+		n, err := w.warmShard(ctx, ms, shard, byShard[shard])
 		loaded += n
 		if err != nil {
 			errs = append(errs, err)
@@ -193,16 +273,60 @@ func (w *Warmer) Warm(ctx context.Context) (loaded int, err error) {
 	return loaded, errors.Join(errs...)
 }
 
-// warmShard rebuilds the shard when its ready marker is gone, else loads
-// the state of its vouchers that have none.
-func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, error) {
-	ready, err := w.state.rdb.Exists(ctx, w.keys.Ready(shard)).Result()
+// warmShard rebuilds the shard when judge says so, else loads the state
+// of its vouchers that have none.
+func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Voucher) (int, error) {
+	c, err := w.check(ctx, ms, shard)
 	if err != nil {
-		return 0, fmt.Errorf("check shard %d: %w", shard, err)
+		return 0, err
 	}
-	if ready == 0 {
-		return w.rebuildShard(ctx, shard, vs)
+	var (
+		v     = judge(c)
+		token = newToken()
+		took  bool
+	)
+	switch v {
+	case shardCurrent:
+		return w.loadMissing(ctx, shard, vs)
+	case shardStale:
+		// Dropped only if it still holds what was read (an instance that
+		// rebuilt the shard meanwhile wrote a new one), with the lease
+		// taken in the same step.
+		took, err = w.state.dropMarker(ctx, shard, c.marker, token, rebuildLease)
+	default:
+		took, err = w.takeRebuildLease(ctx, shard, token)
 	}
+	if err != nil || !took {
+		return 0, err // another instance is at it, or has rebuilt it
+	}
+	return w.rebuildShard(ctx, shard, vs, c, v, token)
+}
+
+// check reads the identity of the shard's master, then its ready marker:
+// in that order, so a marker written by a rebuild that read the same
+// identity matches.
+func (w *Warmer) check(ctx context.Context, ms *masters, shard int) (shardCheck, error) {
+	id, err := ms.identity(ctx, w.keys.Ready(shard))
+	if err != nil {
+		return shardCheck{}, fmt.Errorf("check shard %d: %w", shard, err)
+	}
+	if id == "" {
+		w.unknownOnce.Do(func() {
+			w.log.Info("redis does not tell its run_id; a shard is rebuilt when its ready marker is gone, not after a restart that kept the data")
+		})
+	}
+	marker, err := w.state.rdb.Get(ctx, w.keys.Ready(shard)).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return shardCheck{master: id}, nil
+	case err != nil:
+		return shardCheck{}, fmt.Errorf("check shard %d: %w", shard, err)
+	}
+	return shardCheck{marker: marker, present: true, master: id}, nil
+}
+
+// loadMissing loads the state of the shard's vouchers that have none.
+func (w *Warmer) loadMissing(ctx context.Context, shard int, vs []Voucher) (int, error) {
 	todo, err := w.missingState(ctx, vs)
 	if err != nil || len(todo) == 0 {
 		return 0, err
@@ -214,42 +338,51 @@ func (w *Warmer) warmShard(ctx context.Context, shard int, vs []Voucher) (int, e
 }
 
 // rebuildShard writes the state of every voucher of the shard under the
-// shard's rebuild lease, then reopens the shard.
-func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher) (int, error) {
-	token, took, err := w.takeRebuildLease(ctx, shard)
-	if err != nil || !took {
-		return 0, err
-	}
+// shard's rebuild lease, which token holds, then reopens the shard with
+// the master identity read before the rebuild began.
+func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher, c shardCheck, v shardVerdict, token string) (int, error) {
+	w.log.Warn("rebuilding shard state from the database", "shard", shard, "reason", v.reason(),
+		"old_master", c.marker, "new_master", markerOf(c.master), "vouchers", len(vs))
 	if len(vs) > 0 {
 		if err := w.loadAll(ctx, shard, vs, token); err != nil {
 			return 0, err
 		}
-		w.log.Warn("shard state rebuilt from the database", "shard", shard, "vouchers", len(vs))
 	}
-	return len(vs), w.state.Reopen(ctx, token, shard)
+	if err := w.state.Reopen(ctx, token, shard, c.master); err != nil {
+		return 0, err
+	}
+	w.log.Info("shard state rebuilt from the database", "shard", shard, "vouchers", len(vs))
+	if w.onRebuild != nil {
+		w.onRebuild(shard, v.reason())
+	}
+	return len(vs), nil
 }
 
 // takeRebuildLease makes this instance the one that rebuilds the shard, and
 // only while the marker is still missing: a second rebuild after the first
 // reopened the shard would overwrite live purchases. took is false when
 // another instance is at it or has rebuilt it meanwhile.
-func (w *Warmer) takeRebuildLease(ctx context.Context, shard int) (token string, took bool, err error) {
+func (w *Warmer) takeRebuildLease(ctx context.Context, shard int, token string) (took bool, err error) {
 	rdb := w.state.rdb
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	token = hex.EncodeToString(b[:])
 	took, err = rdb.SetNX(ctx, w.keys.Rebuilding(shard), token, rebuildLease).Result()
 	if err != nil {
-		return "", false, fmt.Errorf("take shard %d rebuild lease: %w", shard, err)
+		return false, fmt.Errorf("take shard %d rebuild lease: %w", shard, err)
 	}
 	if !took {
-		return "", false, nil // another instance is at it
+		return false, nil // another instance is at it
 	}
 	if ready, err := rdb.Exists(ctx, w.keys.Ready(shard)).Result(); err != nil || ready == 1 {
 		rdb.Del(context.WithoutCancel(ctx), w.keys.Rebuilding(shard))
-		return "", false, err // rebuilt meanwhile
+		return false, err // rebuilt meanwhile
 	}
-	return token, true, nil
+	return true, nil
+}
+
+// newToken names one rebuild, as the holder of a shard's rebuild lease.
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // missingState returns the vouchers whose state Redis does not hold.
@@ -301,33 +434,6 @@ func (w *Warmer) loadAll(ctx context.Context, shard int, todo []Voucher, token s
 			"buyers", len(e.buyers), "in_flight", e.flying, "shard_rebuilt", rebuild)
 	}
 	return nil
-}
-
-// noticeRestart notices when the Redis server is another process than
-// before (its run_id changed): a restart or a failover. It then drops the
-// ready markers, so Warm rebuilds every shard from the database and the
-// orders in flight.
-func (w *Warmer) noticeRestart(ctx context.Context) {
-	info, err := w.state.rdb.Info(ctx, "server").Result()
-	if err != nil {
-		return
-	}
-	for line := range strings.Lines(info) {
-		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-			if w.runID != "" && id != w.runID {
-				// A failover can lose acknowledged writes without losing
-				// the ready markers: rebuild every shard to be sure.
-				// Purchases answer not_ready for the few seconds it takes.
-				w.log.Warn("redis server changed (restart or failover); rebuilding its state", "run_id", id)
-				for shard := range w.keys.Shards() {
-					if err := w.state.rdb.Del(ctx, w.keys.Ready(shard)).Err(); err != nil {
-						return // the next round tries again
-					}
-				}
-			}
-			w.runID = id
-		}
-	}
 }
 
 // Reconcile compares, for every voucher on sale, Redis's stock and buyers

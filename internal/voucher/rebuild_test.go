@@ -139,7 +139,7 @@ func TestRebuildLeaseGuardsWrites(t *testing.T) {
 	if err := st.Replace(ctx, "older", time.Minute, v, 5, map[int64]int64{1: 2}); !errors.Is(err, errLeaseLost) {
 		t.Fatalf("replace with a lost lease: %v, want errLeaseLost", err)
 	}
-	if err := st.Reopen(ctx, "older", 0); !errors.Is(err, errLeaseLost) {
+	if err := st.Reopen(ctx, "older", 0, ""); !errors.Is(err, errLeaseLost) {
 		t.Fatalf("reopen with a lost lease: %v, want errLeaseLost", err)
 	}
 	if n, err := rdb.Exists(ctx, keys.State(7), keys.Buyers(7), keys.Ready(0)).Result(); err != nil || n != 0 {
@@ -148,7 +148,7 @@ func TestRebuildLeaseGuardsWrites(t *testing.T) {
 	if err := st.Replace(ctx, "newer", time.Minute, v, 4, map[int64]int64{1: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Reopen(ctx, "newer", 0); err != nil {
+	if err := st.Reopen(ctx, "newer", 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := rdb.Exists(ctx, keys.Rebuilding(0)).Result(); err != nil || n != 0 {

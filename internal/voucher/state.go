@@ -1,28 +1,32 @@
 package voucher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/redisconn"
 	"seckill/lua"
 )
 
 // State writes and reads the sale state the purchase script works on.
 type State struct {
-	rdb     redis.UniversalClient
-	keys    Keys
-	load    *redis.Script
-	replace *redis.Script
-	reopen  *redis.Script
+	rdb       redis.UniversalClient
+	keys      Keys
+	load      *redis.Script
+	replace   *redis.Script
+	reopen    *redis.Script
+	dropReady *redis.Script
 }
 
 // NewState returns a State; it does not own rdb.
 func NewState(rdb redis.UniversalClient, keys Keys) *State {
-	return &State{rdb: rdb, keys: keys, load: lua.Load(), replace: lua.Replace(), reopen: lua.Reopen()}
+	return &State{rdb: rdb, keys: keys, load: lua.Load(), replace: lua.Replace(), reopen: lua.Reopen(), dropReady: lua.DropReady()}
 }
 
 // buyerChunk bounds the fields of one HSET when buyers are loaded.
@@ -60,12 +64,95 @@ func (s *State) Load(ctx context.Context, v Voucher, buyers map[int64]int64) (bo
 	return n == 1, nil
 }
 
-// MarkReady records that a shard's state was loaded.
+// MarkReady records that a shard's state was loaded into the master now
+// serving it: the marker holds that master's identity (see masters), so
+// a later restart, failover or slot move is noticed.
 func (s *State) MarkReady(ctx context.Context, shard int) error {
-	if err := s.rdb.Set(ctx, s.keys.Ready(shard), time.Now().UTC().Format(time.RFC3339), 0).Err(); err != nil {
+	id, err := s.masters().identity(ctx, s.keys.Ready(shard))
+	if err != nil {
+		return fmt.Errorf("mark shard %d ready: %w", shard, err)
+	}
+	if err := s.rdb.Set(ctx, s.keys.Ready(shard), markerOf(id), 0).Err(); err != nil {
 		return fmt.Errorf("mark shard %d ready: %w", shard, err)
 	}
 	return nil
+}
+
+// unknownMaster is the ready marker written when the master does not tell
+// its run_id (see masters.identity).
+const unknownMaster = "unknown"
+
+// markerOf is the ready marker's value for a master identity.
+func markerOf(id string) string { return cmp.Or(id, unknownMaster) }
+
+// masters reads the identity of the masters that serve shards, each
+// master once however many shards it serves; one is used per Warm round,
+// so a restart between rounds is seen.
+type masters struct {
+	rdb  redis.UniversalClient
+	seen map[string]masterID // by address
+}
+
+// masterID is what one master said of its identity.
+type masterID struct {
+	id  string
+	err error
+}
+
+func (s *State) masters() *masters { return &masters{rdb: s.rdb, seen: map[string]masterID{}} }
+
+// identity returns the run_id of the master that serves key: on a cluster
+// the master of key's slot, not whichever node answers a keyless INFO. A
+// run_id is new each time a redis-server process starts, and a replica
+// promoted by a failover has its own, so a ready marker holding it says
+// whether the shard's state was loaded into the process serving it now.
+//
+// It returns "" when the server refuses INFO server or answers it without
+// a run_id (the embedded miniredis answers "section (server) is not
+// supported"): the shard is then judged by its marker's existence alone,
+// which notices lost data but not a restart with its data kept. A failed
+// call (the master is unreachable) is an error; it is remembered for the
+// round, so the other shards of that master do not wait on it again.
+func (m *masters) identity(ctx context.Context, key string) (string, error) {
+	c, err := redisconn.MasterFor(ctx, m.rdb, key)
+	if err != nil {
+		return "", fmt.Errorf("find the master of %s: %w", key, err)
+	}
+	addr := c.Options().Addr
+	got, ok := m.seen[addr]
+	if !ok {
+		got.id, got.err = runID(ctx, c)
+		m.seen[addr] = got
+	}
+	return got.id, got.err
+}
+
+// runID reads a server's run_id from INFO server; "" when the server
+// refuses the section or does not name one.
+func runID(ctx context.Context, c *redis.Client) (string, error) {
+	info, err := c.Info(ctx, "server").Result()
+	var refused redis.Error
+	switch {
+	case errors.As(err, &refused) && !isTransient(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("read run_id of redis %s: %w", c.Options().Addr, err)
+	}
+	for line := range strings.Lines(info) {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return id, nil
+		}
+	}
+	return "", nil
+}
+
+// isTransient reports whether a Redis error reply is a passing state of
+// the server (loading its data, busy with a script, the cluster down)
+// rather than a refusal of the command: the identity is then unread, not
+// unknown.
+func isTransient(err error) bool {
+	return redis.IsLoadingError(err) || redis.HasErrorPrefix(err, "BUSY") || redis.IsTryAgainError(err) ||
+		redis.IsClusterDownError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err)
 }
 
 // Stocks returns the live Redis stock of each voucher that has state, in one
@@ -129,10 +216,12 @@ func scriptFlag(b bool) string {
 }
 
 // Reopen marks a rebuilt shard ready, if token still holds its rebuild
-// lease.
-func (s *State) Reopen(ctx context.Context, token string, shard int) error {
+// lease. The marker holds master, the identity of the shard's master read
+// before the rebuild began: a master that changed during the rebuild then
+// shows as changed in the next round, which rebuilds again.
+func (s *State) Reopen(ctx context.Context, token string, shard int, master string) error {
 	keys := []string{s.keys.Rebuilding(shard), s.keys.Ready(shard)}
-	n, err := s.reopen.Run(ctx, s.rdb, keys, token, time.Now().UTC().Format(time.RFC3339)).Int()
+	n, err := s.reopen.Run(ctx, s.rdb, keys, token, markerOf(master)).Int()
 	if err != nil {
 		return fmt.Errorf("reopen shard %d: %w", shard, err)
 	}
@@ -140,6 +229,20 @@ func (s *State) Reopen(ctx context.Context, token string, shard int) error {
 		return fmt.Errorf("reopen shard %d: %w", shard, errLeaseLost)
 	}
 	return nil
+}
+
+// dropMarker closes a shard whose ready marker names another master
+// than the one serving it, and gives token its rebuild lease, if the
+// marker still holds read and the lease is free: an instance that rebuilt
+// the shard meanwhile wrote a new marker, which stays. It reports whether
+// the marker was dropped and the lease taken.
+func (s *State) dropMarker(ctx context.Context, shard int, read, token string, lease time.Duration) (bool, error) {
+	keys := []string{s.keys.Ready(shard), s.keys.Rebuilding(shard)}
+	n, err := s.dropReady.Run(ctx, s.rdb, keys, read, token, lease.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("drop shard %d ready marker: %w", shard, err)
+	}
+	return n == 1, nil
 }
 
 // errLeaseLost means a rebuild outlived its lease; another one took over.
