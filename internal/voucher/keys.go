@@ -2,36 +2,109 @@ package voucher
 
 import (
 	"cmp"
-	"fmt"
 	"strconv"
+
+	"seckill/internal/redisconn"
 )
 
 // Keys spells every Redis key of the sale state and the order stream. All
 // keys of one voucher, and the stream its orders go to, carry the hash tag of
 // the voucher's shard, so one script's keys share a Redis Cluster slot.
+//
+// Each shard's tag is spelled once, at construction; a Keys is a small
+// value, cheap to copy, and read-only after that.
 type Keys struct {
 	prefix string
-	shards int
+	tags   []string // tags[shard] is the hash-tagged head of the shard's keys
 }
 
 // NewKeys returns the key names under prefix (default "seckill") for the
-// given number of stream shards (default 1). The shard count is fixed for the
-// life of the data: changing it moves vouchers to other shards.
+// given number of stream shards (default 1), for a single Redis server:
+// shard N's tag is "{N}". The shard count is fixed for the life of the
+// data: changing it moves vouchers to other shards.
 func NewKeys(prefix string, shards int) Keys {
-	return Keys{prefix: cmp.Or(prefix, "seckill"), shards: max(shards, 1)}
+	k := Keys{prefix: cmp.Or(prefix, "seckill"), tags: make([]string, max(shards, 1))}
+	for s := range k.tags {
+		k.tags[s] = k.plainTag(s)
+	}
+	return k
 }
 
+// NewClusterKeys returns the key names for a Redis Cluster: like NewKeys,
+// but each shard's tag is chosen so that the shards spread evenly over the
+// cluster's slots. Shard i of n gets the first tag "{i.k}", k = 0, 1, ...,
+// whose slot lies in the middle half of the i-th of n equal parts of the
+// slot range. A cluster whose masters serve equal contiguous ranges (what
+// redis-cli --cluster create makes) then holds n/M shards on each of its M
+// masters when M divides n, and as close to that as contiguous parts allow
+// otherwise. The tags depend on prefix and n alone, so every process
+// finds the same ones. The prefix must hold no '{' or '}', which would move
+// the hash tag.
+func NewClusterKeys(prefix string, shards int) Keys {
+	k := Keys{prefix: cmp.Or(prefix, "seckill"), tags: make([]string, max(shards, 1))}
+	for s := range k.tags {
+		k.tags[s] = k.prefix + ":{" + spreadTag(s, len(k.tags)) + "}"
+	}
+	return k
+}
+
+// KeysFor returns NewClusterKeys on a Redis Cluster, NewKeys otherwise.
+func KeysFor(prefix string, shards int, cluster bool) Keys {
+	if cluster {
+		return NewClusterKeys(prefix, shards)
+	}
+	return NewKeys(prefix, shards)
+}
+
+// spreadTag finds the hash tag content of shard i of n: the first "i.k"
+// whose slot lies in the middle half of the i-th of n equal parts of the
+// slot range. The middle half keeps a quarter part of margin from the
+// part's ends, where the masters' ranges may meet.
+func spreadTag(i, n int) string {
+	lo, hi := i*redisconn.SlotCount/n, (i+1)*redisconn.SlotCount/n
+	margin := (hi - lo) / 4
+	lo, hi = lo+margin, max(hi-margin, lo+margin+1)
+	head := strconv.Itoa(i) + "."
+	headHash := redisconn.SlotHash(0).Add(head)
+	// k = 10*stem + d, in increasing order: stem 0 stands for no leading
+	// digits (k < 10). The hash of head and stem serves ten candidates.
+	var digits []byte
+	for stem := 0; ; stem++ {
+		h := headHash
+		if stem > 0 {
+			digits = strconv.AppendInt(digits[:0], int64(stem), 10)
+			for _, c := range digits {
+				h = h.AddByte(c)
+			}
+		}
+		for d := byte('0'); d <= '9'; d++ {
+			if s := h.AddByte(d).Slot(); lo <= s && s < hi {
+				return head + string(digits) + string(d)
+			}
+		}
+	}
+}
+
+// plainTag is the single-server spelling of a shard's tag.
+func (k Keys) plainTag(shard int) string { return k.prefix + ":{" + strconv.Itoa(shard) + "}" }
+
 // Shards is the number of stream shards.
-func (k Keys) Shards() int { return k.shards }
+func (k Keys) Shards() int { return len(k.tags) }
 
 // Prefix is the key prefix, for components that name keys of their own.
 func (k Keys) Prefix() string { return k.prefix }
 
 // Shard is the shard a voucher's keys and orders live in.
-func (k Keys) Shard(voucherID int64) int { return int(uint64(voucherID) % uint64(k.shards)) }
+func (k Keys) Shard(voucherID int64) int { return int(uint64(voucherID) % uint64(len(k.tags))) }
 
-// Tag is the hash-tagged head of every key of a shard.
-func (k Keys) Tag(shard int) string { return k.prefix + ":{" + strconv.Itoa(shard) + "}" }
+// Tag is the hash-tagged head of every key of a shard. A shard outside
+// 0..Shards()-1 gets the single-server spelling.
+func (k Keys) Tag(shard int) string {
+	if uint(shard) < uint(len(k.tags)) {
+		return k.tags[shard]
+	}
+	return k.plainTag(shard)
+}
 
 // Ready marks a shard whose state was loaded from MySQL; purchases fail
 // closed while it is missing.
@@ -42,12 +115,12 @@ func (k Keys) Rebuilding(shard int) string { return k.Tag(shard) + ":rebuilding"
 
 // State is a voucher's sale state: stock, begin_ms, end_ms.
 func (k Keys) State(voucherID int64) string {
-	return fmt.Sprintf("%s:voucher:%d", k.Tag(k.Shard(voucherID)), voucherID)
+	return k.tags[k.Shard(voucherID)] + ":voucher:" + strconv.FormatInt(voucherID, 10)
 }
 
 // Buyers maps each buyer of a voucher to their order id.
 func (k Keys) Buyers(voucherID int64) string {
-	return fmt.Sprintf("%s:voucher:%d:buyers", k.Tag(k.Shard(voucherID)), voucherID)
+	return k.tags[k.Shard(voucherID)] + ":voucher:" + strconv.FormatInt(voucherID, 10) + ":buyers"
 }
 
 // Stream is a shard's order stream.
