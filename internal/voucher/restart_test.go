@@ -44,7 +44,7 @@ func (l *rebuildLog) take() []rebuildEvent {
 // restartEnv is a sale of one voucher per shard on a Redis the test may
 // restart, with the vouchers in a MySQL database of the test.
 type restartEnv struct {
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	keys   Keys
 	store  *Store
 	ledger ledger
@@ -52,7 +52,7 @@ type restartEnv struct {
 }
 
 // newRestartEnv creates one voucher of the given stock per shard.
-func newRestartEnv(t testing.TB, rdb *redis.Client, shards, stock int, l ledger) restartEnv {
+func newRestartEnv(t testing.TB, rdb redis.UniversalClient, shards, stock int, l ledger) restartEnv {
 	t.Helper()
 	ctx := context.Background()
 	e := restartEnv{rdb: rdb, keys: NewKeys(testenv.Prefix(t), shards), store: NewStore(migratedMySQL(t)), ledger: l}
@@ -126,7 +126,7 @@ func (e restartEnv) checkSale(t testing.TB, stock int64, users []int64, fromLedg
 }
 
 // reconnect waits until rdb answers again after its server restarted.
-func reconnect(t testing.TB, rdb *redis.Client) {
+func reconnect(t testing.TB, rdb redis.UniversalClient) {
 	t.Helper()
 	testenv.WaitFor(t, 10*time.Second, "redis answers after the restart", func() bool {
 		return rdb.Ping(context.Background()).Err() == nil
@@ -414,6 +414,69 @@ func TestDropMarkerComparesFirst(t *testing.T) {
 	if got, _ := rdb.Get(ctx, keys.Rebuilding(0)).Result(); got != "a" {
 		t.Fatalf("lease %q after the drop, want the dropper's", got)
 	}
+}
+
+// TestClusterFailoverRebuildsItsShards: on a Redis Cluster each shard is
+// judged by the master serving its slot. Quiet, Warm rounds rebuild
+// nothing; after the master of shard 0 is killed and its replica takes
+// over, only the shards that master served are rebuilt, as
+// master_changed.
+func TestClusterFailoverRebuildsItsShards(t *testing.T) {
+	t.Parallel()
+	cluster := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
+	e := newRestartEnv(t, cluster.Client(t), 3, 10, ledger{})
+	var log rebuildLog
+	w := e.instance(&log)
+	warm(t, w)
+	everyShardOnce(t, log.take(), 3, RebuildMissing)
+	for range 100 {
+		warm(t, w)
+	}
+	if got := log.take(); len(got) != 0 {
+		t.Fatalf("a quiet cluster rebuilt shards %d times, first %v", len(got), got[0])
+	}
+
+	killed := cluster.MasterOf(t, e.keys.Ready(0))
+	onKilled := map[int]bool{}
+	for shard := range 3 {
+		onKilled[shard] = cluster.MasterOf(t, e.keys.Ready(shard)).Addr == killed.Addr
+	}
+	killed.Kill(t)
+	cluster.WaitFailover(t, killed, 30*time.Second)
+	// The client learns the new slot map within a second or so; until
+	// then the shards of the killed master cannot be checked.
+	testenv.WaitFor(t, 30*time.Second, "a warm round without errors after the failover", func() bool {
+		_, err := w.Warm(context.Background())
+		return err == nil
+	})
+	for range 5 {
+		warm(t, w)
+	}
+	got := log.take()
+	want := 0
+	for shard, on := range onKilled {
+		if on {
+			want++
+		}
+		n := 0
+		for _, r := range got {
+			if r.shard == shard {
+				n++
+			}
+		}
+		switch {
+		case on && n != 1:
+			t.Errorf("shard %d, on the killed master, rebuilt %d times, want once", shard, n)
+		case !on && n != 0:
+			t.Errorf("shard %d, on a master still up, rebuilt %d times, want never", shard, n)
+		}
+	}
+	for _, r := range got {
+		if r.reason != RebuildMasterChanged {
+			t.Errorf("shard %d rebuilt for %q, want %q", r.shard, r.reason, RebuildMasterChanged)
+		}
+	}
+	t.Logf("%d of 3 shards were on the killed master; rebuilds %v", want, got)
 }
 
 // TestJudge is the verdict table of a shard, without servers.
