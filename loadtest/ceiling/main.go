@@ -6,11 +6,14 @@
 // cost of everything else an instance does.
 //
 //	go run ./loadtest/ceiling --addr 127.0.0.1:18090 --redis redis://127.0.0.1:16379/0
+//	go run ./loadtest/ceiling --redis 'redis-cluster://127.0.0.1:7000?addr=127.0.0.1:7001' --shards 8
 //
 // It takes POST /api/v1/vouchers (any body; puts a voucher with the given
 // stock on sale in Redis only) and POST /api/v1/vouchers/{id}/orders, whose
 // buyer is the X-Loadtest-User header the load generator sends. Its keys live
-// under a prefix of their own, so it can share the cluster's Redis.
+// under a prefix of their own, so it can share the deployment's Redis: one
+// server or a Redis Cluster, whose masters its --shards spread the vouchers
+// over as the service's shards do.
 package main
 
 import (
@@ -32,8 +35,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/redisconn"
 	"seckill/internal/voucher"
 	"seckill/lua"
 )
@@ -51,25 +54,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs := flag.NewFlagSet("ceiling", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:18090", "listen address")
 	redisURL := fs.String("redis", getenv("SECKILL_REDIS_URL"), "Redis (SECKILL_REDIS_URL)")
-	pool := fs.Int("pool", 256, "Redis connections, as SECKILL_REDIS_POOL")
+	pool := fs.Int("pool", 256, "Redis connections (per node on a cluster), as SECKILL_REDIS_POOL")
+	shards := fs.Int("shards", envInt(getenv, "SECKILL_SHARDS", 1), "shards the vouchers spread over (SECKILL_SHARDS)")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this loopback address, to compare profiles with an instance's")
 	prefix := fs.String("key-prefix", fmt.Sprintf("ceiling%d", time.Now().UnixNano()), "key prefix (a fresh one per start)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	opt, err := redis.ParseURL(*redisURL)
+	rdb, err := redisconn.Open(*redisURL, redisconn.Tuning{PoolSize: *pool})
 	if err != nil {
 		return fmt.Errorf("--redis: %w", err)
 	}
-	opt.PoolSize = *pool
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	log := slog.New(slog.NewTextHandler(stdout, nil))
 
-	keys := voucher.NewKeys(*prefix, 1)
+	// TODO(cluster keys): voucher.KeysFor(*prefix, *shards, redisconn.IsCluster(rdb)) once it exists.
+	keys := voucher.NewKeys(*prefix, *shards)
 	state := voucher.NewState(rdb, keys)
-	if err := state.MarkReady(ctx, 0); err != nil {
-		return err
+	for shard := range keys.Shards() {
+		if err := state.MarkReady(ctx, shard); err != nil {
+			return err
+		}
 	}
 	script := lua.Purchase()
 	var vouchers, orders atomic.Int64
@@ -100,8 +105,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			user = orders.Load() + 1
 		}
 		n := orders.Add(1)
+		shard := keys.Shard(vid)
 		res, err := script.Run(c.Request.Context(), rdb,
-			[]string{keys.Ready(0), keys.State(vid), keys.Buyers(vid), keys.Stream(0), keys.Pending(0)},
+			[]string{keys.Ready(shard), keys.State(vid), keys.Buyers(vid), keys.Stream(shard), keys.Pending(shard)},
 			vid, user, n).Slice()
 		if err != nil || len(res) != 2 {
 			c.JSON(http.StatusServiceUnavailable, gin.H{"code": "unavailable", "message": "purchase script failed"})
@@ -122,7 +128,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
-	log.Info("ceiling server listening", "addr", ln.Addr().String(), "key_prefix", *prefix)
+	log.Info("ceiling server listening", "addr", ln.Addr().String(), "key_prefix", *prefix, "shards", keys.Shards(), "redis_cluster", redisconn.IsCluster(rdb))
 	if *pprofAddr != "" {
 		pln, err := net.Listen("tcp", *pprofAddr)
 		if err != nil {
@@ -151,4 +157,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	return nil
+}
+
+// envInt reads an integer setting from the environment, def when unset or
+// not a number.
+func envInt(getenv func(string) string, name string, def int) int {
+	if n, err := strconv.Atoi(getenv(name)); err == nil {
+		return n
+	}
+	return def
 }

@@ -6,17 +6,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
 	"seckill/internal/db"
 	"seckill/internal/verify"
-	"seckill/internal/voucher"
 )
 
 // CheckConfig says where the pipeline's state is read after a run.
 type CheckConfig struct {
-	RedisURL  string // SECKILL_REDIS_URL of the deployment
+	RedisURL  string // SECKILL_REDIS_URL of the deployment: one server or a Redis Cluster
 	MySQLDSN  string // SECKILL_MYSQL_DSN of the deployment
 	KeyPrefix string // SECKILL_KEY_PREFIX, default seckill
 	Shards    int    // SECKILL_SHARDS, default 1
@@ -56,13 +54,11 @@ func check(ctx context.Context, cc CheckConfig, cfg Config, vid int64, res Resul
 		return Report{}, err
 	}
 	defer db.Close(g)
-	opt, err := redis.ParseURL(cc.RedisURL)
+	rdb, keys, err := openSale(cc.RedisURL, cc.KeyPrefix, cc.Shards)
 	if err != nil {
-		return Report{}, fmt.Errorf("redis url: %w", err)
+		return Report{}, err
 	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	keys := voucher.NewKeys(cc.KeyPrefix, cc.Shards)
 
 	in := verify.Input{VoucherID: vid, Accepted: map[int64]int64{}, Group: cc.Group}
 	unsure := map[int64]bool{}

@@ -12,14 +12,13 @@ import (
 
 	"seckill/internal/db"
 	"seckill/internal/mq"
-	"seckill/internal/voucher"
 )
 
 // DrainConfig says which voucher's drain to time.
 type DrainConfig struct {
 	VoucherID int64
-	Expect    int // orders MySQL holds when the drain is done
-	RedisURL  string
+	Expect    int    // orders MySQL holds when the drain is done
+	RedisURL  string // one server or a Redis Cluster (redis-cluster://)
 	MySQLDSN  string
 	KeyPrefix string
 	Shards    int
@@ -50,13 +49,11 @@ func Drain(ctx context.Context, cfg DrainConfig) (DrainResult, error) {
 		return DrainResult{}, err
 	}
 	defer db.Close(g)
-	opt, err := redis.ParseURL(cfg.RedisURL)
+	rdb, keys, err := openSale(cfg.RedisURL, cfg.KeyPrefix, cfg.Shards)
 	if err != nil {
-		return DrainResult{}, fmt.Errorf("redis url: %w", err)
+		return DrainResult{}, err
 	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	keys := voucher.NewKeys(cfg.KeyPrefix, cfg.Shards)
 	w := drainWatch{cfg: cfg, g: g, rdb: rdb, stream: keys.Stream(keys.Shard(cfg.VoucherID))}
 	return w.run(ctx)
 }
@@ -66,7 +63,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (DrainResult, error) {
 type drainWatch struct {
 	cfg    DrainConfig
 	g      *gorm.DB
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	stream string
 }
 

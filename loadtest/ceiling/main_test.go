@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/testenv"
+	"seckill/internal/voucher"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// startCeiling runs the ceiling server on a free port against redisURL
+// and returns its base URL; it is stopped, and must have stopped cleanly,
+// at cleanup.
+func startCeiling(t *testing.T, redisURL, prefix string, shards int) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &testenv.Buffer{}
+	args := []string{"ceiling", "--addr", "127.0.0.1:0", "--redis", redisURL, "--key-prefix", prefix, "--shards", fmt.Sprint(shards)}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, args, func(string) string { return "" }, out) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("ceiling server: %v\n%s", err, out)
+		}
+	})
+	listening := regexp.MustCompile(`msg="ceiling server listening" addr=(\S+)`)
+	var addr string
+	testenv.WaitFor(t, 30*time.Second, "the ceiling server listens", func() bool {
+		select {
+		case err := <-errc:
+			errc <- err
+			t.Fatalf("ceiling server ended: %v\n%s", err, out)
+		default:
+		}
+		if m := listening.FindStringSubmatch(out.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	return "http://" + addr
+}
+
+// post sends body (and a buyer, when user is not 0) and returns the status
+// and the decoded answer.
+func post(t *testing.T, url string, user int64, body any) (int, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != 0 {
+		req.Header.Set("X-Loadtest-User", fmt.Sprint(user))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("POST %s: %s, undecodable answer: %v", url, resp.Status, err)
+	}
+	return resp.StatusCode, out
+}
+
+// TestCeilingSellsOnEachRedis: the ceiling server sells vouchers spread over
+// more shards than a cluster has masters, on a single server and on a Redis
+// Cluster: each voucher of stock 1 accepts its first buyer, refuses the
+// second as sold out, and the order lands on the stream of the voucher's
+// shard. On the cluster those streams lie on several masters.
+func TestCeilingSellsOnEachRedis(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: -1})
+	for _, tc := range []struct {
+		name    string
+		url     string
+		rdb     redis.UniversalClient
+		cluster bool
+	}{
+		{"single", testenv.RedisURL(t), testenv.Redis(t), false},
+		{"cluster", c.URL(), c.Client(t), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			const shards = 4
+			prefix := testenv.Prefix(t)
+			// TODO(cluster keys): voucher.KeysFor(prefix, shards, tc.cluster) once it exists.
+			keys := voucher.NewKeys(prefix, shards)
+			base := startCeiling(t, tc.url, prefix, shards)
+
+			masters := map[string]bool{}
+			for range shards {
+				status, out := post(t, base+"/api/v1/vouchers", 0, map[string]int{"stock": 1})
+				if status != http.StatusCreated {
+					t.Fatalf("create voucher: %d %v", status, out)
+				}
+				id := int64(out["voucher"].(map[string]any)["id"].(float64))
+				orders := fmt.Sprintf("%s/api/v1/vouchers/%d/orders", base, id)
+				if status, out := post(t, orders, 1, nil); status != http.StatusAccepted {
+					t.Fatalf("voucher %d, first buyer: %d %v; want 202", id, status, out)
+				}
+				if status, out := post(t, orders, 2, nil); status != http.StatusConflict || out["code"] != "sold_out" {
+					t.Fatalf("voucher %d, second buyer: %d %v; want 409 sold_out", id, status, out)
+				}
+				stream := keys.Stream(keys.Shard(id))
+				if n, err := tc.rdb.XLen(ctx, stream).Result(); err != nil || n != 1 {
+					t.Fatalf("voucher %d: %d entries in %s, %v; want 1", id, n, stream, err)
+				}
+				if tc.cluster {
+					masters[c.MasterOf(t, stream).Addr] = true
+				}
+			}
+			if tc.cluster && len(masters) < 2 {
+				t.Fatalf("the shards' streams lie on %d master(s); want several", len(masters))
+			}
+		})
+	}
+}
