@@ -314,6 +314,15 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration) {
 		return "not_ready", script
 	case errors.Is(err, ErrNoState):
 		return h.explainNoState(c, id), script
+	case errors.Is(err, ErrNotReplicated):
+		// The order may be taken and may land; only its copy on a replica is
+		// unconfirmed. A new request gets a new order id, so it cannot take a
+		// second unit: it answers already_purchased with the order if the
+		// first was taken, and buys if a failover lost it.
+		h.warnRedis("purchase not confirmed by replicas", err)
+		apierr.Unavailable(c, "not_replicated", "your purchase may or may not have been taken: Redis did not confirm it in time. "+
+			"Look at your orders shortly; buying again answers already_purchased with the order's id if it was taken")
+		return "not_replicated", script
 	case errors.Is(err, ErrWrongType):
 		// Not an outage: Redis answers, but a key is damaged and stays so
 		// until an operator removes it. Nothing was reserved.

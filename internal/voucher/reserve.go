@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/redisconn"
 	"seckill/lua"
 )
 
@@ -27,6 +30,11 @@ var (
 	// shares the key prefix). The purchase wrote nothing; purchases of the
 	// shard or voucher fail closed until an operator removes the key.
 	ErrWrongType = errors.New("sale state key of the wrong type")
+	// ErrNotReplicated means the purchase was taken on the master, but fewer
+	// replicas than asked (WaitReplicas) confirmed it in time: a failover
+	// now could lose it, so the buyer cannot be told it was accepted. It is
+	// no refusal either: the order may well land.
+	ErrNotReplicated = errors.New("purchase not confirmed by replicas")
 )
 
 // PurchasedError means the buyer already holds an order for the voucher.
@@ -44,16 +52,64 @@ type Reservation struct {
 	Replayed bool
 }
 
-// Reserver runs the purchase script: one Redis round trip per purchase.
+// Reserver runs the purchase script: one Redis round trip per purchase, and
+// a second for a taken purchase that waits for replicas (WaitReplicas).
 type Reserver struct {
 	rdb    redis.Scripter
 	keys   Keys
 	script *redis.Script
+
+	// With WaitReplicas: the client that finds the voucher's master (rdb
+	// itself), how many replicas must confirm a purchase, and how long to
+	// wait for them.
+	uc      redis.UniversalClient
+	acks    int
+	ackWait time.Duration
+}
+
+// ReserveOption changes how a Reserver confirms a purchase.
+type ReserveOption func(*Reserver)
+
+// WaitReplicas makes a purchase wait, before it is answered, until n
+// replicas of the master holding the voucher have its writes, for at most
+// timeout; fewer confirmations make Reserve return ErrNotReplicated.
+// Replication is asynchronous: without this, a failover loses the
+// purchases the master accepted but had not yet sent to its replica. The
+// wait is Redis's WAIT, sent after the script on the same connection, in
+// its own round trip, and only when the purchase was taken. n = 0 turns it
+// off.
+//
+// The Reserver's client must be a *redis.Client or a *redis.ClusterClient
+// (WAIT goes on a connection of the voucher's master), n must not be
+// negative, and timeout must be 1ms or more (WAIT reads 0 as "forever"):
+// NewReserver panics otherwise, as on any programming error. WAIT's answer
+// is awaited for timeout plus 10s, whatever the client's read timeout.
+func WaitReplicas(n int, timeout time.Duration) ReserveOption {
+	return func(r *Reserver) {
+		if n == 0 {
+			r.acks = 0
+			return
+		}
+		if n < 0 || timeout < time.Millisecond {
+			panic(fmt.Sprintf("voucher.WaitReplicas(%d, %s): want n >= 0 and a timeout of 1ms or more", n, timeout))
+		}
+		switch c := r.rdb.(type) {
+		case *redis.Client, *redis.ClusterClient:
+			r.uc = c.(redis.UniversalClient)
+		default:
+			panic(fmt.Sprintf("voucher.WaitReplicas: the client is a %T; WAIT needs a *redis.Client or *redis.ClusterClient, to send it on a connection of the voucher's master", r.rdb))
+		}
+		r.acks, r.ackWait = n, timeout
+	}
 }
 
 // NewReserver returns a Reserver; it does not own rdb.
-func NewReserver(rdb redis.Scripter, keys Keys) *Reserver {
-	return &Reserver{rdb: rdb, keys: keys, script: lua.Purchase()}
+func NewReserver(rdb redis.Scripter, keys Keys, opts ...ReserveOption) *Reserver {
+	r := &Reserver{rdb: rdb, keys: keys, script: lua.Purchase()}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
 // Reserve checks the buyer's eligibility and, when eligible, reserves one
@@ -68,11 +124,128 @@ func (r *Reserver) Reserve(ctx context.Context, voucherID, userID, orderID int64
 		r.keys.Stream(shard),
 		r.keys.Pending(shard),
 	}
+	if r.acks > 0 {
+		return r.reserveAcked(ctx, keys, voucherID, userID, orderID)
+	}
 	res, err := r.script.Run(ctx, r.rdb, keys, voucherID, userID, orderID).Slice()
 	if err != nil {
 		return Reservation{}, fmt.Errorf("purchase script: %w", err)
 	}
 	return decodePurchase(res)
+}
+
+// reserveAcked runs the purchase script on a connection of the master
+// holding the voucher's keys and, when the purchase was taken, WAIT on the
+// same connection: WAIT counts the replicas that have every write of the
+// connection it is sent on. When the slot has moved (MOVED) or is moving
+// (ASK), it follows once to the node named.
+//
+// WAIT is a second round trip, sent only after an accepted or replayed
+// answer, not pipelined behind the script: a refusal wrote nothing, but a
+// WAIT sent after it still waits for whatever the connection carried
+// before (Redis 7.0 counts there the GETACK of its previous WAIT), so with
+// a lagging replica every sold-out answer would take the whole timeout
+// and hold a connection for it. Accepted purchases are bounded by the
+// stock; refusals are not.
+//
+// A replayed order was written by an earlier call, perhaps on another
+// connection: WAIT confirms this connection's writes only.
+func (r *Reserver) reserveAcked(ctx context.Context, keys []string, args ...any) (Reservation, error) {
+	c, err := redisconn.MasterFor(ctx, r.uc, keys[1])
+	if err != nil {
+		return Reservation{}, fmt.Errorf("purchase script: find the master: %w", err)
+	}
+	conn := c.Conn()
+	defer func() { _ = conn.Close() }() // the last one, after a redirection
+	res, err := r.runOn(ctx, conn, false, keys, args)
+	if addr, ask, ok := redirect(err); ok {
+		cluster, isCluster := r.uc.(*redis.ClusterClient)
+		if !isCluster {
+			return Reservation{}, fmt.Errorf("purchase script: %w", err)
+		}
+		node, ferr := nodeAt(ctx, cluster, addr)
+		if ferr != nil {
+			return Reservation{}, fmt.Errorf("purchase script: %w; follow it: %w", err, ferr)
+		}
+		_ = conn.Close()
+		conn = node.Conn()
+		res, err = r.runOn(ctx, conn, ask, keys, args)
+	}
+	if err != nil {
+		return Reservation{}, fmt.Errorf("purchase script: %w", err)
+	}
+	out, err := decodePurchase(res)
+	if err != nil {
+		return out, err // a refusal: nothing written, nothing to confirm
+	}
+	n, err := conn.Wait(ctx, r.acks, r.ackWait).Result()
+	if err != nil {
+		return Reservation{}, fmt.Errorf("order %d taken, replicas unknown: wait for replicas: %w", out.OrderID, err)
+	}
+	if n < int64(r.acks) {
+		return Reservation{}, fmt.Errorf("order %d confirmed by %d of %d replicas within %s: %w", out.OrderID, n, r.acks, r.ackWait, ErrNotReplicated)
+	}
+	return out, nil
+}
+
+// runOn runs the purchase script on conn by digest, after ASKING when
+// asking (a slot being moved: ASKING lets one command in); when conn's
+// server lacks the script (restarted, failed over or flushed), once more
+// with the script's body, which also caches it.
+func (r *Reserver) runOn(ctx context.Context, conn *redis.Conn, asking bool, keys []string, args []any) ([]any, error) {
+	run := func(body bool) ([]any, error) {
+		if asking {
+			if err := conn.Do(ctx, "asking").Err(); err != nil {
+				return nil, err
+			}
+		}
+		if body {
+			return r.script.Eval(ctx, conn, keys, args...).Slice()
+		}
+		return r.script.EvalSha(ctx, conn, keys, args...).Slice()
+	}
+	res, err := run(false)
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		res, err = run(true)
+	}
+	return res, err
+}
+
+// redirect reads a cluster redirection: the address it names, and whether
+// it is ASK (the slot is moving; ask once) rather than MOVED.
+func redirect(err error) (addr string, ask, ok bool) {
+	if addr, ok := redis.IsMovedError(err); ok {
+		return addr, false, true
+	}
+	if addr, ok := redis.IsAskError(err); ok {
+		return addr, true, true
+	}
+	return "", false, false
+}
+
+// nodeAt returns the cluster client's node at addr. Asking for every node
+// reloads the client's slot map first, so later purchases go to the new
+// owner of a moved slot directly.
+func nodeAt(ctx context.Context, cluster *redis.ClusterClient, addr string) (*redis.Client, error) {
+	var (
+		mu    sync.Mutex
+		found *redis.Client
+	)
+	err := cluster.ForEachShard(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, fmt.Errorf("no node at %s in the cluster's map", addr)
+	}
+	return found, nil
 }
 
 // The return codes of purchase.lua, as its header lists them: {code, detail}.
