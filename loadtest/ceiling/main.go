@@ -68,8 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer rdb.Close()
 	log := slog.New(slog.NewTextHandler(stdout, nil))
 
-	// TODO(cluster keys): voucher.KeysFor(*prefix, *shards, redisconn.IsCluster(rdb)) once it exists.
-	keys := voucher.NewKeys(*prefix, *shards)
+	keys := voucher.KeysFor(*prefix, *shards, redisconn.IsCluster(rdb))
 	state := voucher.NewState(rdb, keys)
 	for shard := range keys.Shards() {
 		if err := state.MarkReady(ctx, shard); err != nil {

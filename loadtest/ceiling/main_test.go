@@ -97,8 +97,7 @@ func TestCeilingSellsOnEachRedis(t *testing.T) {
 			ctx := context.Background()
 			const shards = 4
 			prefix := testenv.Prefix(t)
-			// TODO(cluster keys): voucher.KeysFor(prefix, shards, tc.cluster) once it exists.
-			keys := voucher.NewKeys(prefix, shards)
+			keys := voucher.KeysFor(prefix, shards, tc.cluster)
 			base := startCeiling(t, tc.url, prefix, shards)
 
 			masters := map[string]bool{}

@@ -102,7 +102,7 @@ func TestCheckReadsSaleOnEachRedis(t *testing.T) {
 			ctx := context.Background()
 			dsn, g, v := saleDB(t, 3)
 			prefix := testenv.Prefix(t)
-			keys := saleKeys(prefix, testShards, sr.cluster)
+			keys := voucher.KeysFor(prefix, testShards, sr.cluster)
 			const base = 500_000
 			writeOrder(t, g, v, 9001, base)
 			writeOrder(t, g, v, 9002, base+1)
@@ -122,7 +122,7 @@ func TestCheckReadsSaleOnEachRedis(t *testing.T) {
 				}
 			}
 
-			cc := CheckConfig{RedisURL: sr.url, MySQLDSN: dsn, KeyPrefix: prefix, Shards: testShards, DrainTimeout: time.Minute}
+			cc := CheckConfig{RedisURL: sr.url, MySQLDSN: dsn, KeyPrefix: prefix, Shards: testShards, DrainTimeout: 10 * time.Second}
 			cfg := Config{UserBase: base, Log: io.Discard}
 			res := Result{buyers: []buyer{{accepted: 9001, pressed: true}, {accepted: 9002, pressed: true}}}
 			rep, err := check(ctx, cc, cfg, v.ID, res)
@@ -153,7 +153,7 @@ func TestDrainWaitsForPendingOnEachRedis(t *testing.T) {
 			ctx := context.Background()
 			dsn, g, v := saleDB(t, 5)
 			prefix := testenv.Prefix(t)
-			keys := saleKeys(prefix, testShards, sr.cluster)
+			keys := voucher.KeysFor(prefix, testShards, sr.cluster)
 			stream := keys.Stream(keys.Shard(v.ID))
 			if err := sr.rdb.XGroupCreateMkStream(ctx, stream, "order-writers", "0").Err(); err != nil {
 				t.Fatal(err)

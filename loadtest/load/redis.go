@@ -18,12 +18,5 @@ func openSale(url, prefix string, shards int) (redis.UniversalClient, voucher.Ke
 	if err != nil {
 		return nil, voucher.Keys{}, fmt.Errorf("redis url: %w", err)
 	}
-	return rdb, saleKeys(prefix, shards, redisconn.IsCluster(rdb)), nil
-}
-
-// saleKeys is the one place the load tools choose the sale's key names.
-// TODO(cluster keys): voucher.KeysFor(prefix, shards, cluster) once it exists.
-func saleKeys(prefix string, shards int, cluster bool) voucher.Keys {
-	_ = cluster
-	return voucher.NewKeys(prefix, shards)
+	return rdb, voucher.KeysFor(prefix, shards, redisconn.IsCluster(rdb)), nil
 }
