@@ -19,14 +19,17 @@ import (
 
 	"seckill/internal/redisconn"
 	"seckill/internal/testenv"
+	"seckill/internal/voucher"
 )
 
 // TestClusterOnRedisCluster: scripts/cluster-up.sh with
 // SECKILL_CLUSTER_REDIS=cluster starts six Redis Cluster nodes, each the
 // process its pidfile names, forms 3 masters with 1 replica each, hands the
-// instances a redis-cluster:// URL naming every node with 3 shards, and the
-// instances answer through nginx; scripts/cluster-down.sh then leaves none
-// of the processes it started.
+// instances a redis-cluster:// URL naming every node with 3 shards, one per
+// master; the instances answer through nginx and sell a voucher's stock
+// exactly, with every invariant of the load generator's check; the ceiling
+// server starts on the same cluster; scripts/cluster-down.sh then leaves
+// none of the processes it started.
 func TestClusterOnRedisCluster(t *testing.T) {
 	var ports, bus []string
 	for range 6 {
@@ -59,7 +62,7 @@ func TestClusterOnRedisCluster(t *testing.T) {
 
 	// Every node runs under the pid its pidfile records, and the cluster
 	// is whole: ok on every node, 3 masters, 3 replicas linked to them.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	roles := map[string]int{}
 	for i, port := range ports {
@@ -91,6 +94,24 @@ func TestClusterOnRedisCluster(t *testing.T) {
 		t.Errorf("roles %v, want 3 masters and 3 replicas", roles)
 	}
 
+	// The shards spread over the masters: one each.
+	rdb, err := redisconn.Open(c.env["SECKILL_REDIS_URL"], redisconn.Tuning{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	places, err := voucher.KeysFor(c.env["SECKILL_KEY_PREFIX"], 3, true).Placement(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters := map[string]bool{}
+	for _, pl := range places {
+		masters[pl.Master] = true
+	}
+	if len(masters) != 3 || masters[""] {
+		t.Errorf("the 3 shards are on masters %v, want one on each: %+v", masters, places)
+	}
+
 	// The instances behind nginx answer; each one is ready on the cluster.
 	for _, u := range append([]string{c.env["SECKILL_URL"]}, strings.Fields(c.env["SECKILL_API_URLS"])...) {
 		for _, path := range []string{"/healthz", "/readyz"} {
@@ -98,6 +119,36 @@ func TestClusterOnRedisCluster(t *testing.T) {
 				t.Errorf("GET %s%s: %d", u, path, code)
 			}
 		}
+	}
+
+	// A small sale through nginx on the cluster; the load generator's check
+	// reads the pipeline's state from the cluster and MySQL.
+	var out testenv.Buffer
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	cfg, opts, err := parseRun([]string{
+		"--users", "600", "--requests", "1000", "--stock", "200", "-c", "16",
+		"--drain-timeout", "90s", "--json", summary,
+	}, func(k string) string { return c.env[k] }, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Check == nil || cfg.Check.Shards != 3 {
+		t.Fatalf("the check does not read the cluster's 3 shards: %+v", cfg.Check)
+	}
+	err = execute(ctx, cfg, opts, &out)
+	t.Logf("load generator:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("sale on the Redis Cluster: %v", err)
+	}
+	if s := readSummary(t, summary); s.Check == nil || !s.Check.OK || s.Check.Orders != 200 || s.Outcomes["202 accepted"] != 200 {
+		t.Fatalf("sale on the Redis Cluster: check %+v, answers %v", s.Check, s.Outcomes)
+	}
+
+	// The ceiling server starts on the same cluster.
+	up := exec.CommandContext(ctx, filepath.Join("..", "scripts", "cluster-up.sh"), "ceiling")
+	up.Env = append(os.Environ(), "SECKILL_CLUSTER_DIR="+c.dir, "SECKILL_CLUSTER_CEILING_PORT="+testenv.FreePort(t))
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("cluster-up.sh ceiling: %v\n%s", err, out)
 	}
 
 	// cluster-down.sh stops every process cluster-up.sh recorded.
@@ -110,9 +161,9 @@ func TestClusterOnRedisCluster(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(f), ".pid")
 		pids[name] = c.pid(t, name)
 	}
-	for i := range 6 {
-		if _, ok := pids[fmt.Sprintf("redis-node-%d", i+1)]; !ok {
-			t.Errorf("no pidfile for redis-node-%d: %v", i+1, pidfiles)
+	for _, name := range []string{"redis-node-1", "redis-node-2", "redis-node-3", "redis-node-4", "redis-node-5", "redis-node-6", "ceiling"} {
+		if _, ok := pids[name]; !ok {
+			t.Errorf("no pidfile for %s: %v", name, pidfiles)
 		}
 	}
 	down := exec.CommandContext(ctx, filepath.Join("..", "scripts", "cluster-down.sh"))

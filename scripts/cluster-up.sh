@@ -216,15 +216,19 @@ fi
 
 if [ "${1:-}" = "ceiling" ]; then
   [ -f "$dir/cluster.env" ] && redis_alive || die "no cluster runs in $dir; start one with scripts/cluster-up.sh"
-  alive redis || die "the ceiling server runs on a single redis-server; this cluster runs a Redis Cluster"
   alive ceiling && die "the ceiling server already runs (pid $(cut -d' ' -f1 "$run/ceiling.pid"))"
   port_free "$ceiling_port" || die "port $ceiling_port is taken; choose another with SECKILL_CLUSTER_CEILING_PORT"
   need go
   (cd "$root" && go build -o "$dir/bin/ceiling" ./loadtest/ceiling)
+  # On the cluster's Redis (one server or the Redis Cluster) with its shards.
+  set -a
+  # shellcheck disable=SC1091
+  . "$dir/cluster.env"
+  set +a
   # Started like the instances (its own session): servers compared with
   # each other must be scheduled alike (loadtest/README.md, "autogroups").
   start ceiling "$logs/ceiling.log" "$dir/bin/ceiling" --addr "127.0.0.1:$ceiling_port" \
-    --redis "redis://127.0.0.1:$redis_port/0" --pprof "127.0.0.1:$((ceiling_port + 10000))"
+    --redis "$SECKILL_REDIS_URL" --shards "$SECKILL_SHARDS" --pprof "127.0.0.1:$((ceiling_port + 10000))"
   wait_for "ceiling server" 30 ceiling grep -q 'ceiling server listening' "$logs/ceiling.log"
   say "ceiling ready: http://127.0.0.1:$ceiling_port (pid $(cut -d' ' -f1 "$run/ceiling.pid"))"
   exit 0
