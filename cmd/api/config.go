@@ -160,7 +160,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		if _, err := redisconn.Parse(c.RedisURL); err != nil {
 			errs = append(errs, "SECKILL_REDIS_URL: "+err.Error())
 		}
-	} else if c.WaitReplicas > 0 {
+	}
+	if c.WaitTimeout < time.Millisecond {
+		errs = append(errs, "SECKILL_REDIS_WAIT_TIMEOUT must be at least 1ms")
+	}
+	if c.RedisURL == "" && c.WaitReplicas > 0 {
 		errs = append(errs, "SECKILL_REDIS_WAIT_REPLICAS needs SECKILL_REDIS_URL: the embedded Redis has no replicas")
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{} ") {

@@ -23,6 +23,7 @@ import (
 	"seckill/internal/metrics"
 	"seckill/internal/mq"
 	"seckill/internal/order"
+	"seckill/internal/redisconn"
 	"seckill/internal/voucher"
 	schema "seckill/sql"
 )
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return dlqCommand(ctx, cfg, log, args, stdout)
 	case "reconcile":
 		return reconcileCommand(ctx, cfg, log, stdout)
+	case "shards":
+		return shardsCommand(ctx, cfg, log, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil
@@ -264,7 +267,9 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		reserver: newReserver(cfg, rdb, keys),
 		health:   &health{rdb: rdb, db: db, keys: keys},
 	}
+	describeRedis(ctx, cfg, rdb, keys, log)
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
+	c.warmer.OnRebuild(m.ShardRebuilt)
 	if n, err := c.warmer.Warm(ctx); err != nil {
 		log.Warn("warming voucher state failed; purchases answer not_ready until it works", "err", err)
 	} else {
@@ -277,13 +282,16 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 // tag is chosen so the shards spread over the slot range, and so over the
 // masters.
 func saleKeys(cfg config, rdb redis.UniversalClient) voucher.Keys {
-	return voucher.NewKeys(cfg.KeyPrefix, cfg.Shards)
+	return voucher.KeysFor(cfg.KeyPrefix, cfg.Shards, redisconn.IsCluster(rdb))
 }
 
 // newReserver is the one Reserver of an instance: with
 // SECKILL_REDIS_WAIT_REPLICAS an accepted purchase waits for replicas.
 func newReserver(cfg config, rdb redis.UniversalClient, keys voucher.Keys) *voucher.Reserver {
-	return voucher.NewReserver(rdb, keys)
+	if cfg.WaitReplicas == 0 {
+		return voucher.NewReserver(rdb, keys)
+	}
+	return voucher.NewReserver(rdb, keys, voucher.WaitReplicas(cfg.WaitReplicas, cfg.WaitTimeout))
 }
 
 // runner is a background service or a worker loop: it runs until its
