@@ -18,7 +18,8 @@
 -- Returns {code, detail} (named in internal/voucher/reserve.go, purchaseAccepted
 -- to purchaseWrongType, and decoded there by decodePurchase alone):
 --   {0, order id}           accepted: stock reserved, order appended to the stream
---   {1, order id}           this order id was accepted before; nothing written again
+--   {1, order id}           this order id was accepted before; nothing new written (the
+--                           buyer entry is written again as it is, for replication)
 --   {2, existing order id}  the user already holds an order for this voucher
 --   {3, ""}                 sold out
 --   {4, ""}                 the sale has not started (Redis server time)
@@ -71,6 +72,9 @@ if held == nil then
 end
 if held then
   if held == ARGV[3] then
+    -- Written again, unchanged: the write is replicated, so a WAIT the
+    -- caller sends after this reply covers the first acceptance too.
+    redis.call('HSET', KEYS[3], ARGV[2], held)
     return {1, held}
   end
   return {2, held}
