@@ -76,14 +76,20 @@ func newCluster(t *testing.T, aof bool) *cluster {
 	c.rdb = redis.NewClient(&redis.Options{Addr: c.redis.Addr, MaxRetries: 0, DialTimeout: time.Second})
 	t.Cleanup(func() { c.rdb.Close() })
 	c.keys = voucher.NewKeys(c.prefix, 1)
-	c.env = map[string]string{
-		"SECKILL_REDIS_URL": c.redis.URL(), "SECKILL_MYSQL_DSN": c.dsn, "SECKILL_TOKEN_SECRET": secret,
+	c.env = settings(c.redis.URL(), c.dsn)
+	c.http = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	return c
+}
+
+// settings are what every instance of a scenario gets: its Redis and
+// database, quick worker and warmer rounds, logs at warn and above.
+func settings(redisURL, dsn string) map[string]string {
+	return map[string]string{
+		"SECKILL_REDIS_URL": redisURL, "SECKILL_MYSQL_DSN": dsn, "SECKILL_TOKEN_SECRET": secret,
 		"SECKILL_LOG_LEVEL": "warn", "SECKILL_WORKER_BLOCK": "100ms", "SECKILL_RECLAIM_IDLE": "1s",
 		"SECKILL_WARM_INTERVAL": "300ms", "SECKILL_SHUTDOWN_TIMEOUT": "5s", "SECKILL_ADMIN_ADDR": "off",
 		"SECKILL_RATE_LIMIT": "off",
 	}
-	c.http = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
-	return c
 }
 
 // openDB opens the scenario's database for checks, once it exists.
@@ -106,6 +112,7 @@ type instance struct {
 	base string
 	cmd  *exec.Cmd
 	done chan struct{}
+	log  *testenv.Buffer // what it printed
 }
 
 // start runs the service binary with the cluster's settings and extra
@@ -129,7 +136,7 @@ func (c *cluster) start(name string, extra map[string]string) *instance {
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	in := &instance{name: name, base: "http://" + addr, cmd: cmd, done: make(chan struct{})}
+	in := &instance{name: name, base: "http://" + addr, cmd: cmd, done: make(chan struct{}), log: out}
 	go func() { _ = cmd.Wait(); close(in.done) }()
 	c.t.Cleanup(func() {
 		if !in.exited() {
