@@ -122,7 +122,8 @@ func TestAlertRules(t *testing.T) {
 		t.Fatal("no alerts in " + alertsPath)
 	}
 	for _, want := range []string{"SeckillOrderBacklogGrowing", "SeckillDeadLetters", "SeckillShardNotReady",
-		"SeckillRedisErrors", "SeckillMySQLErrors", "SeckillInstanceDown", "SeckillPurchaseSlow", "SeckillDelayQueueOverdue"} {
+		"SeckillRedisErrors", "SeckillMySQLErrors", "SeckillInstanceDown", "SeckillPurchaseSlow", "SeckillDelayQueueOverdue",
+		"SeckillShardRebuilt", "SeckillShardRebuildFlapping", "SeckillPurchasesNotReplicated"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)
 		}

@@ -274,6 +274,8 @@ func TestDashboard(t *testing.T) {
 		"stream lag":               "seckill_stream_lag",
 		"delay-queue size":         "seckill_delay_queue_size",
 		"dead letters":             "seckill_dead_letters_total",
+		"shard rebuilds":           "sum by (shard, reason) (seckill_shard_rebuilds_total",
+		"not_replicated answers":   `seckill_purchases_total{outcome="not_replicated"}`,
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("the dashboard does not show the %s (no query with %q)", what, want)
