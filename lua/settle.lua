@@ -5,7 +5,7 @@
 -- unit, and this only drops the orders from the pending index. After Redis
 -- lost its data and the shard was rebuilt from MySQL while an order was in
 -- a worker's hands (committed after the rebuild read MySQL), its buyer is
--- missing: record it and take the unit now.
+-- missing: record it and take the unit now, if one is left.
 --
 -- The buyer may also have bought again meanwhile: the entry names another
 -- order of theirs, still in this shard's pending index. That order can
@@ -40,7 +40,12 @@ for i = 1, #ARGV / 3 do
   local held = redis.call('HGET', buyers, user)
   if not held then
     redis.call('HSET', buyers, user, order)
-    if redis.call('HEXISTS', state, 'stock') == 1 then
+    -- At 0 the unit was sold again after Redis lost this order (a failover
+    -- lost writes the replica never had): the database took it for this
+    -- order, so it will refuse one of the later ones as out of stock, whose
+    -- dead letter gives nothing back. Redis stays at 0, as the database
+    -- will, and never goes below.
+    if tonumber(redis.call('HGET', state, 'stock') or '0') > 0 then
       redis.call('HINCRBY', state, 'stock', -1)
     end
   elseif held ~= order and redis.call('HGET', KEYS[2], held) == user .. ':' .. voucher then

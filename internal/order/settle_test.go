@@ -129,3 +129,28 @@ func TestSettleTakesOverRepurchase(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleNeverTakesStockBelowZero: after a failover lost buyer 7's
+// purchase (order 2001, already in a worker's hands), the rebuilt shard
+// sold both units of the voucher again (orders 2002 and 2003). When 2001
+// is written, the Redis stock is already 0: settling it records the buyer
+// but must not take a unit that is not there. The database then refuses
+// one of the later orders (out_of_stock, no unit to give back), and Redis
+// ends at the database's stock, 0, never below.
+func TestSettleNeverTakesStockBelowZero(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	v := e.voucher(t, 2)
+	stateEnv(t, e, v, 0, map[int64]int64{8: 2002, 9: 2003})
+	handle(t, e.w, []mq.Message{msg(1, 2001, 7, v)})
+	stock, buyers := redisStock(t, e, v)
+	if stock != 0 || buyers["7"] != "2001" {
+		t.Fatalf("after settling the lost order: redis stock %d buyers %v; want 0 and buyer 7 -> 2001", stock, buyers)
+	}
+	handle(t, e.w, []mq.Message{msg(2, 2002, 8, v), msg(3, 2003, 9, v)})
+	stock, buyers = redisStock(t, e, v)
+	s, o, d := e.counts(t, v)
+	if stock != int64(s) || stock != 0 || o != 2 || d != 1 {
+		t.Fatalf("redis stock %d buyers %v; database stock %d orders %d dead letters %d; want 0 everywhere, 2 orders, 1 dead letter", stock, buyers, s, o, d)
+	}
+}

@@ -151,7 +151,7 @@ func (w *Warmer) scanHash(ctx context.Context, key string, each func(field, valu
 
 // expect computes what Redis should hold for v: buyers are the database's
 // orders plus the in-flight ones that are not dead letters; stock is the
-// initial stock less those.
+// initial stock less those, and at least 0.
 func (w *Warmer) expect(ctx context.Context, v Voucher, flying inFlight) (expected, error) {
 	buyers, dead, err := w.ledger.Reservations(ctx, v.ID)
 	if err != nil {
@@ -170,7 +170,11 @@ func (w *Warmer) expect(ctx context.Context, v Voucher, flying inFlight) (expect
 			}
 		}
 	}
-	e.stock = int64(v.TotalStock) - int64(len(buyers))
+	// More buyers than units: after a failover lost some purchases, the
+	// rebuilt shard sold their units again. The database will refuse the
+	// extra orders as out of stock, giving nothing back: the stock is 0,
+	// never below.
+	e.stock = max(int64(v.TotalStock)-int64(len(buyers)), 0)
 	return e, nil
 }
 
