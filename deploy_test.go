@@ -469,7 +469,7 @@ func TestComposeClusterFile(t *testing.T) {
 		}
 		for _, args := range [][]string{
 			{"--cluster-enabled", "yes"}, {"--appendonly", "yes"}, {"--appendfsync", "always"},
-			{"--maxmemory-policy", "noeviction"},
+			{"--maxmemory-policy", "noeviction"}, {"--cluster-require-full-coverage", "no"},
 		} {
 			if !hasArgs(s.Command, args...) {
 				t.Errorf("%s command %q lacks %q", name, s.Command, args)

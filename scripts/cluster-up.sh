@@ -311,13 +311,16 @@ fi
 if [ "$redis_mode" = cluster ]; then
   # Six nodes, each with the single server's durability, its own dir (its
   # AOF and nodes.conf) and its own session; a replica is promoted when its
-  # master stays unreachable for cluster-node-timeout.
+  # master stays unreachable for cluster-node-timeout. Meanwhile the other
+  # masters keep serving their shards (cluster-require-full-coverage no):
+  # one master down stops only its shards' sale, not the whole sale.
   say "Redis Cluster nodes on 127.0.0.1:${node_ports[*]} (appendonly, fsync always, noeviction)"
   for i in 1 2 3 4 5 6; do
     mkdir -p "$dir/redis-node-$i"
     start "redis-node-$i" "$logs/redis-node-$i.log" redis-server --port "${node_ports[$((i - 1))]}" \
       --bind 127.0.0.1 --dir "$dir/redis-node-$i" --daemonize no --cluster-enabled yes \
       --cluster-config-file nodes.conf --cluster-port "${bus_ports[$((i - 1))]}" --cluster-node-timeout 5000 \
+      --cluster-require-full-coverage no \
       --appendonly yes --appendfsync always --maxmemory-policy noeviction --save ""
   done
   for i in 1 2 3 4 5 6; do

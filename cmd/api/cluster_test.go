@@ -116,6 +116,18 @@ func TestSaleOnCluster(t *testing.T) {
 	if len(shards) != 3 {
 		t.Fatalf("vouchers %v fall in shards %v, want all three", vids, shards)
 	}
+	// The first buyers of every voucher find their buyer lock held
+	// elsewhere for a moment: their orders go through the shard's delay
+	// queue and come back (retry.lua and forward.lua on the cluster).
+	const held = 5
+	for _, vid := range vids {
+		for i := range held {
+			key := fmt.Sprintf("%s:lock:buyer:%d:%d", s.prefix, vid, 10_000+i)
+			if err := s.rdb.Set(context.Background(), key, "held-elsewhere", 1500*time.Millisecond).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	sales := make([]sale, len(vids))
 	var wg sync.WaitGroup
 	for i, vid := range vids {
@@ -137,6 +149,25 @@ func TestSaleOnCluster(t *testing.T) {
 			t.Fatalf("voucher %d after drain: %s", vid, rep)
 		}
 	}
+
+	conflicts := 0.0
+	for _, o := range []observed{s.a, s.b} {
+		_, mfs := scrape(t, o.admin+"/metrics")
+		n, _ := sample(mfs, "seckill_lock_conflicts_total")
+		conflicts += n
+	}
+	won := 0
+	for _, sl := range sales {
+		for _, user := range sl.accepted {
+			if user < 10_000+held {
+				won++
+			}
+		}
+	}
+	if won > 0 && conflicts == 0 {
+		t.Fatalf("%d buyers whose lock was held won, and no lock conflict was counted", won)
+	}
+	t.Logf("%d buyers with a held lock won; %v lock conflicts went through the delay queues", won, conflicts)
 
 	// A message no purchase wrote becomes a dead letter, listed by the CLI.
 	if err := s.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: s.keys.Stream(1), Values: []string{"garbage", "1"}}).Err(); err != nil {

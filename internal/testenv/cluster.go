@@ -167,6 +167,9 @@ func startClusterNode(tb testing.TB, bin string, opt ClusterOptions) (*ClusterNo
 			// The master streams its snapshot to a new replica at once,
 			// instead of waiting 5s for more replicas to share it.
 			"--repl-diskless-sync-delay", "0",
+			// As the shipped configurations: the masters left serve their
+			// slots while one is down.
+			"--cluster-require-full-coverage", "no",
 		}
 		var s *RedisServer
 		if s, err = startRedis(bin, dir, RedisOptions{AppendOnly: opt.AppendOnly, ExtraArgs: append(args, opt.ExtraArgs...)}); err != nil {
