@@ -306,6 +306,15 @@ func (w *clusterSale) codes(shard int) string {
 	return fmt.Sprint(s.codes)
 }
 
+// unanswered counts the purchases of shard's voucher answered 503 (not
+// ready, unavailable, not replicated): neither sold nor refused.
+func (w *clusterSale) unanswered(shard int) int {
+	s := w.sales[shard]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.codes["not_ready"] + s.codes["unavailable"] + s.codes["not_replicated"]
+}
+
 // accepted counts the accepted orders of shard's voucher.
 func (w *clusterSale) accepted(shard int) int {
 	s := w.sales[shard]
