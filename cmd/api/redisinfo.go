@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,8 +33,9 @@ func describeRedis(ctx context.Context, cfg config, rdb redis.UniversalClient, k
 		for _, p := range places {
 			perMaster[p.Master]++
 		}
-		masters := 0
-		_ = redisconn.ForEachMaster(ctx, rdb, func(context.Context, *redis.Client) error { masters++; return nil })
+		var count atomic.Int64 // ForEachMaster calls at once
+		_ = redisconn.ForEachMaster(ctx, rdb, func(context.Context, *redis.Client) error { count.Add(1); return nil })
+		masters := int(count.Load())
 		log.Info("shards on the redis cluster", "shards", len(places), "per_master", perMaster)
 		if masters > 0 && (len(places) < masters || len(places)%masters != 0) {
 			log.Warn("SECKILL_SHARDS is not a multiple of the cluster's masters: some masters carry more of the sale than others, or none",
