@@ -42,6 +42,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (load
 	fs.StringVar(&cfg.URL, "url", cmp.Or(getenv("SECKILL_URL"), "http://127.0.0.1:18080"), "target: nginx or one instance (SECKILL_URL)")
 	fs.Int64Var(&cfg.VoucherID, "voucher", 0, "voucher to buy; 0 creates one with --stock")
 	fs.IntVar(&cfg.Stock, "stock", 500, "stock of the voucher created")
+	fs.IntVar(&cfg.Vouchers, "vouchers", 1, "create this many vouchers with --stock each, buyer u buying voucher u mod n (their shards spread over a Redis Cluster's masters); more than 1 needs --verify=false")
 	fs.IntVar(&cfg.Users, "users", 2000, "distinct buyers, one token each")
 	fs.IntVar(&cfg.Requests, "requests", 0, "purchases in all; more than --users means repeats (default: from --repeat, else --users)")
 	fs.Float64Var(&repeat, "repeat", 0, "share of purchases that repeat a buyer's press, 0 to 0.99 (sets --requests when it is not given)")
@@ -217,6 +218,7 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 	conc := fs.Int("c", 256, "connections")
 	rate := fs.Float64("rate", 0, "purchases per second (open loop); 0: closed loop")
 	rounds := fs.Int("rounds", 3, "runs per target")
+	vouchers := fs.Int("vouchers", 1, "fresh vouchers per run, buyer u buying voucher u mod n: one voucher lives on one shard, so several spread the load over a Redis Cluster's masters")
 	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret (SECKILL_TOKEN_SECRET)")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
 	if err := fs.Parse(args); err != nil {
@@ -236,7 +238,7 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 		for i, t := range targets {
 			fmt.Fprintf(stderr, "round %d/%d: %s (%s)\n", r+1, *rounds, t.name, t.url)
 			res, err := load.Run(ctx, load.Config{
-				URL: t.url, Stock: users, Users: users, Requests: *requests, Warmup: *warmup,
+				URL: t.url, Stock: users, Vouchers: *vouchers, Users: users, Requests: *requests, Warmup: *warmup,
 				Concurrency: *conc, Rate: *rate, Secret: *secret, Tokens: toks,
 				Seed: uint64(r + 1), Progress: -1, Log: stderr,
 			})

@@ -7,6 +7,7 @@
 //	go run ./loadtest tokens [flags]   write buyer tokens, one per line (for k6)
 //	go run ./loadtest bench [flags]    alternate runs on several targets, compare their figures
 //	go run ./loadtest drain [flags]    time the worker writing a voucher's accepted orders
+//	go run ./loadtest redisstat [flags] snapshot or compare Redis CPU and command counts per master
 package main
 
 import (
@@ -38,6 +39,7 @@ const usage = `usage: loadtest [run] [flags]   one load run, then the check
        loadtest tokens [flags]  write buyer tokens, one per line
        loadtest bench [flags]   compare targets, alternating runs
        loadtest drain [flags]   time the drain of a voucher's accepted orders
+       loadtest redisstat [flags]  Redis CPU and command counts per master, or their change
 Each takes -h. Settings default to the environment that scripts/cluster-up.sh
 writes to .cluster/cluster.env (set -a; . .cluster/cluster.env; set +a).`
 
@@ -60,6 +62,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return bench(ctx, rest, getenv, stdout, stderr)
 	case "drain":
 		return drain(ctx, rest, getenv, stdout, stderr)
+	case "redisstat":
+		return redisstat(ctx, rest, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprintln(stdout, usage)
 		return nil

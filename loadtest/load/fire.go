@@ -66,10 +66,10 @@ func errorClass(err error) string {
 
 // firer sends purchases and keeps what came back, per buyer.
 type firer struct {
-	cfg     Config
-	client  *http.Client
-	tokens  []string
-	voucher int64
+	cfg      Config
+	client   *http.Client
+	tokens   []string
+	vouchers []int64 // buyer u buys vouchers[u mod len]
 
 	locks  [64]sync.Mutex // stripes over buyers: repeats of one buyer run concurrently
 	buyers []buyer
@@ -111,7 +111,10 @@ func (f *firer) fire(ctx context.Context, sched []int32, midway func(), midwayAt
 	var next atomic.Int64
 	var cnt counters
 	tallies := make([]tally, cfg.Concurrency)
-	url := cfg.URL + "/api/v1/vouchers/" + itoa(f.voucher) + "/orders"
+	urls := make([]string, len(f.vouchers))
+	for i, v := range f.vouchers {
+		urls[i] = cfg.URL + "/api/v1/vouchers/" + itoa(v) + "/orders"
+	}
 
 	start := time.Now()
 	stopProgress := f.progress(&cnt, len(sched), start)
@@ -140,7 +143,7 @@ func (f *firer) fire(ctx context.Context, sched []int32, midway func(), midwayAt
 				}
 				cnt.sent.Add(1)
 				u := sched[i]
-				status, code, order, err := f.purchase(ctx, url, f.tokens[u], cfg.UserBase+int64(u))
+				status, code, order, err := f.purchase(ctx, urls[int(u)%len(urls)], f.tokens[u], cfg.UserBase+int64(u))
 				t.latencies = append(t.latencies, time.Since(at))
 				key, k := classify(status, code, err)
 				t.outcomes[key]++

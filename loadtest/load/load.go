@@ -30,6 +30,12 @@ type Config struct {
 
 	VoucherID int64 // 0: create a voucher with Stock
 	Stock     int   // stock of the created voucher, default 500
+	// Vouchers, when above 1, creates that many vouchers with Stock each
+	// and sends buyer u's purchases to voucher u mod Vouchers: a sale of
+	// several vouchers at once, whose shards spread over the Redis
+	// masters (one voucher lives on one shard). Needs VoucherID 0 and no
+	// Check.
+	Vouchers int
 
 	Users    int     // distinct buyers, default 2000
 	Requests int     // purchases in all, default Users; the rest are repeats by the same buyers
@@ -80,6 +86,9 @@ func (c *Config) defaults() error {
 	case c.Warmup+c.Requests < c.Users:
 		// Fine: only the first Requests users press.
 	}
+	if c.Vouchers > 1 && (c.VoucherID != 0 || c.Check != nil) {
+		return errors.New("several vouchers are created fresh and not checked: no VoucherID, no Check")
+	}
 	if len(c.Tokens) == 0 && c.Secret == "" {
 		return errors.New("no token secret to mint buyer tokens (SECKILL_TOKEN_SECRET)")
 	}
@@ -119,16 +128,22 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	client := newClient(cfg.Concurrency, cfg.Timeout)
 	defer client.CloseIdleConnections()
 
-	vid := cfg.VoucherID
-	if vid == 0 {
-		if vid, err = CreateVoucher(ctx, client, cfg, cfg.Stock); err != nil {
-			return Result{}, err
+	vids := []int64{cfg.VoucherID}
+	if cfg.VoucherID == 0 {
+		vids = vids[:0]
+		for range max(cfg.Vouchers, 1) {
+			vid, err := CreateVoucher(ctx, client, cfg, cfg.Stock)
+			if err != nil {
+				return Result{}, err
+			}
+			fmt.Fprintf(cfg.Log, "created voucher %d with stock %d\n", vid, cfg.Stock)
+			vids = append(vids, vid)
 		}
-		fmt.Fprintf(cfg.Log, "created voucher %d with stock %d\n", vid, cfg.Stock)
 	}
+	vid := vids[0]
 
 	sched := schedule(users, cfg.Warmup+cfg.Requests, cfg.Seed)
-	f := &firer{cfg: cfg, client: client, tokens: tokens, voucher: vid, buyers: make([]buyer, users)}
+	f := &firer{cfg: cfg, client: client, tokens: tokens, vouchers: vids, buyers: make([]buyer, users)}
 	if cfg.Warmup > 0 {
 		fmt.Fprintf(cfg.Log, "warming up with %d purchases\n", cfg.Warmup)
 		if _, err := f.fire(ctx, sched[:cfg.Warmup], nil, 0); err != nil {
@@ -140,6 +155,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	sum.Target, sum.VoucherID, sum.Stock, sum.Users = cfg.URL, vid, cfg.Stock, users
+	if len(vids) > 1 {
+		sum.VoucherIDs = vids
+	}
 	if cfg.VoucherID != 0 {
 		sum.Stock = 0 // not known to us
 	}

@@ -13,6 +13,7 @@ import (
 type Summary struct {
 	Target      string         `json:"target"`
 	VoucherID   int64          `json:"voucher_id"`
+	VoucherIDs  []int64        `json:"voucher_ids,omitempty"` // when the run bought several
 	Stock       int            `json:"stock,omitempty"`
 	Users       int            `json:"users"`
 	Requests    int            `json:"requests"`

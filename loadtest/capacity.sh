@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# capacity.sh: the measurements of docs/capacity.md, on this machine's
+# loopback. The sale's Redis is a Redis Cluster built afresh for every run
+# (AOF, fsync always, noeviction, as scripts/cluster-up.sh runs it); MariaDB,
+# the lock Redis and nginx come from scripts/cluster-up.sh, and its two
+# instances (SECKILL_ROLE=api, GOMAXPROCS=1 each) are restarted on each new
+# Redis Cluster behind the same nginx.
+#
+#   loadtest/capacity.sh masters   1, 2 and 3 masters (no replicas), SECKILL_SHARDS = masters,
+#                                  rotated over CAPACITY_ROUNDS rounds, fresh servers per run
+#   loadtest/capacity.sh wait      3 masters with a replica each, SECKILL_REDIS_WAIT_REPLICAS
+#                                  0 and 1 alternated over CAPACITY_ROUNDS rounds
+#   loadtest/capacity.sh worker    3x1 cluster: fill CAPACITY_ORDERS accepted purchases, stop the
+#                                  instances, drain with one SECKILL_ROLE=worker instance, and print
+#                                  the Redis commands and CPU per order written (masters + lock Redis)
+#   loadtest/capacity.sh refusals  1 master: CAPACITY_ORDERS purchases by as many buyers at a stock of
+#                                  1% of them, and the Redis commands and CPU per purchase (mostly
+#                                  sold_out refusals)
+#   loadtest/capacity.sh summary   medians of results.tsv per setting
+#   loadtest/capacity.sh down      stop everything this script started
+#
+# Settings: CAPACITY_DIR (/tmp/seckill-capacity), CAPACITY_ROUNDS (3),
+# CAPACITY_REQUESTS (30000 measured purchases per run, after CAPACITY_WARMUP,
+# 3000), CAPACITY_C (256 connections), CAPACITY_VOUCHERS (6: one voucher
+# lives on one shard, so a run buys several to spread over the masters),
+# CAPACITY_ORDERS (30000), CAPACITY_PORT (28200: nginx on it, instances on
+# +1 and +2, the worker on +11, MariaDB +106, the lock Redis +180, unused
+# single Redis +179, cluster nodes -800..-795 with bus ports -790..-785).
+# Each run appends a line to $CAPACITY_DIR/results.tsv and writes its
+# detail (bench JSON, per-master command stats, `api shards`) beside it.
+set -euo pipefail
+export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=${CAPACITY_DIR:-/tmp/seckill-capacity}
+rounds=${CAPACITY_ROUNDS:-3}
+requests=${CAPACITY_REQUESTS:-30000}
+warmup=${CAPACITY_WARMUP:-3000}
+conc=${CAPACITY_C:-256}
+vouchers=${CAPACITY_VOUCHERS:-6}
+orders=${CAPACITY_ORDERS:-30000}
+port=${CAPACITY_PORT:-28200}
+api_ports=($((port + 1)) $((port + 2)))
+worker_port=$((port + 11))
+# Below Linux's ephemeral range (32768-60999), where an outgoing connection
+# could hold a port a fresh node wants.
+node_ports=($(seq $((port - 800)) $((port - 795))))
+
+export SECKILL_CLUSTER_DIR=$work/base
+export SECKILL_CLUSTER_HTTP_PORT=$port SECKILL_CLUSTER_API_PORTS="${api_ports[*]}"
+export SECKILL_CLUSTER_REDIS_PORT=$((port + 179)) SECKILL_CLUSTER_LOCK_REDIS_PORT=$((port + 180))
+export SECKILL_CLUSTER_MYSQL_PORT=$((port + 106))
+export SECKILL_NGINX_PURCHASE_RATE=1000000r/s SECKILL_NGINX_PURCHASE_BURST=1000000
+export SECKILL_RATE_LIMIT=off SECKILL_LOG_LEVEL=warn SECKILL_ROLE=api SECKILL_ADMIN_ADDR=off
+base=$SECKILL_CLUSTER_DIR
+lt=$work/bin/loadtest
+mkdir -p "$work/bin" "$work/nodes" "$work/runs"
+
+say() { printf 'capacity: %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+# start NAME PROGRAM ARGS...: in its own session, like cluster-up.sh's
+# servers (autogroups: loadtest/README.md), pid recorded as cluster-up.sh does.
+start() {
+  local name=$1 prog
+  shift
+  prog=$(readlink -f "$(command -v "$1")")
+  setsid "$@" </dev/null >>"$work/$name.log" 2>&1 &
+  echo "$! $prog" >"$work/$name.pid"
+}
+
+# stop PIDFILE: TERM the process it names, if it still is that program, and wait.
+stop() {
+  local f=$1 pid exe
+  [ -f "$f" ] || return 0
+  read -r pid exe <"$f"
+  if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$exe" ]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  fi
+  rm -f "$f"
+}
+
+poll() { # poll SECONDS COMMAND...
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.1
+  done
+}
+
+http_ok() { curl -fsS -o /dev/null "http://127.0.0.1:$1$2"; }
+field() { redis-cli -p "$1" cluster info | tr -d '\r' | sed -n "s/^$2://p"; }
+
+base_up() {
+  if [ -f "$base/cluster.env" ] && redis-cli -p "$SECKILL_CLUSTER_LOCK_REDIS_PORT" ping >/dev/null 2>&1; then
+    :
+  else
+    "$root/scripts/cluster-down.sh" --purge >/dev/null 2>&1 || true
+    "$root/scripts/cluster-up.sh" >"$work/base-up.log" 2>&1 || die "cluster-up.sh failed; see $work/base-up.log"
+  fi
+  set -a
+  # shellcheck disable=SC1091
+  . "$base/cluster.env"
+  set +a
+  [ -x "$lt" ] || (cd "$root" && go build -o "$lt" ./loadtest)
+}
+
+# redis_up MASTERS REPLICAS: a fresh Redis Cluster. 1 or 2 masters are made
+# by hand (CLUSTER ADDSLOTSRANGE, CLUSTER MEET), 3 with redis-cli --cluster create.
+redis_up() {
+  local masters=$1 replicas=$2 n=$(($1 * (1 + $2))) i p
+  used_ports=("${node_ports[@]:0:$n}")
+  for i in $(seq 0 $((n - 1))); do
+    p=${node_ports[$i]}
+    rm -rf "$work/nodes/$i"
+    mkdir -p "$work/nodes/$i"
+    start "node-$i" redis-server --port "$p" --bind 127.0.0.1 --dir "$work/nodes/$i" --daemonize no \
+      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-port $((p + 10)) --cluster-node-timeout 5000 \
+      --appendonly yes --appendfsync always --maxmemory-policy noeviction --save ""
+  done
+  for p in "${used_ports[@]}"; do poll 20 redis-cli -p "$p" ping || die "redis on $p did not start"; done
+  case $masters in
+    1) redis-cli -p "${used_ports[0]}" cluster addslotsrange 0 16383 >/dev/null ;;
+    2)
+      redis-cli -p "${used_ports[0]}" cluster addslotsrange 0 8191 >/dev/null
+      redis-cli -p "${used_ports[1]}" cluster addslotsrange 8192 16383 >/dev/null
+      redis-cli -p "${used_ports[0]}" cluster meet 127.0.0.1 "${used_ports[1]}" $((used_ports[1] + 10)) >/dev/null
+      ;;
+    *)
+      # shellcheck disable=SC2046
+      redis-cli --cluster create $(printf '127.0.0.1:%s ' "${used_ports[@]}") --cluster-replicas "$replicas" \
+        --cluster-yes >"$work/cluster-create.log" 2>&1 || die "cluster create failed; see $work/cluster-create.log"
+      ;;
+  esac
+  poll 60 cluster_ok || die "the Redis Cluster is not ok after 60s"
+  cluster_url="redis-cluster://127.0.0.1:${used_ports[0]}"
+  if [ "$n" -gt 1 ]; then
+    cluster_url+="?$(printf 'addr=127.0.0.1:%s&' "${used_ports[@]:1}" | sed 's/&$//')"
+  fi
+}
+
+cluster_ok() {
+  local p
+  for p in "${used_ports[@]}"; do
+    [ "$(field "$p" cluster_state)" = ok ] && [ "$(field "$p" cluster_known_nodes)" = "${#used_ports[@]}" ] || return 1
+    redis-cli -p "$p" info replication | tr -d '\r' | grep -q -e role:master -e master_link_status:up || return 1
+  done
+}
+
+redis_down() {
+  local i
+  for i in $(seq 0 5); do stop "$work/node-$i.pid"; done
+  rm -rf "$work/nodes"
+  mkdir -p "$work/nodes"
+}
+
+# apis_up SHARDS [ENV=VALUE...]: the two instances behind nginx, restarted on
+# the current Redis Cluster (cluster-up.sh's pid files, so cluster-down.sh
+# stops them too).
+apis_up() {
+  local shards=$1 i p
+  shift
+  apis_down
+  for i in 1 2; do
+    p=${api_ports[$((i - 1))]}
+    (
+      [ $# -eq 0 ] || export "$@"
+      GOMAXPROCS=1 SECKILL_REDIS_URL="$cluster_url" SECKILL_SHARDS="$shards" \
+        SECKILL_ADDR="127.0.0.1:$p" start "api-$i" "$base/bin/api" serve
+    )
+    cp "$work/api-$i.pid" "$base/run/api-$i.pid"
+  done
+  for p in "${api_ports[@]}"; do poll 60 http_ok "$p" /readyz || die "instance on $p not ready; see $work/api-*.log"; done
+  poll 30 http_ok "$SECKILL_CLUSTER_HTTP_PORT" /readyz || die "nginx does not answer /readyz"
+}
+
+apis_down() {
+  local i
+  for i in 1 2; do
+    [ -f "$work/api-$i.pid" ] || cp "$base/run/api-$i.pid" "$work/api-$i.pid" 2>/dev/null || true
+    stop "$work/api-$i.pid"
+    rm -f "$base/run/api-$i.pid"
+  done
+}
+
+# cpu_ticks PID...: user+system clock ticks of these processes.
+cpu_ticks() {
+  local t=0 p
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] && t=$((t + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+  done
+  echo "$t"
+}
+pids_of() { local f; for f in "$@"; do [ -f "$f" ] && cut -d' ' -f1 "$f"; done; }
+nginx_pids() { local m; m=$(pids_of "$base/run/nginx.pid"); echo "$m" $(pgrep -P "$m"); }
+
+# measure NAME SHARDS: one bench run through nginx, with the CPU each tier
+# used and each master's command stats over it.
+measure() {
+  local name=$1 shards=$2 r=$3 out=$work/runs/$1-r$3 hz
+  hz=$(getconf CLK_TCK)
+  mkdir -p "$out"
+  SECKILL_REDIS_URL=$cluster_url SECKILL_SHARDS=$shards "$base/bin/api" shards >"$out/shards.txt" 2>&1 || true
+  local redis_p api_p nginx_p
+  redis_p=$(pids_of "$work"/node-*.pid)
+  api_p=$(pids_of "$work"/api-*.pid)
+  nginx_p=$(nginx_pids)
+  "$lt" redisstat --redis "$cluster_url" --out "$out/before.json"
+  local r0 a0 n0 l0
+  r0=$(cpu_ticks $redis_p) a0=$(cpu_ticks $api_p) n0=$(cpu_ticks $nginx_p)
+  "$lt" bench --rounds 1 --target "$name=$SECKILL_URL" --vouchers "$vouchers" --requests "$requests" \
+    --warmup "$warmup" -c "$conc" --json "$out/bench.json" >"$out/bench.txt" 2>"$out/bench.log" || die "bench failed; see $out/bench.log"
+  local r1 a1 n1 load1 all
+  r1=$(cpu_ticks $redis_p) a1=$(cpu_ticks $api_p) n1=$(cpu_ticks $nginx_p)
+  load1=$(cut -d' ' -f1 /proc/loadavg)
+  all=$((requests + warmup))
+  "$lt" redisstat --redis "$cluster_url" --since "$out/before.json" --per "$all" --json "$out/redis.json" >"$out/redis.txt"
+  local rps p50 p99 non202 spread
+  rps=$(jq '.[0].median_requests_per_second' "$out/bench.json")
+  p50=$(jq '.[0].median_p50_ms' "$out/bench.json")
+  p99=$(jq '.[0].median_p99_ms' "$out/bench.json")
+  non202=$(jq '.[0].non_202_answers' "$out/bench.json")
+  spread=$(jq -r '[.[] | (.commands.evalsha.calls // 0)] | map(tostring) | join("/")' "$out/redis.json")
+  local evalsha_us
+  evalsha_us=$(jq '[.[] | .commands.evalsha // {calls:0,usec:0}] | (map(.usec) | add) / (map(.calls) | add)' "$out/redis.json")
+  printf '%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t%s\n' "$name" "$r" "$rps" "$p50" "$p99" "$non202" \
+    "$(echo "($r1 - $r0) * 1000000 / $hz / $all" | bc -l)" "$(echo "($a1 - $a0) * 1000000 / $hz / $all" | bc -l)" \
+    "$(echo "($n1 - $n0) * 1000000 / $hz / $all" | bc -l)" "$evalsha_us" "$spread" "$load1" | tee -a "$work/results.tsv"
+}
+
+header() {
+  [ -s "$work/results.tsv" ] || printf 'setting\tround\tpurchases/s\tp50_ms\tp99_ms\tnon202\tredis_cpu_us/purchase\tapi_cpu_us/purchase\tnginx_cpu_us/purchase\tevalsha_usec/call\tevalsha_calls_per_master\tload1\n' >"$work/results.tsv"
+}
+
+masters() {
+  local r m order
+  for r in $(seq 1 "$rounds"); do
+    # Rotated, so that no setting always runs first in a round.
+    case $((r % 3)) in 1) order="1 2 3" ;; 2) order="2 3 1" ;; 0) order="3 1 2" ;; esac
+    for m in $order; do
+      say "round $r/$rounds: $m master(s), $m shard(s)"
+      redis_up "$m" 0
+      apis_up "$m"
+      measure "masters-$m" "$m" "$r"
+      apis_down
+      redis_down
+    done
+  done
+}
+
+wait_cost() {
+  local r w
+  for r in $(seq 1 "$rounds"); do
+    for w in 0 1; do
+      [ $((r % 2)) -eq 0 ] && w=$((1 - w))
+      say "round $r/$rounds: 3x1 cluster, SECKILL_REDIS_WAIT_REPLICAS=$w"
+      redis_up 3 1
+      apis_up 3 SECKILL_REDIS_WAIT_REPLICAS="$w"
+      measure "wait-$w" 3 "$r"
+      apis_down
+      redis_down
+    done
+  done
+}
+
+worker() {
+  local out=$work/runs/worker vid
+  mkdir -p "$out"
+  say "3x1 cluster: $orders accepted purchases, then one worker drains them"
+  redis_up 3 1
+  apis_up 3
+  "$lt" redisstat --redis "$cluster_url" --out "$out/fill-before.json"
+  "$lt" --users "$orders" --stock "$orders" -c "$conc" --verify=false --quiet --json "$out/fill.json" >"$out/fill.txt" 2>&1
+  "$lt" redisstat --redis "$cluster_url" --since "$out/fill-before.json" --per "$orders" --json "$out/fill-redis.json" >"$out/fill-redis.txt"
+  vid=$(jq .voucher_id "$out/fill.json")
+  apis_down
+  "$lt" redisstat --redis "$cluster_url" --redis "$SECKILL_LOCK_NODES" --out "$out/drain-before.json"
+  SECKILL_ROLE=worker SECKILL_REDIS_URL="$cluster_url" SECKILL_SHARDS=3 SECKILL_ADDR="127.0.0.1:$worker_port" \
+    start worker "$base/bin/api" serve
+  "$lt" drain --redis "$cluster_url" --shards 3 --voucher "$vid" --expect "$orders" >"$out/drain.txt" 2>&1 || die "drain failed; see $out/drain.txt"
+  stop "$work/worker.pid"
+  "$lt" redisstat --redis "$cluster_url" --redis "$SECKILL_LOCK_NODES" --since "$out/drain-before.json" --per "$orders" \
+    --json "$out/drain-redis.json" >"$out/drain-redis.txt"
+  redis_down
+  cat "$out/drain.txt" "$out/fill-redis.txt" "$out/drain-redis.txt"
+}
+
+refusals() {
+  local out=$work/runs/refusals
+  mkdir -p "$out"
+  say "1 master: $orders purchases at a stock of $((orders / 100))"
+  redis_up 1 0
+  apis_up 1
+  "$lt" redisstat --redis "$cluster_url" --out "$out/before.json"
+  "$lt" --users "$orders" --stock $((orders / 100)) -c "$conc" --verify=false --quiet --json "$out/run.json" >"$out/run.txt" 2>&1
+  "$lt" redisstat --redis "$cluster_url" --since "$out/before.json" --per "$orders" --json "$out/redis.json" >"$out/redis.txt"
+  apis_down
+  redis_down
+  cat "$out/run.txt" "$out/redis.txt"
+}
+
+# summary: the median of each column per setting (of an even count, the
+# mean of the middle two), with each run's evalsha calls per master and load.
+summary() {
+  awk -F'\t' 'NR == 1 { for (i = 3; i <= NF; i++) h[i] = $i; next }
+    { s[$1] = 1; n[$1]++; for (i = 3; i <= 10; i++) v[$1, i, n[$1]] = $i; sp[$1] = sp[$1] " " $11; ld[$1] = ld[$1] " " $12 }
+    END {
+      for (k in s) {
+        line = k " (" n[k] " runs):"
+        for (i = 3; i <= 10; i++) {
+          m = n[k]; for (j = 1; j <= m; j++) a[j] = v[k, i, j] + 0
+          for (x = 1; x <= m; x++) for (y = x + 1; y <= m; y++) if (a[y] < a[x]) { t = a[x]; a[x] = a[y]; a[y] = t }
+          med = (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+          line = line " " h[i] "=" med
+        }
+        print line; print "   evalsha per master:" sp[k]; print "   load1:" ld[k]
+      }
+    }' "${CAPACITY_RESULTS:-$work/results.tsv}" | sort
+}
+
+cleanup() { apis_down; stop "$work/worker.pid"; redis_down; }
+# One measurement at a time: a second would take the first's ports and servers.
+lock() {
+  exec 9>"$work/lock"
+  flock -n 9 || die "another loadtest/capacity.sh runs on $work"
+}
+case ${1:-} in
+  masters) lock; trap cleanup EXIT; base_up; header; masters; summary ;;
+  wait) lock; trap cleanup EXIT; base_up; header; wait_cost; summary ;;
+  worker) lock; trap cleanup EXIT; base_up; worker ;;
+  refusals) lock; trap cleanup EXIT; base_up; refusals ;;
+  summary) summary ;;   # CAPACITY_RESULTS names another results file
+  down)
+    lock
+    apis_down
+    stop "$work/worker.pid"
+    redis_down
+    "$root/scripts/cluster-down.sh" >/dev/null 2>&1 || true
+    ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
+esac
