@@ -293,6 +293,16 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	case shardCurrent:
 		return w.loadMissing(ctx, shard, vs)
 	case shardStale:
+		// The round's identity of this master may be older than the
+		// marker: the master restarted during the round and another
+		// instance rebuilt the shard with its new identity. Ask again
+		// before dropping a marker that may be the current one.
+		if c.master, err = ms.reread(ctx, w.keys.Ready(shard)); err != nil {
+			return 0, fmt.Errorf("check shard %d: %w", shard, err)
+		}
+		if judge(c) == shardCurrent {
+			return w.loadMissing(ctx, shard, vs)
+		}
 		// Dropped only if it still holds what was read (an instance that
 		// rebuilt the shard meanwhile wrote a new one), with the lease
 		// taken in the same step.
@@ -302,6 +312,13 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	}
 	if err != nil || !took {
 		return 0, err // another instance is at it, or has rebuilt it
+	}
+	// The identity the shard reopens with is read now, under the lease,
+	// before the rebuild reads anything: not one from earlier in the
+	// round, which a restart meanwhile would make stale at once. If it
+	// cannot be read, the round's serves: at worst one more rebuild.
+	if id, err := ms.reread(ctx, w.keys.Ready(shard)); err == nil {
+		c.master = id
 	}
 	return w.rebuildShard(ctx, shard, vs, c, v, token)
 }

@@ -127,14 +127,32 @@ func (m *masters) identity(ctx context.Context, key string) (string, error) {
 	return got.id, got.err
 }
 
+// reread reads the run_id of the master that serves key again, past the
+// round's memory, and remembers it for the rest of the round.
+func (m *masters) reread(ctx context.Context, key string) (string, error) {
+	c, err := redisconn.MasterFor(ctx, m.rdb, key)
+	if err != nil {
+		return "", fmt.Errorf("find the master of %s: %w", key, err)
+	}
+	var got masterID
+	got.id, got.err = runID(ctx, c)
+	m.seen[c.Options().Addr] = got
+	return got.id, got.err
+}
+
 // runID reads a server's run_id from INFO server; "" when the server
-// refuses the section or does not name one.
+// does not know the section or does not name one. A refusal for lack of
+// rights (NOPERM: an ACL user without INFO) is an error, not an unknown
+// identity: judged by its marker alone, a shard would go on selling on a
+// promoted replica that lost writes.
 func runID(ctx context.Context, c *redis.Client) (string, error) {
 	info, err := c.Info(ctx, "server").Result()
 	var refused redis.Error
 	switch {
-	case errors.As(err, &refused) && !isTransient(err):
+	case errors.As(err, &refused) && strings.Contains(err.Error(), "not supported"):
 		return "", nil
+	case err != nil && (redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "NOAUTH")):
+		return "", fmt.Errorf("read run_id of redis %s (the service's Redis user needs the INFO command): %w", c.Options().Addr, err)
 	case err != nil:
 		return "", fmt.Errorf("read run_id of redis %s: %w", c.Options().Addr, err)
 	}
@@ -144,15 +162,6 @@ func runID(ctx context.Context, c *redis.Client) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// isTransient reports whether a Redis error reply is a passing state of
-// the server (loading its data, busy with a script, the cluster down)
-// rather than a refusal of the command: the identity is then unread, not
-// unknown.
-func isTransient(err error) bool {
-	return redis.IsLoadingError(err) || redis.HasErrorPrefix(err, "BUSY") || redis.IsTryAgainError(err) ||
-		redis.IsClusterDownError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err)
 }
 
 // Stocks returns the live Redis stock of each voucher that has state, in one
