@@ -106,13 +106,17 @@ func (h *HTTP) status(ctx context.Context, id int64) (View, error) {
 	for s := range cmds {
 		cmds[s] = pipe.HGet(ctx, h.keys.Pending(s), field)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return View{}, err
-	}
+	_, _ = pipe.Exec(ctx) // each command's error is read below
 	for _, cmd := range cmds {
 		who, err := cmd.Result()
-		if err != nil {
+		if errors.Is(err, redis.Nil) {
 			continue
+		}
+		if err != nil {
+			// A shard that cannot be read may hold the order: unknown is
+			// not "no such order". (On a cluster the pipeline's own error
+			// is one shard's, and another's not-found may hide it.)
+			return View{}, err
 		}
 		u, vch, _ := strings.Cut(who, ":")
 		uid, err1 := strconv.ParseInt(u, 10, 64)
