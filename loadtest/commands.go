@@ -8,7 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,8 +194,9 @@ func (t *targetFlag) Set(s string) error {
 	return nil
 }
 
-// benchResult is one target's runs in a bench.
+// benchResult is one target's runs in one mode of a bench.
 type benchResult struct {
+	Mode   string         `json:"mode"`
 	Name   string         `json:"name"`
 	URL    string         `json:"url"`
 	Runs   []load.Summary `json:"runs"`
@@ -202,23 +205,86 @@ type benchResult struct {
 	P99    float64        `json:"median_p99_ms"`
 	Ratio  float64        `json:"ratio_to_previous,omitempty"`
 	Errors int            `json:"non_202_answers"`
+	// Unexpected counts the measured answers other than the mode's own
+	// (202 accepted, 409 sold_out, 409 already_purchased).
+	Unexpected int `json:"unexpected_answers"`
+	// RatioToFirst is this target's median over the first target's.
+	RatioToFirst float64 `json:"ratio_to_first,omitempty"`
+}
+
+// benchMode is what every measured purchase of a bench run meets.
+type benchMode struct {
+	name   string
+	expect string // the answer every measured purchase must get
+}
+
+var benchModes = []benchMode{
+	{"success", "202 accepted"},
+	{"sold-out", "409 sold_out"},
+	{"already-purchased", "409 already_purchased"},
+}
+
+// modeConfig is one run of a mode: success buys with a new buyer per
+// purchase on a voucher with enough stock; sold-out sells a voucher of
+// stock units in the warm-up and then sends new buyers, each refused;
+// already-purchased has stock buyers each buy once in the warm-up, then
+// sends only their repeat presses.
+func modeConfig(mode string, stock, requests, warmup int) load.Config {
+	switch mode {
+	case "sold-out":
+		users := stock + warmup + requests
+		return load.Config{Stock: stock, Users: users, Warmup: stock + warmup, Requests: requests}
+	case "already-purchased":
+		return load.Config{Stock: stock, Users: stock, Warmup: stock + warmup, Requests: requests, FirstPressesFirst: true}
+	}
+	users := requests + warmup
+	return load.Config{Stock: users, Users: users, Warmup: warmup, Requests: requests}
+}
+
+// parseModes reads --mode: names separated by commas, or all.
+func parseModes(s string) ([]benchMode, error) {
+	if s == "all" {
+		return benchModes, nil
+	}
+	var out []benchMode
+	for name := range strings.SplitSeq(s, ",") {
+		i := slices.IndexFunc(benchModes, func(m benchMode) bool { return m.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("--mode %q: want success, sold-out, already-purchased (comma-separated) or all", name)
+		}
+		out = append(out, benchModes[i])
+	}
+	return out, nil
+}
+
+// loadAverage reads /proc/loadavg's first three fields ("" where there is none).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // bench runs the same load on each target in turn, round after round, so
 // that the machine's noise spreads over all of them, and compares medians.
-// Every purchase is a new buyer on a fresh voucher: each one reserves and
-// appends to the stream, the costly path.
+// Each run buys a fresh voucher; the mode says what its measured purchases
+// meet (modeConfig). Several modes run in one bench: each round runs every
+// mode on every target.
 func bench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var targets targetFlag
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Var(&targets, "target", "name=url, repeated; ratios are to the target before (e.g. ceiling, straight, nginx)")
+	fs.Var(&targets, "target", "name=url, repeated; ratios are to the target before and of the first to each (e.g. seckill, ceiling, bare=http://127.0.0.1:18090/bare)")
+	modeList := fs.String("mode", "success", "success (new buyers, stock for all), sold-out (voucher sold before the measured run), already-purchased (repeat presses of buyers holding an order): comma-separated, or all")
+	stock := fs.Int("stock", 1000, "sold-out: units sold before the measured run; already-purchased: buyers holding an order")
 	requests := fs.Int("requests", 30000, "measured purchases per run")
-	warmup := fs.Int("warmup", 3000, "purchases before each run, not measured")
+	warmup := fs.Int("warmup", 3000, "purchases before each run, not measured (sold-out, already-purchased: besides the --stock first presses)")
 	conc := fs.Int("c", 256, "connections")
 	rate := fs.Float64("rate", 0, "purchases per second (open loop); 0: closed loop")
-	rounds := fs.Int("rounds", 3, "runs per target")
-	vouchers := fs.Int("vouchers", 1, "fresh vouchers per run, buyer u buying voucher u mod n: one voucher lives on one shard, so several spread the load over a Redis Cluster's masters")
+	rounds := fs.Int("rounds", 3, "runs per target and mode")
+	vouchers := fs.Int("vouchers", 1, "success mode: fresh vouchers per run, buyer u buying voucher u mod n: one voucher lives on one shard, so several spread the load over a Redis Cluster's masters")
 	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret (SECKILL_TOKEN_SECRET)")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
 	if err := fs.Parse(args); err != nil {
@@ -227,54 +293,83 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 	if len(targets) == 0 {
 		return fmt.Errorf("no --target")
 	}
-	users := *requests + *warmup
+	modes, err := parseModes(*modeList)
+	if err != nil {
+		return err
+	}
+	users := 0
+	for _, m := range modes {
+		users = max(users, modeConfig(m.name, *stock, *requests, *warmup).Users)
+	}
 	fmt.Fprintf(stderr, "minting %d tokens\n", users)
 	toks, err := load.MintTokens(*secret, 100_000, users)
 	if err != nil {
 		return err
 	}
-	results := make([]benchResult, len(targets))
+	results := make([]benchResult, len(modes)*len(targets))
+	var loads []string
 	for r := range *rounds {
-		for i, t := range targets {
-			fmt.Fprintf(stderr, "round %d/%d: %s (%s)\n", r+1, *rounds, t.name, t.url)
-			res, err := load.Run(ctx, load.Config{
-				URL: t.url, Stock: users, Vouchers: *vouchers, Users: users, Requests: *requests, Warmup: *warmup,
-				Concurrency: *conc, Rate: *rate, Secret: *secret, Tokens: toks,
-				Seed: uint64(r + 1), Progress: -1, Log: stderr,
-			})
-			if err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
+		loads = append(loads, loadAverage())
+		for mi, m := range modes {
+			for ti, t := range targets {
+				fmt.Fprintf(stderr, "round %d/%d, %s: %s (%s), load average %s\n", r+1, *rounds, m.name, t.name, t.url, loadAverage())
+				cfg := modeConfig(m.name, *stock, *requests, *warmup)
+				cfg.URL, cfg.Concurrency, cfg.Rate, cfg.Secret, cfg.Tokens = t.url, *conc, *rate, *secret, toks
+				cfg.Seed, cfg.Progress, cfg.Log = uint64(r+1), -1, stderr
+				if m.name == "success" {
+					cfg.Vouchers = *vouchers
+				}
+				res, err := load.Run(ctx, cfg)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", m.name, t.name, err)
+				}
+				s := res.Summary
+				fmt.Fprintf(stderr, "  %.0f/s  p50 %.2fms  p99 %.2fms  %v\n", s.RPS, s.Latency.P50, s.Latency.P99, s.Outcomes)
+				b := &results[mi*len(targets)+ti]
+				b.Mode, b.Name, b.URL = m.name, t.name, t.url
+				b.Runs = append(b.Runs, s)
+				b.Errors += s.Requests - s.Outcomes["202 accepted"]
+				b.Unexpected += s.Requests - s.Outcomes[m.expect]
 			}
-			s := res.Summary
-			fmt.Fprintf(stderr, "  %.0f/s  p50 %.2fms  p99 %.2fms  %v\n", s.RPS, s.Latency.P50, s.Latency.P99, s.Outcomes)
-			results[i].Name, results[i].URL = t.name, t.url
-			results[i].Runs = append(results[i].Runs, s)
-			results[i].Errors += s.Requests - s.Outcomes["202 accepted"]
 		}
 	}
+	loads = append(loads, loadAverage())
 	median := func(xs []float64) float64 {
 		slices.Sort(xs)
 		return xs[len(xs)/2]
 	}
-	fmt.Fprintf(stdout, "\n%d measured purchases per run after %d warm-up, %d connections, %d rounds\n", *requests, *warmup, *conc, *rounds)
-	fmt.Fprintf(stdout, "%-10s %-44s %10s %9s %9s %8s %8s\n", "target", "runs/s", "median/s", "p50 ms", "p99 ms", "ratio", "non-202")
-	for i := range results {
-		var rps, p50, p99 []float64
-		var runs []string
-		for _, s := range results[i].Runs {
-			rps = append(rps, s.RPS)
-			p50 = append(p50, s.Latency.P50)
-			p99 = append(p99, s.Latency.P99)
-			runs = append(runs, fmt.Sprintf("%.0f", s.RPS))
+	fmt.Fprintf(stdout, "\n%d measured purchases per run after %d warm-up, %d connections, %d rounds; load average before each round and at the end: %s\n",
+		*requests, *warmup, *conc, *rounds, strings.Join(loads, " | "))
+	for mi, m := range modes {
+		fmt.Fprintf(stdout, "\n%s: every measured purchase should answer %s\n", m.name, m.expect)
+		fmt.Fprintf(stdout, "%-10s %-44s %10s %9s %9s %8s %10s\n", "target", "runs/s", "median/s", "p50 ms", "p99 ms", "ratio", "unexpected")
+		mode := results[mi*len(targets) : (mi+1)*len(targets)]
+		for i := range mode {
+			var rps, p50, p99 []float64
+			var runs []string
+			for _, s := range mode[i].Runs {
+				rps = append(rps, s.RPS)
+				p50 = append(p50, s.Latency.P50)
+				p99 = append(p99, s.Latency.P99)
+				runs = append(runs, fmt.Sprintf("%.0f", s.RPS))
+			}
+			b := &mode[i]
+			b.RPS, b.P50, b.P99 = median(rps), median(p50), median(p99)
+			ratio := ""
+			if i > 0 {
+				b.Ratio = b.RPS / mode[i-1].RPS
+				b.RatioToFirst = b.RPS / mode[0].RPS
+				ratio = fmt.Sprintf("%.0f%%", 100*b.Ratio)
+			}
+			fmt.Fprintf(stdout, "%-10s %-44s %10.0f %9.2f %9.2f %8s %10d\n", b.Name, strings.Join(runs, " "), b.RPS, b.P50, b.P99, ratio, b.Unexpected)
 		}
-		b := &results[i]
-		b.RPS, b.P50, b.P99 = median(rps), median(p50), median(p99)
-		ratio := ""
-		if i > 0 {
-			b.Ratio = b.RPS / results[i-1].RPS
-			ratio = fmt.Sprintf("%.0f%%", 100*b.Ratio)
+		if len(mode) > 1 {
+			var parts []string
+			for _, b := range mode[1:] {
+				parts = append(parts, fmt.Sprintf("%s / %s %.2fx (p99 %.2f vs %.2f ms)", mode[0].Name, b.Name, 1/b.RatioToFirst, mode[0].P99, b.P99))
+			}
+			fmt.Fprintf(stdout, "  %s\n", strings.Join(parts, ";  "))
 		}
-		fmt.Fprintf(stdout, "%-10s %-44s %10.0f %9.2f %9.2f %8s %8d\n", b.Name, strings.Join(runs, " "), b.RPS, b.P50, b.P99, ratio, b.Errors)
 	}
 	return writeJSON(*jsonPath, stdout, results)
 }
@@ -309,4 +404,208 @@ func drain(ctx context.Context, args []string, getenv func(string) string, stdou
 	fmt.Fprintf(stdout, "drained %d orders in %.2fs: %.0f orders/s (first new order seen %.2fs after the watch began)\n",
 		res.Orders, res.Seconds, res.Rate, res.WaitSeconds)
 	return writeJSON(*jsonPath, stdout, res)
+}
+
+// procMem is one process's memory during a stampede, in KiB.
+type procMem struct {
+	PID       int    `json:"pid"`
+	Source    string `json:"source"`
+	MaxRSSKiB int64  `json:"max_sampled_rss_kib"` // VmRSS sampled every 100 ms
+	HWMKiB    int64  `json:"vm_hwm_kib"`          // VmHWM at the end: the peak since the process started
+}
+
+// stampedeResult is what stampede writes with --json.
+type stampedeResult struct {
+	Summary          load.Summary     `json:"summary"`
+	Commands         int64            `json:"redis_commands"`        // firing, drain and check
+	CommandsFiring   int64            `json:"redis_commands_firing"` // while the purchases were sent
+	PerRequest       float64          `json:"redis_commands_per_request"`
+	PerRequestFiring float64          `json:"redis_commands_per_request_firing"`
+	ByCommand        map[string]int64 `json:"redis_calls_by_command"`
+	Processes        []procMem        `json:"processes"`
+	LoadAverage      []string         `json:"load_average"` // before and after
+}
+
+// statusKiB reads a "Name:  N kB" field of /proc/<pid>/status.
+func statusKiB(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
+
+// resolvePIDs reads --pid values: a process id, or a pid file whose first
+// field is one (scripts/cluster-up.sh writes "pid program").
+func resolvePIDs(specs []string) ([]procMem, error) {
+	var out []procMem
+	for _, s := range specs {
+		text := s
+		if _, err := strconv.Atoi(s); err != nil {
+			b, err := os.ReadFile(s)
+			if err != nil {
+				return nil, err
+			}
+			text = string(b)
+		}
+		f := strings.Fields(text)
+		if len(f) == 0 {
+			return nil, fmt.Errorf("%s: no pid", s)
+		}
+		pid, err := strconv.Atoi(f[0])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s, err)
+		}
+		if _, err := statusKiB(pid, "VmRSS"); err != nil {
+			return nil, fmt.Errorf("%s: pid %d: %w", s, pid, err)
+		}
+		out = append(out, procMem{PID: pid, Source: s})
+	}
+	return out, nil
+}
+
+// stampede is the sale in full: a voucher of --stock units, --users buyers
+// pressing --presses times each, shuffled, through the deployment (nginx),
+// then the drain and the check. Around it, it counts the commands every
+// Redis of --count-redis ran (INFO commandstats, summed over all commands
+// and masters) and samples the memory of the --pid processes (the
+// instances).
+func stampede(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var counted redisFlag
+	var pidSpecs redisFlag
+	var check load.CheckConfig
+	fs := flag.NewFlagSet("stampede", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", cmp.Or(getenv("SECKILL_URL"), "http://127.0.0.1:18080"), "target: nginx (SECKILL_URL)")
+	stock := fs.Int("stock", 1000, "units on sale")
+	users := fs.Int("users", 100_000, "buyers")
+	presses := fs.Int("presses", 3, "presses per buyer, shuffled among all")
+	conc := fs.Int("c", 256, "connections")
+	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret (SECKILL_TOKEN_SECRET)")
+	fs.Var(&counted, "count-redis", "Redis URL whose commands are counted, repeated (default SECKILL_REDIS_URL and each of SECKILL_LOCK_NODES)")
+	fs.Var(&pidSpecs, "pid", "an instance's pid or pid file, repeated (default: the instances behind nginx, SECKILL_CLUSTER_DIR/run/api-N.pid, or .cluster/run/api-N.pid)")
+	fs.StringVar(&check.RedisURL, "redis", getenv("SECKILL_REDIS_URL"), "Redis of the deployment, for the check (SECKILL_REDIS_URL)")
+	fs.StringVar(&check.MySQLDSN, "mysql", getenv("SECKILL_MYSQL_DSN"), "MySQL of the deployment (SECKILL_MYSQL_DSN)")
+	fs.StringVar(&check.KeyPrefix, "key-prefix", cmp.Or(getenv("SECKILL_KEY_PREFIX"), "seckill"), "SECKILL_KEY_PREFIX of the deployment")
+	fs.IntVar(&check.Shards, "shards", envInt(getenv, "SECKILL_SHARDS", 1), "SECKILL_SHARDS of the deployment")
+	fs.DurationVar(&check.DrainTimeout, "drain-timeout", 2*time.Minute, "bound on the wait for the pipeline to drain")
+	jsonPath := fs.String("json", "", "also write the result as JSON to this file (- for stdout)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if check.RedisURL == "" || check.MySQLDSN == "" {
+		return fmt.Errorf("--redis and --mysql are needed for the check (SECKILL_REDIS_URL, SECKILL_MYSQL_DSN)")
+	}
+	if len(counted) == 0 {
+		counted = redisFlag{check.RedisURL}
+		for u := range strings.SplitSeq(getenv("SECKILL_LOCK_NODES"), ",") {
+			if u = strings.TrimSpace(u); u != "" && u != check.RedisURL {
+				counted = append(counted, u)
+			}
+		}
+	}
+	if len(pidSpecs) == 0 {
+		files, _ := filepath.Glob(filepath.Join(cmp.Or(getenv("SECKILL_CLUSTER_DIR"), ".cluster"), "run", "api-[0-9]*.pid"))
+		pidSpecs = files
+	}
+	procs, err := resolvePIDs(pidSpecs)
+	if err != nil {
+		return err
+	}
+	if len(procs) == 0 {
+		fmt.Fprintln(stderr, "no --pid and no .cluster/run/api-N.pid: memory is not measured")
+	}
+
+	out := stampedeResult{LoadAverage: []string{loadAverage()}}
+	before, err := snapshot(ctx, counted)
+	if err != nil {
+		return err
+	}
+	var fired []nodeStat
+	var firedErr error
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			for i := range procs {
+				if kib, err := statusKiB(procs[i].PID, "VmRSS"); err == nil {
+					procs[i].MaxRSSKiB = max(procs[i].MaxRSSKiB, kib)
+				}
+			}
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	res, err := load.Run(ctx, load.Config{
+		URL: *url, Stock: *stock, Users: *users, Presses: *presses, Concurrency: *conc,
+		Secret: *secret, AdminToken: getenv("SECKILL_ADMIN_TOKEN"), Log: stderr, Check: &check,
+		Fired: func() { fired, firedErr = snapshot(ctx, counted) },
+	})
+	stopSampling()
+	<-sampled
+	if err != nil {
+		return err
+	}
+	if firedErr != nil {
+		return firedErr
+	}
+	after, err := snapshot(ctx, counted)
+	if err != nil {
+		return err
+	}
+	for i := range procs {
+		procs[i].HWMKiB, _ = statusKiB(procs[i].PID, "VmHWM")
+	}
+	out.LoadAverage = append(out.LoadAverage, loadAverage())
+	out.Summary, out.Processes = res.Summary, procs
+	sum := func(nodes []nodeStat) (int64, map[string]int64) {
+		var n int64
+		by := map[string]int64{}
+		for _, node := range nodes {
+			for name, c := range node.Commands {
+				n += c.Calls
+				by[name] += c.Calls
+			}
+		}
+		return n, by
+	}
+	out.CommandsFiring, _ = sum(diffStats(before, fired))
+	out.Commands, out.ByCommand = sum(diffStats(before, after))
+	requests := float64(res.Summary.Requests)
+	out.PerRequestFiring = float64(out.CommandsFiring) / requests
+	out.PerRequest = float64(out.Commands) / requests
+
+	res.Summary.Print(stdout)
+	fmt.Fprintf(stdout, "  redis        %d commands while firing (%.4f per request); %d with the drain and the check's reads (%.4f per request), on %s\n",
+		out.CommandsFiring, out.PerRequestFiring, out.Commands, out.PerRequest, strings.Join(counted, " "))
+	names := slices.Sorted(maps.Keys(out.ByCommand))
+	slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(out.ByCommand[b], out.ByCommand[a]) })
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %d", n, out.ByCommand[n]))
+	}
+	fmt.Fprintf(stdout, "               by command: %s\n", strings.Join(parts, ", "))
+	for _, p := range procs {
+		fmt.Fprintf(stdout, "  memory       pid %d (%s): max sampled RSS %.1f MiB, VmHWM %.1f MiB (peak since it started)\n",
+			p.PID, p.Source, float64(p.MaxRSSKiB)/1024, float64(p.HWMKiB)/1024)
+	}
+	fmt.Fprintf(stdout, "  load average %s before, %s after\n", out.LoadAverage[0], out.LoadAverage[1])
+	if err := writeJSON(*jsonPath, stdout, out); err != nil {
+		return err
+	}
+	if res.Summary.Check != nil && !res.Summary.Check.OK {
+		return errCheckFailed
+	}
+	return nil
 }

@@ -8,6 +8,7 @@
 //	go run ./loadtest bench [flags]    alternate runs on several targets, compare their figures
 //	go run ./loadtest drain [flags]    time the worker writing a voucher's accepted orders
 //	go run ./loadtest redisstat [flags] snapshot or compare Redis CPU and command counts per master
+//	go run ./loadtest stampede [flags]  a whole sale through nginx: Redis commands per request, instance memory, the check
 package main
 
 import (
@@ -40,6 +41,7 @@ const usage = `usage: loadtest [run] [flags]   one load run, then the check
        loadtest bench [flags]   compare targets, alternating runs
        loadtest drain [flags]   time the drain of a voucher's accepted orders
        loadtest redisstat [flags]  Redis CPU and command counts per master, or their change
+       loadtest stampede [flags]   a whole sale: Redis commands per request, instance memory, the check
 Each takes -h. Settings default to the environment that scripts/cluster-up.sh
 writes to .cluster/cluster.env (set -a; . .cluster/cluster.env; set +a).`
 
@@ -64,6 +66,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return drain(ctx, rest, getenv, stdout, stderr)
 	case "redisstat":
 		return redisstat(ctx, rest, getenv, stdout, stderr)
+	case "stampede":
+		return stampede(ctx, rest, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprintln(stdout, usage)
 		return nil

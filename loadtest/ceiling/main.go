@@ -14,6 +14,15 @@
 // under a prefix of their own, so it can share the deployment's Redis: one
 // server or a Redis Cluster, whose masters its --shards spread the vouchers
 // over as the service's shards do.
+//
+// Under /bare it serves the same two routes without Redis: a voucher's
+// stock and buyers live in the server's memory, and a purchase answers the
+// service's JSON (202 with an order id, 409 sold_out, 409 already_purchased
+// naming the buyer's order). With a token secret (--secret,
+// SECKILL_TOKEN_SECRET) a /bare purchase checks the buyer's bearer token
+// with the service's own middleware (internal/auth) and takes the buyer
+// from it, as the service does; without, from X-Loadtest-User. It is the
+// HTTP stack's own ceiling: what Gin answers when nothing is asked of Redis.
 package main
 
 import (
@@ -30,12 +39,14 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"seckill/internal/auth"
 	"seckill/internal/redisconn"
 	"seckill/internal/voucher"
 	"seckill/lua"
@@ -57,6 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	pool := fs.Int("pool", 256, "Redis connections (per node on a cluster), as SECKILL_REDIS_POOL")
 	shards := fs.Int("shards", envInt(getenv, "SECKILL_SHARDS", 1), "shards the vouchers spread over (SECKILL_SHARDS)")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this loopback address, to compare profiles with an instance's")
+	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret: /bare purchases check the bearer token as the service does (SECKILL_TOKEN_SECRET); empty: the buyer is X-Loadtest-User")
 	prefix := fs.String("key-prefix", fmt.Sprintf("ceiling%d", time.Now().UnixNano()), "key prefix (a fresh one per start)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -115,19 +127,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		switch res[0] {
 		case int64(0), int64(1):
 			c.JSON(http.StatusAccepted, gin.H{"order_id": strconv.FormatInt(n, 10), "status": "pending"})
+		case int64(2):
+			c.JSON(http.StatusConflict, gin.H{"code": "already_purchased", "message": "you already hold an order for this voucher", "order_id": fmt.Sprint(res[1])})
 		case int64(3):
 			c.JSON(http.StatusConflict, gin.H{"code": "sold_out", "message": "sold out"})
 		default:
 			c.JSON(http.StatusConflict, gin.H{"code": fmt.Sprint("code_", res[0]), "message": "refused"})
 		}
 	})
+	var signer *auth.Signer
+	if *secret != "" {
+		if signer, err = auth.NewSigner([]byte(*secret)); err != nil {
+			return fmt.Errorf("--secret: %w", err)
+		}
+	}
+	bareRoutes(r.Group("/bare"), signer, &orders)
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
-	log.Info("ceiling server listening", "addr", ln.Addr().String(), "key_prefix", *prefix, "shards", keys.Shards(), "redis_cluster", redisconn.IsCluster(rdb))
+	log.Info("ceiling server listening", "addr", ln.Addr().String(), "key_prefix", *prefix, "bare_token_check", signer != nil, "shards", keys.Shards(), "redis_cluster", redisconn.IsCluster(rdb))
 	if *pprofAddr != "" {
 		pln, err := net.Listen("tcp", *pprofAddr)
 		if err != nil {
@@ -165,4 +186,69 @@ func envInt(getenv func(string) string, name string, def int) int {
 		return n
 	}
 	return def
+}
+
+// bareVoucher is a /bare voucher: its stock and who holds which order.
+type bareVoucher struct {
+	stock  atomic.Int64
+	buyers sync.Map // user id -> order id (string)
+}
+
+// bareRoutes serves the voucher and purchase routes from memory (see the
+// package comment). With a signer the purchase route checks the bearer
+// token with the service's middleware and takes the buyer from it.
+func bareRoutes(g *gin.RouterGroup, signer *auth.Signer, orders *atomic.Int64) {
+	var vouchers sync.Map // voucher id -> *bareVoucher
+	var ids atomic.Int64
+	g.POST("/api/v1/vouchers", func(c *gin.Context) {
+		var req struct {
+			Stock int64 `json:"stock"`
+		}
+		if err := json.NewDecoder(c.Request.Body).Decode(&req); err != nil || req.Stock <= 0 {
+			c.JSON(http.StatusBadRequest, gin.H{"code": "bad_request", "message": "want {\"stock\": n}"})
+			return
+		}
+		v := &bareVoucher{}
+		v.stock.Store(req.Stock)
+		id := ids.Add(1)
+		vouchers.Store(id, v)
+		c.JSON(http.StatusCreated, gin.H{"voucher": gin.H{"id": id}, "redis_ready": true})
+	})
+	buyer := func(c *gin.Context) { c.Next() }
+	if signer != nil {
+		buyer = signer.Middleware()
+	}
+	g.POST("/api/v1/vouchers/:id/orders", buyer, func(c *gin.Context) {
+		vid, _ := strconv.ParseInt(c.Param("id"), 10, 64)
+		found, ok := vouchers.Load(vid)
+		if !ok {
+			c.JSON(http.StatusNotFound, gin.H{"code": "not_found", "message": "no such voucher"})
+			return
+		}
+		v := found.(*bareVoucher)
+		user := auth.From(c).UserID
+		if signer == nil {
+			user, _ = strconv.ParseInt(c.GetHeader("X-Loadtest-User"), 10, 64)
+		}
+		if held, ok := v.buyers.Load(user); ok {
+			c.JSON(http.StatusConflict, gin.H{"code": "already_purchased", "message": "you already hold an order for this voucher", "order_id": held})
+			return
+		}
+		soldOut := v.stock.Load() <= 0
+		if !soldOut && v.stock.Add(-1) < 0 {
+			v.stock.Add(1)
+			soldOut = true
+		}
+		if soldOut {
+			c.JSON(http.StatusConflict, gin.H{"code": "sold_out", "message": "this voucher is sold out"})
+			return
+		}
+		order := strconv.FormatInt(orders.Add(1), 10)
+		if held, loaded := v.buyers.LoadOrStore(user, order); loaded {
+			v.stock.Add(1)
+			c.JSON(http.StatusConflict, gin.H{"code": "already_purchased", "message": "you already hold an order for this voucher", "order_id": held})
+			return
+		}
+		c.JSON(http.StatusAccepted, gin.H{"order_id": order, "status": "pending"})
+	})
 }

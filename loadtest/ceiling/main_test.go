@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/auth"
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
 )
@@ -126,5 +127,101 @@ func TestCeilingSellsOnEachRedis(t *testing.T) {
 				t.Fatalf("the shards' streams lie on %d master(s); want several", len(masters))
 			}
 		})
+	}
+}
+
+// purchase sends a purchase with a bearer token (when not empty) and the
+// X-Loadtest-User header, and returns the status and the decoded answer.
+func purchase(t *testing.T, url, token string, user int64) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("X-Loadtest-User", fmt.Sprint(user))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("POST %s: %s, undecodable answer: %v", url, resp.Status, err)
+	}
+	return resp.StatusCode, out
+}
+
+// TestCeilingAnswersLikeTheService: the three answers the load generator's
+// bench modes expect (202, 409 sold_out, 409 already_purchased naming the
+// buyer's order) come from the script route and from the bare route; the
+// bare route refuses a purchase without a valid token (401) and takes the
+// buyer from the token, not from X-Loadtest-User.
+func TestCeilingAnswersLikeTheService(t *testing.T) {
+	t.Parallel()
+	const secret = "0123456789abcdef0123456789abcdef"
+	signer, err := auth.NewSigner([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(user int64) string {
+		tok, err := signer.Mint(auth.Identity{UserID: user, Role: auth.RoleUser}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	prefix := testenv.Prefix(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &testenv.Buffer{}
+	errc := make(chan error, 1)
+	args := []string{"ceiling", "--addr", "127.0.0.1:0", "--redis", testenv.RedisURL(t), "--key-prefix", prefix, "--secret", secret}
+	go func() { errc <- run(ctx, args, func(string) string { return "" }, out) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("ceiling server: %v\n%s", err, out)
+		}
+	})
+	listening := regexp.MustCompile(`msg="ceiling server listening" addr=(\S+)`)
+	var base string
+	testenv.WaitFor(t, 30*time.Second, "the ceiling server listens", func() bool {
+		if m := listening.FindStringSubmatch(out.String()); m != nil {
+			base = "http://" + m[1]
+		}
+		return base != ""
+	})
+
+	for _, root := range []string{base, base + "/bare"} {
+		status, created := post(t, root+"/api/v1/vouchers", 0, map[string]int{"stock": 1})
+		if status != http.StatusCreated {
+			t.Fatalf("%s: create voucher: %d %v", root, status, created)
+		}
+		orders := fmt.Sprintf("%s/api/v1/vouchers/%d/orders", root, int64(created["voucher"].(map[string]any)["id"].(float64)))
+		status, first := purchase(t, orders, mint(7), 7)
+		if status != http.StatusAccepted || first["order_id"] == nil {
+			t.Fatalf("%s: first buyer: %d %v; want 202 with an order id", root, status, first)
+		}
+		if status, again := purchase(t, orders, mint(7), 7); status != http.StatusConflict || again["code"] != "already_purchased" || again["order_id"] != first["order_id"] {
+			t.Fatalf("%s: the buyer again: %d %v; want 409 already_purchased naming order %v", root, status, again, first["order_id"])
+		}
+		if status, other := purchase(t, orders, mint(8), 8); status != http.StatusConflict || other["code"] != "sold_out" {
+			t.Fatalf("%s: second buyer: %d %v; want 409 sold_out", root, status, other)
+		}
+		if root == base {
+			continue
+		}
+		if status, _ := purchase(t, orders, "", 9); status != http.StatusUnauthorized {
+			t.Fatalf("bare purchase without a token: %d, want 401", status)
+		}
+		if status, _ := purchase(t, orders, mint(9)+"x", 9); status != http.StatusUnauthorized {
+			t.Fatalf("bare purchase with a forged token: %d, want 401", status)
+		}
+		// The buyer is the token's: user 7's token with another header is user 7.
+		if status, again := purchase(t, orders, mint(7), 1234); status != http.StatusConflict || again["code"] != "already_purchased" {
+			t.Fatalf("bare purchase by user 7's token with X-Loadtest-User 1234: %d %v; want already_purchased", status, again)
+		}
 	}
 }

@@ -43,6 +43,14 @@ type Config struct {
 	UserBase int64   // first buyer's user id, default 100000
 	Seed     uint64  // order of the purchases, default 1
 	Rate     float64 // purchases per second; 0: as fast as Concurrency allows (closed loop)
+	// Presses, when set, makes every buyer press exactly that many times
+	// (Requests = Users*Presses, Warmup taken from them), all shuffled: a
+	// stampede of buyers who each press a few times.
+	Presses int
+	// FirstPressesFirst sends every buyer's first press before any repeat
+	// (each part shuffled): with Warmup >= Users the measured purchases
+	// are all repeats by buyers who already pressed.
+	FirstPressesFirst bool
 
 	Concurrency int           // connections and purchases in flight, default 64
 	Duration    time.Duration // bound on firing, default 10 minutes
@@ -59,6 +67,9 @@ type Config struct {
 	// (default half of them) were sent: a fault test kills an instance there.
 	Midway      func()
 	MidwayAfter int
+	// Fired, when set, runs once the measured purchases are done, before
+	// the check: a caller snapshots what the firing cost there.
+	Fired func()
 
 	// Check, when set, is where the pipeline is verified after the run.
 	Check *CheckConfig
@@ -67,6 +78,9 @@ type Config struct {
 func (c *Config) defaults() error {
 	c.Stock = cmp.Or(c.Stock, 500)
 	c.Users = cmp.Or(c.Users, 2000)
+	if c.Presses > 0 {
+		c.Requests = c.Users*c.Presses - c.Warmup
+	}
 	c.Requests = cmp.Or(c.Requests, c.Users)
 	c.UserBase = cmp.Or(c.UserBase, 100_000)
 	c.Seed = cmp.Or(c.Seed, 1)
@@ -142,7 +156,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	vid := vids[0]
 
-	sched := schedule(users, cfg.Warmup+cfg.Requests, cfg.Seed)
+	sched := schedule(users, cfg.Warmup+cfg.Requests, cfg.Seed, cfg.Presses, cfg.FirstPressesFirst)
 	f := &firer{cfg: cfg, client: client, tokens: tokens, vouchers: vids, buyers: make([]buyer, users)}
 	if cfg.Warmup > 0 {
 		fmt.Fprintf(cfg.Log, "warming up with %d purchases\n", cfg.Warmup)
@@ -153,6 +167,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	sum, err := f.fire(ctx, sched[cfg.Warmup:], cfg.Midway, cmp.Or(cfg.MidwayAfter, cfg.Requests/2))
 	if err != nil {
 		return Result{}, err
+	}
+	if cfg.Fired != nil {
+		cfg.Fired()
 	}
 	sum.Target, sum.VoucherID, sum.Stock, sum.Users = cfg.URL, vid, cfg.Stock, users
 	if len(vids) > 1 {
@@ -196,19 +213,33 @@ func MintTokens(secret string, base int64, n int) ([]string, error) {
 
 // schedule returns which buyer sends each purchase: every buyer once (while
 // there are purchases), the rest repeats by random buyers, all shuffled so
-// repeats race with first presses as they do in a stampede.
-func schedule(users, requests int, seed uint64) []int32 {
+// repeats race with first presses as they do in a stampede. With presses > 0
+// every buyer presses exactly that many times instead; with firstFirst the
+// first presses all come before the repeats.
+func schedule(users, requests int, seed uint64, presses int, firstFirst bool) []int32 {
 	rng := rand.New(rand.NewPCG(seed, 0x5ec1d11))
 	s := make([]int32, requests)
 	for i := range s {
-		if i < users {
+		switch {
+		case presses > 0:
+			s[i] = int32(i / presses)
+		case i < users:
 			s[i] = int32(i)
-		} else {
+		default:
 			s[i] = int32(rng.IntN(users))
 		}
 	}
-	rng.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
+	if firstFirst && requests > users {
+		shuffle(rng, s[:users])
+		shuffle(rng, s[users:])
+		return s
+	}
+	shuffle(rng, s)
 	return s
+}
+
+func shuffle(rng *rand.Rand, s []int32) {
+	rng.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
 }
 
 // newClient is tuned for load: as many idle connections per host as

@@ -11,7 +11,7 @@ import (
 
 func TestScheduleEveryBuyerPresses(t *testing.T) {
 	t.Parallel()
-	s := schedule(2000, 5000, 1)
+	s := schedule(2000, 5000, 1, 0, false)
 	seen := map[int32]int{}
 	for _, u := range s {
 		if u < 0 || u >= 2000 {
@@ -23,7 +23,7 @@ func TestScheduleEveryBuyerPresses(t *testing.T) {
 		t.Fatalf("%d purchases by %d buyers, want 5000 by 2000", len(s), len(seen))
 	}
 	// Fewer purchases than buyers: each a different buyer.
-	s = schedule(100, 40, 1)
+	s = schedule(100, 40, 1, 0, false)
 	seen = map[int32]int{}
 	for _, u := range s {
 		seen[u]++
@@ -32,9 +32,41 @@ func TestScheduleEveryBuyerPresses(t *testing.T) {
 		t.Fatalf("40 purchases by %d buyers, want 40", len(seen))
 	}
 	// The same seed, the same order.
-	a, b := schedule(50, 80, 7), schedule(50, 80, 7)
+	a, b := schedule(50, 80, 7, 0, false), schedule(50, 80, 7, 0, false)
 	if fmt.Sprint(a) != fmt.Sprint(b) {
 		t.Fatal("schedule is not reproducible")
+	}
+}
+
+// TestSchedulePresses: with presses, every buyer presses exactly that many
+// times; with first presses first, no repeat comes before the last buyer's
+// first press, so a warm-up of one press per buyer leaves only repeats.
+func TestSchedulePresses(t *testing.T) {
+	t.Parallel()
+	s := schedule(1000, 3000, 1, 3, false)
+	seen := map[int32]int{}
+	for _, u := range s {
+		seen[u]++
+	}
+	for u := range int32(1000) {
+		if seen[u] != 3 {
+			t.Fatalf("buyer %d pressed %d times, want 3", u, seen[u])
+		}
+	}
+	if fmt.Sprint(s[:20]) == fmt.Sprint(schedule(1000, 3000, 1, 3, false)[:20]) && s[0] == 0 && s[1] == 0 {
+		t.Fatal("presses are not shuffled")
+	}
+
+	s = schedule(500, 2000, 1, 0, true)
+	first := map[int32]bool{}
+	for _, u := range s[:500] {
+		first[u] = true
+	}
+	if len(first) != 500 {
+		t.Fatalf("the first 500 purchases came from %d buyers, want every one of the 500", len(first))
+	}
+	if fmt.Sprint(s[:10]) == fmt.Sprint([]int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Fatal("first presses are not shuffled")
 	}
 }
 
