@@ -44,6 +44,15 @@ func (e *PurchasedError) Error() string {
 	return "already purchased: order " + strconv.FormatInt(e.OrderID, 10)
 }
 
+// NotStartedError is ErrNotStarted with how long until the sale begins,
+// on Redis's clock, when the purchase script said so (0 when unknown).
+type NotStartedError struct{ Until time.Duration }
+
+func (e *NotStartedError) Error() string { return ErrNotStarted.Error() }
+
+// Is makes errors.Is(err, ErrNotStarted) hold.
+func (e *NotStartedError) Is(target error) bool { return target == ErrNotStarted }
+
 // Reservation is an accepted purchase.
 type Reservation struct {
 	OrderID int64
@@ -254,7 +263,7 @@ const (
 	purchaseReplayed   = 1 // detail: order id; accepted by an earlier call, nothing written again
 	purchaseDuplicate  = 2 // detail: the buyer's existing order id
 	purchaseSoldOut    = 3
-	purchaseNotStarted = 4 // the sale has not started (Redis server time)
+	purchaseNotStarted = 4 // detail: milliseconds until begin (Redis server time)
 	purchaseEnded      = 5 // the sale has ended (Redis server time)
 	purchaseNotReady   = 6 // the shard's state is not loaded
 	purchaseNoState    = 7 // no state for this voucher
@@ -294,7 +303,8 @@ func decodePurchase(res []any) (Reservation, error) {
 	case purchaseSoldOut:
 		return Reservation{}, ErrSoldOut
 	case purchaseNotStarted:
-		return Reservation{}, ErrNotStarted
+		ms, _ := strconv.ParseInt(detail, 10, 64) // an older script said ""
+		return Reservation{}, &NotStartedError{Until: time.Duration(max(ms, 0)) * time.Millisecond}
 	case purchaseEnded:
 		return Reservation{}, ErrEnded
 	case purchaseNotReady:
