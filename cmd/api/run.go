@@ -270,6 +270,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 	describeRedis(ctx, cfg, rdb, keys, log)
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
 	c.warmer.OnRebuild(m.ShardRebuilt)
+	c.warmer.Announce(voucher.NewEvents(rdb, keys, log))
 	if n, err := c.warmer.Warm(ctx); err != nil {
 		log.Warn("warming voucher state failed; purchases answer not_ready until it works", "err", err)
 	} else {
@@ -338,6 +339,11 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	s.background = append([]runner{ids}, s.background...)
 	vouchers := voucher.NewHTTP(c.vstore, c.vstate, c.reserver, ids, c.log)
 	vouchers.Observe(c.m)
+	if cfg.LocalRefusals > 0 {
+		refusals := voucher.NewRefusals(c.rdb, c.keys, voucher.RefusalsConfig{TTL: cfg.LocalRefusals}, c.log)
+		vouchers.Refuse(refusals)
+		s.background = append(s.background, refusals)
+	}
 	s.main = apiEngine(c.log, c.m, deps{
 		cfg: cfg, log: c.log, rdb: c.rdb, db: c.db, signer: signer, keys: c.keys, stdout: stdout,
 		vouchers: vouchers,

@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/voucher"
 )
 
 // afterCommit tells the observer what the transaction recorded, then
@@ -60,7 +62,10 @@ func restocks(reason string) bool {
 // letter is committed, so the redelivery finds it and gives back then.
 func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 	pipe := w.rdb.Pipeline()
-	var cmds []*redis.Cmd
+	var (
+		cmds  []*redis.Cmd
+		given []voucher.Message
+	)
 	for _, it := range items {
 		if !it.v.effects().giveBack {
 			continue
@@ -73,6 +78,7 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 		shard := w.keys.Shard(o.VoucherID)
 		keys := []string{w.keys.Ready(shard), w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(shard)}
 		cmds = append(cmds, w.release.Eval(ctx, pipe, keys, o.UserID, o.OrderID, restock))
+		given = append(given, o)
 	}
 	if len(cmds) == 0 {
 		return nil
@@ -84,6 +90,15 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 		if given, err := c.Int(); err != nil || given < 0 {
 			return fmt.Errorf("give back %d reservations: %w", len(cmds), cmp.Or(err, errNotReady))
 		}
+	}
+	// Every instance may be refusing these buyers, or the voucher as sold
+	// out, from memory: tell them. Also after a give-back that found
+	// nothing to give (done before, by a run that stopped before it
+	// published). A failed publish is logged once per batch; the
+	// instances' answers expire after their bound anyway.
+	events := voucher.NewEvents(w.rdb, w.keys, w.log)
+	for _, o := range given {
+		events.GivenBack(ctx, o.VoucherID, o.UserID)
 	}
 	return nil
 }
