@@ -38,8 +38,8 @@ type config struct {
 	RedisPool int           // SECKILL_REDIS_POOL
 	// WaitReplicas is how many replicas must acknowledge an accepted
 	// purchase before it is answered (Redis WAIT); 0: none.
-	WaitReplicas  int           // SECKILL_REDIS_WAIT_REPLICAS
-	WaitTimeout   time.Duration // SECKILL_REDIS_WAIT_TIMEOUT
+	WaitReplicas int           // SECKILL_REDIS_WAIT_REPLICAS
+	WaitTimeout  time.Duration // SECKILL_REDIS_WAIT_TIMEOUT
 	// LocalRefusals bounds how old a refusal the instance answers without
 	// Redis may be (voucher.Refusals); 0: every purchase goes to Redis.
 	LocalRefusals time.Duration // SECKILL_LOCAL_REFUSALS_TTL

@@ -51,7 +51,7 @@ type Refusals struct {
 	// subscribed counts the subscriptions Run confirmed, for tests.
 	subscribed atomic.Int64
 
-	mu       sync.Mutex                         // writers of vouchers
+	mu       sync.Mutex                        // writers of vouchers
 	vouchers atomic.Pointer[map[int64]verdict] // copy on write: read on every purchase
 
 	perShard int
