@@ -362,7 +362,12 @@ func (r *Refusals) apply(payload string) {
 // up to 5s) before it reads again; the client then subscribes again.
 func (r *Refusals) Run(ctx context.Context) error {
 	ps := r.rdb.Subscribe(ctx, r.keys.Events())
-	defer func() { _ = ps.Close() }()
+	// Receive does not end when ctx does; closing the subscription ends it.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer func() {
+		stop()
+		_ = ps.Close()
+	}()
 	wait := backoff{first: r.backoff, max: 5 * time.Second}
 	failing := false
 	for {
