@@ -247,6 +247,8 @@ type core struct {
 	reserver *voucher.Reserver
 	warmer   *voucher.Warmer
 	health   *health
+	// events announces what makes local refusals wrong, to every instance.
+	events *voucher.Events
 }
 
 // newCore builds the shared components and warms the voucher state once.
@@ -266,11 +268,12 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		ostore:   order.NewStore(db),
 		reserver: newReserver(cfg, rdb, keys),
 		health:   &health{rdb: rdb, db: db, keys: keys},
+		events:   voucher.NewEvents(rdb, keys, log),
 	}
 	describeRedis(ctx, cfg, rdb, keys, log)
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
 	c.warmer.OnRebuild(m.ShardRebuilt)
-	c.warmer.Announce(voucher.NewEvents(rdb, keys, log))
+	c.warmer.Announce(c.events)
 	if n, err := c.warmer.Warm(ctx); err != nil {
 		log.Warn("warming voucher state failed; purchases answer not_ready until it works", "err", err)
 	} else {
@@ -340,7 +343,7 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	vouchers := voucher.NewHTTP(c.vstore, c.vstate, c.reserver, ids, c.log)
 	vouchers.Observe(c.m)
 	if cfg.LocalRefusals > 0 {
-		refusals := voucher.NewRefusals(c.rdb, c.keys, voucher.RefusalsConfig{TTL: cfg.LocalRefusals}, c.log)
+		refusals := voucher.NewRefusals(c.rdb, c.keys, voucher.RefusalsConfig{TTL: cfg.LocalRefusals, Events: c.events}, c.log)
 		vouchers.Refuse(refusals)
 		s.background = append(s.background, refusals)
 	}
@@ -371,7 +374,7 @@ func (s *instance) buildWorker(cfg config, c *core, locks *order.Locks) {
 	crash := crashPoint(cfg.CrashPoint)
 	writer := order.NewWriter(c.db, c.rdb, c.keys, order.WriterConfig{
 		Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
-		AfterCommit: crash.afterCommit, Observer: c.m,
+		AfterCommit: crash.afterCommit, Observer: c.m, Events: c.events,
 	}, c.log)
 	name := mq.ConsumerName()
 	for shard := range c.keys.Shards() {

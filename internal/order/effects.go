@@ -94,11 +94,10 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 	// Every instance may be refusing these buyers, or the voucher as sold
 	// out, from memory: tell them. Also after a give-back that found
 	// nothing to give (done before, by a run that stopped before it
-	// published). A failed publish is logged once per batch; the
+	// published). A failed publish is logged at most once a second; the
 	// instances' answers expire after their bound anyway.
-	events := voucher.NewEvents(w.rdb, w.keys, w.log)
 	for _, o := range given {
-		events.GivenBack(ctx, o.VoucherID, o.UserID)
+		w.cfg.Events.GivenBack(ctx, o.VoucherID, o.UserID)
 	}
 	return nil
 }
@@ -109,18 +108,22 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 // takes its unit; when the buyer bought again meanwhile, the written order
 // takes over that later order's entry and unit (lua/settle.lua says why).
 // While a shard is being rebuilt it cannot settle, and the batch is tried
-// again.
+// again. Once settled, the orders are announced (Events.Written): an
+// instance that remembers a buyer's order asks Redis again, which names
+// the written one after a takeover.
 func (w *Writer) settle(ctx context.Context, items []*item) error {
 	type call struct {
 		keys []string
 		args []any
 	}
 	calls := map[int]*call{}
+	var settled []voucher.Message
 	for _, it := range items {
 		if !it.v.effects().settle {
 			continue
 		}
 		o := it.ord
+		settled = append(settled, o)
 		shard := w.keys.Shard(o.VoucherID)
 		c := calls[shard]
 		if c == nil {
@@ -139,5 +142,6 @@ func (w *Writer) settle(ctx context.Context, items []*item) error {
 			return fmt.Errorf("settle orders of shard %d in redis: %w", shard, errNotReady)
 		}
 	}
+	w.cfg.Events.Written(ctx, settled)
 	return nil
 }

@@ -45,7 +45,8 @@ func TestDeadLetterAnnouncedToRefusals(t *testing.T) {
 	}
 	dead := msg(1, 9001, 7, v)
 	dead.Deliveries = 99 // delivery_limit: the unit given back
-	handle(t, e.w, []mq.Message{dead})
+	w := NewWriter(e.db, e.rdb, e.keys, WriterConfig{Events: voucher.NewEvents(e.rdb, e.keys, log)}, log)
+	handle(t, w, []mq.Message{dead})
 	testenv.WaitFor(t, 2*time.Second, "the give-back heard", func() bool {
 		return ref.Lookup(v, 7) == nil && ref.Lookup(v, 8) == nil
 	})

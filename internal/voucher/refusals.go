@@ -28,11 +28,27 @@ import (
 // more than the bound away on Redis's clock, so no buyer is refused by a
 // stale one at the opening second.
 //
-// Local answers are today's answers with one difference: a buyer who
-// holds an order for a sold-out or ended voucher, and whose order this
-// instance has not heard of (bought through another instance, or
-// forgotten: the per-buyer memory is bounded), is answered sold_out or
-// ended where Redis would answer already_purchased.
+// Redis checks the buyer's order before the window and the stock, so a
+// buyer who holds one is answered already_purchased even when the voucher
+// is sold out or ended. Locally the same holds for the buyers this
+// instance knows: those it sold to or heard Redis name, and those every
+// other instance announces. Each accepted purchase is announced on the
+// Events channel, batched (one PUBLISH per flush, at most announceBatch
+// purchases or announceAfter after the first of them, from Run), and every
+// instance keeps them as if Redis had answered it, under the same cap. A
+// buyer whose answer expired, or whose order was written (Events.Written),
+// is asked of Redis again on their next purchase, never answered sold_out
+// or ended from memory.
+//
+// What remains different from Redis's answers: a buyer still unknown to
+// this instance is answered sold_out or ended while it keeps that refusal
+// of the voucher. That is so for the few milliseconds an announcement is
+// in flight after the purchase's 202 (queued, then published), and,
+// until the buyer's order is written and announced, for a buyer whose
+// announcement was lost: dropped because the queue was full (logged at
+// most once a second), a publish that failed, a subscription cut, an
+// instance started after it, or a buyer forgotten past the cap. An
+// announcement received late is kept only for what is left of its bound.
 //
 // A nil *Refusals answers nothing and learns nothing. Its methods are safe
 // for concurrent use.
@@ -56,7 +72,25 @@ type Refusals struct {
 
 	perShard int
 	buyers   [buyerShards]buyerShard
+
+	// out queues the purchases accepted here, to announce.
+	out      chan accepted
+	events   *Events
+	lastDrop atomic.Int64 // unix ns of the last logged drop
 }
+
+// accepted is a purchase accepted by Redis, queued to be announced.
+type accepted struct {
+	voucher, user, order int64
+	at                   int64 // when sent to Redis, on the Refusals' clock
+}
+
+// Announcements are flushed when announceBatch are queued, or
+// announceAfter after the first of them.
+const (
+	announceBatch = 256
+	announceAfter = 20 * time.Millisecond
+)
 
 // RefusalsConfig tunes Refusals.
 type RefusalsConfig struct {
@@ -71,6 +105,12 @@ type RefusalsConfig struct {
 	// Backoff is the first wait before subscribing again after a failure
 	// (default 100ms), doubled up to 5s.
 	Backoff time.Duration
+	// Events announces the purchases accepted here; nil: its own on the
+	// same client.
+	Events *Events
+	// Queue bounds the accepted purchases waiting to be announced
+	// (default 4096); past it, one is dropped for each one accepted.
+	Queue int
 }
 
 // buyerShards spreads the buyers over locks.
@@ -117,9 +157,16 @@ func NewRefusals(rdb redis.UniversalClient, keys Keys, cfg RefusalsConfig, log *
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = 100 * time.Millisecond
 	}
+	if cfg.Events == nil {
+		cfg.Events = NewEvents(rdb, keys, log)
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = 4096
+	}
 	r := &Refusals{
 		ttl: int64(cfg.TTL), now: cfg.Now, keys: keys, rdb: rdb, log: log, backoff: cfg.Backoff,
 		perShard: max(cfg.Buyers/buyerShards, 1),
+		out:      make(chan accepted, cfg.Queue), events: cfg.Events,
 	}
 	r.base = r.now()
 	empty := map[int64]verdict{}
@@ -141,7 +188,8 @@ func (r *Refusals) shard(k buyerKey) *buyerShard {
 // Lookup returns the refusal Redis gave lately to a purchase of voucherID
 // by userID, as Reserve returned it (a *PurchasedError, ErrSoldOut,
 // ErrEnded or ErrNotStarted), if one is kept and fresh; nil otherwise. The
-// buyer's own order comes first, as in the purchase script.
+// buyer's own order comes first, as in the purchase script: a buyer known
+// to have held one, whose answer is no longer fresh, is asked of Redis.
 func (r *Refusals) Lookup(voucherID, userID int64) error {
 	if r == nil {
 		return nil
@@ -152,8 +200,11 @@ func (r *Refusals) Lookup(voucherID, userID int64) error {
 	s.Lock()
 	h, ok := s.m[k]
 	s.Unlock()
-	if ok && now < h.until {
-		return &PurchasedError{OrderID: h.order}
+	if ok {
+		if now < h.until {
+			return &PurchasedError{OrderID: h.order}
+		}
+		return nil
 	}
 	v, ok := (*r.vouchers.Load())[voucherID]
 	if !ok || now >= v.until {
@@ -187,7 +238,8 @@ func (r *Refusals) Mark() Mark {
 // answer worth keeping: an order of the buyer's (accepted, or already
 // held), sold out, ended, or not started with its begin further away than
 // two bounds (kept until one bound before it). Nothing is kept when an
-// event was applied since m.
+// event was applied since m. An accepted purchase is also queued to be
+// announced to every instance; it never waits for room.
 func (r *Refusals) Learn(m Mark, voucherID, userID int64, res Reservation, err error) {
 	if r == nil {
 		return
@@ -200,6 +252,7 @@ func (r *Refusals) Learn(m Mark, voucherID, userID int64, res Reservation, err e
 	switch {
 	case err == nil:
 		r.keepBuyer(m, buyerKey{voucherID, userID}, held{order: res.OrderID, until: until})
+		r.announce(accepted{voucher: voucherID, user: userID, order: res.OrderID, at: m.at})
 	case errors.As(err, &owned):
 		r.keepBuyer(m, buyerKey{voucherID, userID}, held{order: owned.OrderID, until: until})
 	case errors.Is(err, ErrSoldOut):
@@ -223,6 +276,12 @@ func (r *Refusals) keepBuyer(m Mark, k buyerKey, h held) {
 	if r.epoch.Load() != m.epoch {
 		return
 	}
+	r.hold(s, k, h)
+}
+
+// hold keeps h for k in s, whose lock the caller holds, within the cap:
+// the expired answers go first, then an arbitrary one.
+func (r *Refusals) hold(s *buyerShard, k buyerKey, h held) {
 	if _, ok := s.m[k]; !ok && len(s.m) >= r.perShard {
 		now := r.clock()
 		evicted := false
@@ -280,7 +339,9 @@ func (r *Refusals) Buyers() int {
 func (r *Refusals) Subscriptions() int64 { return r.subscribed.Load() }
 
 // forget drops the kept answers that match: the vouchers for which
-// voucher is true, and the buyers for which buyer is true. The epoch moves
+// voucher is true, and the buyers for which buyer is true. A buyer's
+// answer is not dropped but expired: their next purchase is asked of
+// Redis, never answered sold_out or ended from memory. The epoch moves
 // first, so a purchase in flight keeps none of what it learns.
 func (r *Refusals) forget(voucher func(int64) bool, buyer func(buyerKey) bool) {
 	r.epoch.Add(1)
@@ -297,9 +358,9 @@ func (r *Refusals) forget(voucher func(int64) bool, buyer func(buyerKey) bool) {
 	for i := range r.buyers {
 		s := &r.buyers[i]
 		s.Lock()
-		for k := range s.m {
-			if buyer(k) {
-				delete(s.m, k)
+		for k, h := range s.m {
+			if h.until != 0 && buyer(k) {
+				s.m[k] = held{order: h.order}
 			}
 		}
 		s.Unlock()
@@ -314,6 +375,14 @@ func (r *Refusals) forgetAll() {
 // apply applies one event (see Events for the forms).
 func (r *Refusals) apply(payload string) {
 	kind, rest, _ := strings.Cut(payload, " ")
+	switch kind {
+	case eventAccepted:
+		r.applyAccepted(rest)
+		return
+	case eventWritten:
+		r.applyWritten(rest)
+		return
+	}
 	a, b, _ := strings.Cut(rest, " ")
 	x, errA := strconv.ParseInt(a, 10, 64)
 	switch {
@@ -356,11 +425,137 @@ func (r *Refusals) apply(payload string) {
 	}
 }
 
+// applyAccepted keeps the purchases another instance (or this one)
+// announced: "<age us> (<voucher id> <user id> <order id>)...", each for
+// what is left of its bound. One too old to be kept is expired at once, so
+// the buyer is asked of Redis.
+func (r *Refusals) applyAccepted(rest string) {
+	age, rest, _ := strings.Cut(rest, " ")
+	us, err := strconv.ParseInt(age, 10, 64)
+	if err != nil {
+		r.forgetAll()
+		return
+	}
+	now := r.clock()
+	until := now + r.ttl - us*int64(time.Microsecond)
+	if until <= now {
+		until = 0
+	}
+	if !r.eachOrder(rest, func(k buyerKey, order int64) {
+		h := held{order: order, until: until}
+		s := r.shard(k)
+		s.Lock()
+		r.hold(s, k, h)
+		s.Unlock()
+	}) {
+		r.forgetAll()
+	}
+}
+
+// applyWritten expires the answers of the buyers of written orders, and
+// marks those not known: their next purchase is asked of Redis, which
+// names the order it holds for them now.
+func (r *Refusals) applyWritten(rest string) {
+	r.epoch.Add(1)
+	if !r.eachOrder(rest, func(k buyerKey, order int64) {
+		s := r.shard(k)
+		s.Lock()
+		r.hold(s, k, held{order: order})
+		s.Unlock()
+	}) {
+		r.forgetAll()
+	}
+}
+
+// eachOrder calls f for each "<voucher id> <user id> <order id>" of rest;
+// false when rest is not made of them.
+func (r *Refusals) eachOrder(rest string, f func(buyerKey, int64)) bool {
+	for rest != "" {
+		var n [3]int64
+		for i := range n {
+			var field string
+			field, rest, _ = strings.Cut(rest, " ")
+			x, err := strconv.ParseInt(field, 10, 64)
+			if err != nil {
+				return false
+			}
+			n[i] = x
+		}
+		f(buyerKey{n[0], n[1]}, n[2])
+	}
+	return true
+}
+
+// announce queues an accepted purchase to announce, or drops it when the
+// queue is full: the other instances then learn of it from Redis when its
+// buyer's purchase reaches Redis there.
+func (r *Refusals) announce(a accepted) {
+	select {
+	case r.out <- a:
+		return
+	default:
+	}
+	now := time.Now().UnixNano()
+	last := r.lastDrop.Load()
+	if now-last < int64(time.Second) || !r.lastDrop.CompareAndSwap(last, now) {
+		return
+	}
+	r.log.Warn("announcement queue full; accepted purchases are not announced to the other instances", "queue", cap(r.out))
+}
+
+// announceLoop publishes the queued purchases until ctx is done: one
+// PUBLISH per announceBatch, or per announceAfter after the first queued.
+func (r *Refusals) announceLoop(ctx context.Context) {
+	batch := make([]accepted, 0, announceBatch)
+	buf := make([]byte, 0, 64*announceBatch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case a := <-r.out:
+			batch = append(batch[:0], a)
+		}
+		t := time.NewTimer(announceAfter)
+	fill:
+		for len(batch) < announceBatch {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+				break fill
+			case a := <-r.out:
+				batch = append(batch, a)
+			}
+		}
+		t.Stop()
+		buf = r.encodeAccepted(buf[:0], batch)
+		r.events.publish(ctx, string(buf))
+	}
+}
+
+// encodeAccepted appends the accepted event of batch (oldest first).
+func (r *Refusals) encodeAccepted(b []byte, batch []accepted) []byte {
+	age := max(r.clock()-batch[0].at, 0) / int64(time.Microsecond)
+	b = append(b, eventAccepted...)
+	b = appendInts(b, age)
+	for _, a := range batch {
+		b = appendInts(b, a.voucher, a.user, a.order)
+	}
+	return b
+}
+
 // Run applies the events published on the events channel until ctx is
-// done. It drops everything kept each time it (re)subscribes, since events
-// may have been missed meanwhile, and after a failure it waits (doubling,
-// up to 5s) before it reads again; the client then subscribes again.
+// done, and announces the purchases accepted here. It expires everything
+// kept each time it (re)subscribes, since events may have been missed
+// meanwhile, and after a failure it waits (doubling, up to 5s) before it
+// reads again; the client then subscribes again.
 func (r *Refusals) Run(ctx context.Context) error {
+	actx, cancel := context.WithCancel(ctx)
+	announced := make(chan struct{})
+	go func() { defer close(announced); r.announceLoop(actx) }()
+	defer func() { cancel(); <-announced }()
+
 	ps := r.rdb.Subscribe(ctx, r.keys.Events())
 	// Receive does not end when ctx does; closing the subscription ends it.
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
@@ -423,58 +618,3 @@ func (b *backoff) wait(ctx context.Context) bool {
 }
 
 func (b *backoff) reset() { b.next = 0 }
-
-// The events, as published: a kind and its numbers, space separated.
-const (
-	eventGivenBack = "g" // "g <voucher id> <user id>": a unit given back, a buyer entry removed
-	eventLoaded    = "l" // "l <voucher id>": a voucher's state loaded
-	eventRebuilt   = "r" // "r <shard>": a shard rebuilt
-)
-
-// Events publishes what can make a local refusal wrong on the events
-// channel (Keys.Events), for every instance's Refusals. A publish that
-// fails is logged at most once a second and otherwise ignored: each local
-// answer expires after its bound anyway. A nil *Events publishes nothing.
-type Events struct {
-	rdb      redis.UniversalClient
-	channel  string
-	log      *slog.Logger
-	lastWarn atomic.Int64
-}
-
-// NewEvents returns a publisher of events; it does not own rdb.
-func NewEvents(rdb redis.UniversalClient, keys Keys, log *slog.Logger) *Events {
-	return &Events{rdb: rdb, channel: keys.Events(), log: log}
-}
-
-// GivenBack announces that a reservation of userID for voucherID was
-// given back: the unit returned to stock, or the buyer entry removed.
-func (e *Events) GivenBack(ctx context.Context, voucherID, userID int64) {
-	e.publish(ctx, eventGivenBack+" "+strconv.FormatInt(voucherID, 10)+" "+strconv.FormatInt(userID, 10))
-}
-
-// Loaded announces that a voucher's state was (re)loaded.
-func (e *Events) Loaded(ctx context.Context, voucherID int64) {
-	e.publish(ctx, eventLoaded+" "+strconv.FormatInt(voucherID, 10))
-}
-
-// Rebuilt announces that a shard's state was rebuilt.
-func (e *Events) Rebuilt(ctx context.Context, shard int) {
-	e.publish(ctx, eventRebuilt+" "+strconv.Itoa(shard))
-}
-
-func (e *Events) publish(ctx context.Context, payload string) {
-	if e == nil {
-		return
-	}
-	err := e.rdb.Publish(context.WithoutCancel(ctx), e.channel, payload).Err()
-	if err == nil {
-		return
-	}
-	now := time.Now().UnixNano()
-	last := e.lastWarn.Load()
-	if now-last < int64(time.Second) || !e.lastWarn.CompareAndSwap(last, now) {
-		return
-	}
-	e.log.Warn("publish sale-state event failed; local refusals elsewhere stay stale up to their bound", "event", payload, "err", err)
-}

@@ -3,6 +3,7 @@ package voucher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -373,6 +374,121 @@ func BenchmarkPurchaseSoldOut(b *testing.B) {
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "purchases/s")
 			b.ReportMetric(float64(b.N-s.obs.local("sold_out"))/float64(b.N), "redis/op")
+		})
+	}
+}
+
+// orderOf is the order id an answer's body names, "" when none.
+func orderOf(t testing.TB, body string) string {
+	t.Helper()
+	var b struct {
+		Code    string `json:"code"`
+		OrderID string `json:"order_id"`
+	}
+	if err := json.Unmarshal([]byte(body), &b); err != nil {
+		t.Fatalf("answer %s: %v", body, err)
+	}
+	return b.OrderID
+}
+
+// TestAnnouncedBuyerAlreadyPurchasedEverywhere: a buyer who bought through
+// instance A asks instance B, which keeps the voucher as sold out (for an
+// hour: nothing but the announcement can tell it of the buyer). B answers
+// already_purchased with the buyer's order as soon as A's announcement
+// arrives, and never sold_out after that.
+func TestAnnouncedBuyerAlreadyPurchasedEverywhere(t *testing.T) {
+	t.Parallel()
+	e := newScriptEnv(t)
+	var ids atomic.Int64
+	a := newShop(t, e.rdb, e.keys, &ids, time.Hour, true)
+	b := newShop(t, e.rdb, e.keys, &ids, time.Hour, true)
+	now := time.Now()
+	e.put(t, 1, 1, now.Add(-time.Hour), now.Add(time.Hour))
+	order := orderOf(t, a.mustBuy(t, 1, 1, http.StatusAccepted))
+	b.mustBuy(t, 1, 2, http.StatusConflict)
+	if err := b.ref.Lookup(1, 3); !errors.Is(err, ErrSoldOut) {
+		t.Fatalf("B keeps %v for the voucher, want sold out", err)
+	}
+	answer := func() string {
+		code, body := b.buy(1, 1)
+		if code != http.StatusConflict {
+			t.Fatalf("B: %d %s, want 409", code, body)
+		}
+		return body
+	}
+	testenv.WaitFor(t, 2*time.Second, "B answers already_purchased", func() bool {
+		return strings.Contains(answer(), `"already_purchased"`)
+	})
+	for range 20 {
+		body := answer()
+		if !strings.Contains(body, `"already_purchased"`) || orderOf(t, body) != order {
+			t.Fatalf("B after the announcement: %s, want already_purchased with order %s", body, order)
+		}
+	}
+	if b.obs.local("already_purchased") == 0 {
+		t.Fatal("B asked Redis: the announcement was not what answered")
+	}
+}
+
+// TestAnnouncementsBatched: a burst of purchases through one instance is
+// announced in a few PUBLISHes, and every instance then knows each buyer's
+// order.
+func TestAnnouncementsBatched(t *testing.T) {
+	t.Parallel()
+	e := newScriptEnv(t)
+	ctx := context.Background()
+	ps := e.rdb.Subscribe(ctx, e.keys.Events())
+	t.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(ctx); err != nil { // the subscription confirmed
+		t.Fatal(err)
+	}
+	var ids atomic.Int64
+	a := newShop(t, e.rdb, e.keys, &ids, time.Hour, true)
+	b := newShop(t, e.rdb, e.keys, &ids, time.Hour, true)
+	const buyers = 600
+	now := time.Now()
+	e.put(t, 1, buyers, now.Add(-time.Hour), now.Add(time.Hour))
+	orders := make([]string, buyers+1)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for u := 1; u <= buyers; u++ {
+		wg.Go(func() {
+			<-start
+			code, body := a.buy(1, int64(u))
+			if code != http.StatusAccepted {
+				t.Errorf("buyer %d: %d %s", u, code, body)
+				return
+			}
+			orders[u] = orderOf(t, body)
+		})
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	publishes, entries := 0, 0
+	for entries < buyers {
+		select {
+		case m := <-ps.Channel():
+			f := strings.Fields(m.Payload)
+			if f[0] != eventAccepted {
+				continue
+			}
+			publishes++
+			entries += (len(f) - 2) / 3
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of %d purchases announced", entries, buyers)
+		}
+	}
+	if entries != buyers || publishes > buyers/10 {
+		t.Fatalf("%d purchases announced in %d publishes, want %d in at most %d", entries, publishes, buyers, buyers/10)
+	}
+	t.Logf("%d purchases announced in %d publishes", entries, publishes)
+	for u := 1; u <= buyers; u++ {
+		testenv.WaitFor(t, 2*time.Second, "B knows the buyer", func() bool {
+			var held *PurchasedError
+			return errors.As(b.ref.Lookup(1, int64(u)), &held) && strconv.FormatInt(held.OrderID, 10) == orders[u]
 		})
 	}
 }
