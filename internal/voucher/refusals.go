@@ -48,7 +48,9 @@ import (
 // announcement was lost: dropped because the queue was full (logged at
 // most once a second), a publish that failed, a subscription cut, an
 // instance started after it, or a buyer forgotten past the cap. An
-// announcement received late is kept only for what is left of its bound.
+// announced answer is kept for what is left of its bound, counted on the
+// announcing instance from when the purchase was sent to Redis; only the
+// PUBLISH's own transit is not counted.
 //
 // A nil *Refusals answers nothing and learns nothing. Its methods are safe
 // for concurrent use.
