@@ -40,6 +40,9 @@ type config struct {
 	// purchase before it is answered (Redis WAIT); 0: none.
 	WaitReplicas int           // SECKILL_REDIS_WAIT_REPLICAS
 	WaitTimeout  time.Duration // SECKILL_REDIS_WAIT_TIMEOUT
+	// Coalesce is the most purchase scripts sent to Redis in one
+	// pipeline; 0: one round trip per purchase.
+	Coalesce int // SECKILL_REDIS_COALESCE
 	// LocalRefusals bounds how old a refusal the instance answers without
 	// Redis may be (voucher.Refusals); 0: every purchase goes to Redis.
 	LocalRefusals time.Duration // SECKILL_LOCAL_REFUSALS_TTL
@@ -123,6 +126,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		RedisPool:         num("SECKILL_REDIS_POOL", 256, 1, 10_000),
 		WaitReplicas:      num("SECKILL_REDIS_WAIT_REPLICAS", 0, 0, 16),
 		WaitTimeout:       dur("SECKILL_REDIS_WAIT_TIMEOUT", 100*time.Millisecond),
+		Coalesce:          num("SECKILL_REDIS_COALESCE", 128, 0, 1024),
 		LogFormat:         str("SECKILL_LOG_FORMAT", "json"),
 		CrashPoint:        str("SECKILL_CRASH_POINT", ""),
 		LockTTL:           dur("SECKILL_LOCK_TTL", 10*time.Second),

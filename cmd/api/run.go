@@ -293,8 +293,10 @@ func saleKeys(cfg config, rdb redis.UniversalClient) voucher.Keys {
 // SECKILL_REDIS_WAIT_REPLICAS an accepted purchase waits for replicas.
 func newReserver(cfg config, rdb redis.UniversalClient, keys voucher.Keys) *voucher.Reserver {
 	if cfg.WaitReplicas == 0 {
-		return voucher.NewReserver(rdb, keys)
+		return voucher.NewReserver(rdb, keys, voucher.Coalesce(cfg.Coalesce))
 	}
+	// WAIT confirms one connection's writes: purchases that wait for
+	// replicas are not coalesced.
 	return voucher.NewReserver(rdb, keys, voucher.WaitReplicas(cfg.WaitReplicas, cfg.WaitTimeout))
 }
 
