@@ -22,7 +22,8 @@
 --                           buyer entry is written again as it is, for replication)
 --   {2, existing order id}  the user already holds an order for this voucher
 --   {3, ""}                 sold out
---   {4, ""}                 the sale has not started (Redis server time)
+--   {4, ms until begin}     the sale has not started: milliseconds from now to its
+--                           begin on Redis's clock (server time), at least 1
 --   {5, ""}                 the sale has ended (Redis server time)
 --   {6, ""}                 the shard's state is not loaded (Redis lost it or is warming up)
 --   {7, ""}                 no state for this voucher (unknown, or not loaded)
@@ -83,7 +84,7 @@ end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now_ms < begin_ms then
-  return {4, ''}
+  return {4, tostring(begin_ms - now_ms)}
 end
 if now_ms >= end_ms then
   return {5, ''}

@@ -41,8 +41,16 @@ func benchSale(b *testing.B) (*redis.Client, voucher.Keys, int64) {
 
 // BenchmarkPurchase is the real purchase route: router, access log, token
 // check, id, the purchase script, the JSON answer. Every request is a new
-// buyer, so every one reserves and appends to the stream.
-func BenchmarkPurchase(b *testing.B) {
+// buyer, so every one reserves and appends to the stream. Concurrent
+// purchases are coalesced into pipelines, as they are by default.
+func BenchmarkPurchase(b *testing.B) { benchPurchase(b) }
+
+// BenchmarkPurchaseUncoalesced is BenchmarkPurchase with one round trip
+// per purchase; run the two alternated over several rounds and compare
+// medians.
+func BenchmarkPurchaseUncoalesced(b *testing.B) { benchPurchase(b, voucher.Coalesce(0)) }
+
+func benchPurchase(b *testing.B, opts ...voucher.ReserveOption) {
 	rdb, keys, vid := benchSale(b)
 	log := slog.New(slog.DiscardHandler)
 	signer, _ := auth.NewSigner([]byte(testSecret))
@@ -53,7 +61,7 @@ func BenchmarkPurchase(b *testing.B) {
 	r := newEngine(log)
 	addRoutes(r, deps{
 		log: log, rdb: rdb, signer: signer, keys: keys,
-		vouchers: voucher.NewHTTP(voucher.NewStore(nil), voucher.NewState(rdb, keys), voucher.NewReserver(rdb, keys), ids, log),
+		vouchers: voucher.NewHTTP(voucher.NewStore(nil), voucher.NewState(rdb, keys), voucher.NewReserver(rdb, keys, opts...), ids, log),
 		orders:   order.NewHTTP(nil, rdb, keys, log),
 		health:   &health{rdb: rdb},
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -37,8 +38,14 @@ type config struct {
 	RedisPool int           // SECKILL_REDIS_POOL
 	// WaitReplicas is how many replicas must acknowledge an accepted
 	// purchase before it is answered (Redis WAIT); 0: none.
-	WaitReplicas  int           // SECKILL_REDIS_WAIT_REPLICAS
-	WaitTimeout   time.Duration // SECKILL_REDIS_WAIT_TIMEOUT
+	WaitReplicas int           // SECKILL_REDIS_WAIT_REPLICAS
+	WaitTimeout  time.Duration // SECKILL_REDIS_WAIT_TIMEOUT
+	// Coalesce is the most purchase scripts sent to Redis in one
+	// pipeline; 0: one round trip per purchase.
+	Coalesce int // SECKILL_REDIS_COALESCE
+	// LocalRefusals bounds how old a refusal the instance answers without
+	// Redis may be (voucher.Refusals); 0: every purchase goes to Redis.
+	LocalRefusals time.Duration // SECKILL_LOCAL_REFUSALS_TTL
 	LogLevel      slog.Level    // SECKILL_LOG_LEVEL
 	LogFormat     string        // SECKILL_LOG_FORMAT: json or text
 	LockNodes     []string      // SECKILL_LOCK_NODES: Redis URLs; empty: the main Redis
@@ -119,6 +126,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		RedisPool:         num("SECKILL_REDIS_POOL", 256, 1, 10_000),
 		WaitReplicas:      num("SECKILL_REDIS_WAIT_REPLICAS", 0, 0, 16),
 		WaitTimeout:       dur("SECKILL_REDIS_WAIT_TIMEOUT", 100*time.Millisecond),
+		Coalesce:          num("SECKILL_REDIS_COALESCE", 128, 0, 1024),
 		LogFormat:         str("SECKILL_LOG_FORMAT", "json"),
 		CrashPoint:        str("SECKILL_CRASH_POINT", ""),
 		LockTTL:           dur("SECKILL_LOCK_TTL", 10*time.Second),
@@ -141,7 +149,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 			c.LockNodes = append(c.LockNodes, u)
 		}
 	}
-	var webErrs []string
+	var (
+		webErrs []string
+		err     error
+	)
 	c.Web, webErrs = loadWebConfig(getenv)
 	errs = append(errs, webErrs...)
 	if err := c.LogLevel.UnmarshalText([]byte(str("SECKILL_LOG_LEVEL", "info"))); err != nil {
@@ -160,6 +171,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 		if _, err := redisconn.Parse(c.RedisURL); err != nil {
 			errs = append(errs, "SECKILL_REDIS_URL: "+err.Error())
 		}
+	}
+	c.LocalRefusals, err = localRefusalsTTL(getenv("SECKILL_LOCAL_REFUSALS_TTL"))
+	if err != nil {
+		errs = append(errs, err.Error())
 	}
 	if c.WaitTimeout < time.Millisecond {
 		errs = append(errs, "SECKILL_REDIS_WAIT_TIMEOUT must be at least 1ms")
@@ -190,8 +205,25 @@ func (c config) LogValue() slog.Value {
 		slog.Bool("token_secret_set", c.Secret != ""),
 		slog.Int("lock_nodes", max(len(c.LockNodes), 1)),
 		slog.Int("redis_wait_replicas", c.WaitReplicas),
+		slog.Duration("local_refusals_ttl", c.LocalRefusals),
 		slog.String("admin_addr", c.AdminAddr),
 	)
+}
+
+// localRefusalsTTL reads SECKILL_LOCAL_REFUSALS_TTL: a duration from 1ms
+// to 5s (default 200ms), or off (or 0).
+func localRefusalsTTL(s string) (time.Duration, error) {
+	switch s = strings.TrimSpace(s); s {
+	case "":
+		return 200 * time.Millisecond, nil
+	case "off", "0":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Millisecond || d > 5*time.Second {
+		return 0, errors.New("SECKILL_LOCAL_REFUSALS_TTL must be a duration from 1ms to 5s, such as 200ms, or off")
+	}
+	return d, nil
 }
 
 func redactURL(s string) string {

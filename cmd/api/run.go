@@ -247,6 +247,8 @@ type core struct {
 	reserver *voucher.Reserver
 	warmer   *voucher.Warmer
 	health   *health
+	// events announces what makes local refusals wrong, to every instance.
+	events *voucher.Events
 }
 
 // newCore builds the shared components and warms the voucher state once.
@@ -266,10 +268,12 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		ostore:   order.NewStore(db),
 		reserver: newReserver(cfg, rdb, keys),
 		health:   &health{rdb: rdb, db: db, keys: keys},
+		events:   voucher.NewEvents(rdb, keys, log),
 	}
 	describeRedis(ctx, cfg, rdb, keys, log)
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
 	c.warmer.OnRebuild(m.ShardRebuilt)
+	c.warmer.Announce(c.events)
 	if n, err := c.warmer.Warm(ctx); err != nil {
 		log.Warn("warming voucher state failed; purchases answer not_ready until it works", "err", err)
 	} else {
@@ -289,8 +293,10 @@ func saleKeys(cfg config, rdb redis.UniversalClient) voucher.Keys {
 // SECKILL_REDIS_WAIT_REPLICAS an accepted purchase waits for replicas.
 func newReserver(cfg config, rdb redis.UniversalClient, keys voucher.Keys) *voucher.Reserver {
 	if cfg.WaitReplicas == 0 {
-		return voucher.NewReserver(rdb, keys)
+		return voucher.NewReserver(rdb, keys, voucher.Coalesce(cfg.Coalesce))
 	}
+	// WAIT confirms one connection's writes: purchases that wait for
+	// replicas are not coalesced.
 	return voucher.NewReserver(rdb, keys, voucher.WaitReplicas(cfg.WaitReplicas, cfg.WaitTimeout))
 }
 
@@ -338,6 +344,11 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	s.background = append([]runner{ids}, s.background...)
 	vouchers := voucher.NewHTTP(c.vstore, c.vstate, c.reserver, ids, c.log)
 	vouchers.Observe(c.m)
+	if cfg.LocalRefusals > 0 {
+		refusals := voucher.NewRefusals(c.rdb, c.keys, voucher.RefusalsConfig{TTL: cfg.LocalRefusals, Events: c.events}, c.log)
+		vouchers.Refuse(refusals)
+		s.background = append(s.background, refusals)
+	}
 	s.main = apiEngine(c.log, c.m, deps{
 		cfg: cfg, log: c.log, rdb: c.rdb, db: c.db, signer: signer, keys: c.keys, stdout: stdout,
 		vouchers: vouchers,
@@ -365,7 +376,7 @@ func (s *instance) buildWorker(cfg config, c *core, locks *order.Locks) {
 	crash := crashPoint(cfg.CrashPoint)
 	writer := order.NewWriter(c.db, c.rdb, c.keys, order.WriterConfig{
 		Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
-		AfterCommit: crash.afterCommit, Observer: c.m,
+		AfterCommit: crash.afterCommit, Observer: c.m, Events: c.events,
 	}, c.log)
 	name := mq.ConsumerName()
 	for shard := range c.keys.Shards() {

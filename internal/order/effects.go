@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/voucher"
 )
 
 // afterCommit tells the observer what the transaction recorded, then
@@ -60,7 +62,10 @@ func restocks(reason string) bool {
 // letter is committed, so the redelivery finds it and gives back then.
 func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 	pipe := w.rdb.Pipeline()
-	var cmds []*redis.Cmd
+	var (
+		cmds  []*redis.Cmd
+		given []voucher.Message
+	)
 	for _, it := range items {
 		if !it.v.effects().giveBack {
 			continue
@@ -73,6 +78,7 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 		shard := w.keys.Shard(o.VoucherID)
 		keys := []string{w.keys.Ready(shard), w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(shard)}
 		cmds = append(cmds, w.release.Eval(ctx, pipe, keys, o.UserID, o.OrderID, restock))
+		given = append(given, o)
 	}
 	if len(cmds) == 0 {
 		return nil
@@ -85,6 +91,14 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 			return fmt.Errorf("give back %d reservations: %w", len(cmds), cmp.Or(err, errNotReady))
 		}
 	}
+	// Every instance may be refusing these buyers, or the voucher as sold
+	// out, from memory: tell them. Also after a give-back that found
+	// nothing to give (done before, by a run that stopped before it
+	// published). A failed publish is logged at most once a second; the
+	// instances' answers expire after their bound anyway.
+	for _, o := range given {
+		w.cfg.Events.GivenBack(ctx, o.VoucherID, o.UserID)
+	}
 	return nil
 }
 
@@ -94,18 +108,22 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 // takes its unit; when the buyer bought again meanwhile, the written order
 // takes over that later order's entry and unit (lua/settle.lua says why).
 // While a shard is being rebuilt it cannot settle, and the batch is tried
-// again.
+// again. Once settled, the orders are announced (Events.Written): an
+// instance that remembers a buyer's order asks Redis again, which names
+// the written one after a takeover.
 func (w *Writer) settle(ctx context.Context, items []*item) error {
 	type call struct {
 		keys []string
 		args []any
 	}
 	calls := map[int]*call{}
+	var settled []voucher.Message
 	for _, it := range items {
 		if !it.v.effects().settle {
 			continue
 		}
 		o := it.ord
+		settled = append(settled, o)
 		shard := w.keys.Shard(o.VoucherID)
 		c := calls[shard]
 		if c == nil {
@@ -124,5 +142,6 @@ func (w *Writer) settle(ctx context.Context, items []*item) error {
 			return fmt.Errorf("settle orders of shard %d in redis: %w", shard, errNotReady)
 		}
 	}
+	w.cfg.Events.Written(ctx, settled)
 	return nil
 }

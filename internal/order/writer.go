@@ -58,6 +58,11 @@ type WriterConfig struct {
 	AfterCommit func()
 	// Observer, when set, hears what the writer does (metrics).
 	Observer Observer
+	// Events, when set, announces to every instance's local refusals the
+	// reservations given back and the orders written; nil publishes
+	// nothing, and the instances learn of them only when their answers
+	// expire, after their bound.
+	Events *voucher.Events
 }
 
 // Observer hears what the writer does, for metrics. It is called from the

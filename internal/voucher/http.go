@@ -44,11 +44,15 @@ var (
 // purchase, so it must be cheap and safe for concurrent use.
 type Observer interface {
 	Purchase(outcome string, took, script time.Duration)
+	// AnsweredLocally: the purchase just reported got its answer from the
+	// instance's Refusals, without Redis.
+	AnsweredLocally(outcome string)
 }
 
 type nopObserver struct{}
 
 func (nopObserver) Purchase(string, time.Duration, time.Duration) {}
+func (nopObserver) AnsweredLocally(string)                        {}
 
 // HTTP serves the voucher routes.
 type HTTP struct {
@@ -58,6 +62,7 @@ type HTTP struct {
 	ids      IDSource
 	log      *slog.Logger
 	obs      Observer
+	refusals *Refusals
 	lastWarn atomic.Int64 // unix ns of the last logged Redis failure
 }
 
@@ -74,6 +79,11 @@ func (h *HTTP) Observe(o Observer) {
 	}
 	h.obs = o
 }
+
+// Refuse makes purchases that r answers locally (see Refusals) skip
+// Redis, and teaches r what Redis answers; call it before serving. A nil r
+// sends every purchase to Redis.
+func (h *HTTP) Refuse(r *Refusals) { h.refusals = r }
 
 // View is a voucher as the API shows it.
 type View struct {
@@ -265,55 +275,71 @@ type purchaseResponse struct {
 	Status  string `json:"status"`
 }
 
-// Purchase runs the purchase script for the caller: one Redis round trip.
+// Purchase runs the purchase script for the caller: one Redis round trip,
+// or none when the instance's Refusals answer it.
 func (h *HTTP) Purchase(c *gin.Context) {
 	start := time.Now()
-	outcome, script := h.purchase(c)
+	outcome, script, local := h.purchase(c)
 	h.obs.Purchase(outcome, time.Since(start), script)
+	if local {
+		h.obs.AnsweredLocally(outcome)
+	}
 }
 
 // purchase answers the purchase and reports its outcome (the answer's code,
-// or "accepted") and how long the script took.
-func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration) {
+// or "accepted"), how long the script took, and whether the answer was
+// local (no script ran).
+func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, local bool) {
 	id, ok := apierr.PathID(c, "id")
 	if !ok {
-		return "bad_request", 0
+		return "bad_request", 0, false
 	}
 	buyer := auth.From(c)
+	if err := h.refusals.Lookup(id, buyer.UserID); err != nil {
+		return h.answer(c, id, err), 0, true
+	}
 	orderID, err := h.ids.Next()
 	if err != nil {
 		h.warnRedis("no order id", err)
 		apierr.Unavailable(c, "unavailable", "purchases are paused; try again shortly")
-		return "unavailable", 0
+		return "unavailable", 0, false
 	}
+	mark := h.refusals.Mark()
 	began := time.Now()
 	res, err := h.reserver.Reserve(c.Request.Context(), id, buyer.UserID, orderID)
 	script = time.Since(began)
+	h.refusals.Learn(mark, id, buyer.UserID, res, err)
 	if err == nil {
 		c.JSON(http.StatusAccepted, purchaseResponse{OrderID: res.OrderID, Status: "pending"})
-		return "accepted", script
+		return "accepted", script, false
 	}
+	return h.answer(c, id, err), script, false
+}
+
+// answer answers a purchase of voucher id that Reserve (or the Refusals)
+// refused with err, and returns the answer's code.
+func (h *HTTP) answer(c *gin.Context, id int64, err error) string {
 	var held *PurchasedError
 	switch {
 	case errors.Is(err, ErrSoldOut):
 		apierr.Abort(c, http.StatusConflict, "sold_out", "this voucher is sold out")
-		return "sold_out", script
+		return "sold_out"
 	case errors.As(err, &held):
 		c.AbortWithStatusJSON(http.StatusConflict, apierr.Body{
 			Code: "already_purchased", Message: "you already hold an order for this voucher", OrderID: held.OrderID,
 		})
-		return "already_purchased", script
+		return "already_purchased"
 	case errors.Is(err, ErrNotStarted):
 		apierr.Abort(c, http.StatusForbidden, "not_started", "the sale has not started")
-		return "not_started", script
+		return "not_started"
 	case errors.Is(err, ErrEnded):
 		apierr.Abort(c, http.StatusForbidden, "ended", "the sale has ended")
-		return "ended", script
+		return "ended"
 	case errors.Is(err, ErrNotReady):
 		apierr.Unavailable(c, "not_ready", "the sale is being prepared; try again shortly")
-		return "not_ready", script
+		return "not_ready"
 	case errors.Is(err, ErrNoState):
-		return h.explainNoState(c, id), script
+		return h.explainNoState(c, id)
 	case errors.Is(err, ErrNotReplicated):
 		// The order may be taken and may land; only its copy on a replica is
 		// unconfirmed. A new request gets a new order id, so it cannot take a
@@ -322,17 +348,17 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration) {
 		h.warnRedis("purchase not confirmed by replicas", err)
 		apierr.Unavailable(c, "not_replicated", "your purchase may or may not have been taken: Redis did not confirm it in time. "+
 			"Look at your orders shortly; buying again answers already_purchased with the order's id if it was taken")
-		return "not_replicated", script
+		return "not_replicated"
 	case errors.Is(err, ErrWrongType):
 		// Not an outage: Redis answers, but a key is damaged and stays so
 		// until an operator removes it. Nothing was reserved.
 		h.logThrottled(slog.LevelError, "purchase refused: a sale state key has the wrong type", err)
 		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
-		return "unavailable", script
+		return "unavailable"
 	default:
 		h.warnRedis("purchase failed", err)
 		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
-		return "unavailable", script
+		return "unavailable"
 	}
 }
 

@@ -133,3 +133,10 @@ func (k Keys) Pending(shard int) string { return k.Tag(shard) + ":pending" }
 // Delayed is a shard's delay queue: orders waiting to go back onto the
 // shard's stream (a buyer lock was held elsewhere).
 func (k Keys) Delayed(shard int) string { return k.Tag(shard) + ":delayed" }
+
+// Events is the pub/sub channel on which whatever can make an instance's
+// local refusals wrong is announced (refusals.go): a unit given back, a
+// buyer entry removed, a shard rebuilt, a voucher's state loaded. Classic
+// PUBLISH reaches the subscribers of every node of a Redis Cluster, so the
+// channel carries no hash tag.
+func (k Keys) Events() string { return k.prefix + ":events" }

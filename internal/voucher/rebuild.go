@@ -48,6 +48,8 @@ type Warmer struct {
 	// afterPage, when set, runs after each page of the pending index is
 	// read: tests move orders between the stream and the delay queue there.
 	afterPage func()
+	// events, when set, announces each shard rebuilt and voucher loaded.
+	events *Events
 }
 
 // NewWarmer returns a Warmer that checks every interval (default 5s).
@@ -197,6 +199,12 @@ const (
 // RebuildMasterChanged); a rebuild left to another instance is not
 // counted. Set it before Warm or Run is first called.
 func (w *Warmer) OnRebuild(fn func(shard int, reason string)) { w.onRebuild = fn }
+
+// Announce makes the Warmer publish, on e, each shard it rebuilds and
+// each voucher state it loads, so that instances drop the local refusals
+// (Refusals) those may have made wrong. Set it before Warm or Run is first
+// called.
+func (w *Warmer) Announce(e *Events) { w.events = e }
 
 // shardCheck is what a Warm round reads of a shard before touching it.
 type shardCheck struct {
@@ -373,6 +381,7 @@ func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher, c sh
 		return 0, err
 	}
 	w.log.Info("shard state rebuilt from the database", "shard", shard, "vouchers", len(vs))
+	w.events.Rebuilt(ctx, shard)
 	if w.onRebuild != nil {
 		w.onRebuild(shard, v.reason())
 	}
@@ -450,6 +459,9 @@ func (w *Warmer) loadAll(ctx context.Context, shard int, todo []Voucher, token s
 		}
 		if err != nil {
 			return err
+		}
+		if !rebuild {
+			w.events.Loaded(ctx, v.ID) // a rebuild announces its whole shard when it reopens it
 		}
 		w.log.Info("voucher state loaded from database", "voucher_id", v.ID, "stock", e.stock,
 			"buyers", len(e.buyers), "in_flight", e.flying, "shard_rebuilt", rebuild)

@@ -1,0 +1,107 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"seckill/internal/mq"
+	"seckill/internal/testenv"
+	"seckill/internal/voucher"
+)
+
+// TestDeadLetterAnnouncedToRefusals: an instance that remembers a voucher
+// as sold out (for an hour: only the event can make it forget) and a buyer
+// as holding an order learns from the writer's give-back of that order's
+// dead letter that both changed: the buyer buys again through it.
+func TestDeadLetterAnnouncedToRefusals(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	ctx := context.Background()
+	v := e.voucher(t, 1)
+	stateEnv(t, e, v, 1, nil)
+	log := slog.New(slog.DiscardHandler)
+	ref := voucher.NewRefusals(e.rdb, e.keys, voucher.RefusalsConfig{TTL: time.Hour}, log)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ref.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testenv.WaitFor(t, 5*time.Second, "events subscription", func() bool { return ref.Subscriptions() > 0 })
+
+	res := voucher.NewReserver(e.rdb, e.keys)
+	buy := func(user, order int64) error {
+		m := ref.Mark()
+		r, err := res.Reserve(ctx, v, user, order)
+		ref.Learn(m, v, user, r, err)
+		return err
+	}
+	if err := buy(7, 9001); err != nil {
+		t.Fatal(err)
+	}
+	_ = buy(8, 9002) // sold out, remembered
+	if ref.Lookup(v, 7) == nil || ref.Lookup(v, 8) == nil {
+		t.Fatal("refusals not remembered")
+	}
+	dead := msg(1, 9001, 7, v)
+	dead.Deliveries = 99 // delivery_limit: the unit given back
+	w := NewWriter(e.db, e.rdb, e.keys, WriterConfig{Events: voucher.NewEvents(e.rdb, e.keys, log)}, log)
+	handle(t, w, []mq.Message{dead})
+	testenv.WaitFor(t, 2*time.Second, "the give-back heard", func() bool {
+		return ref.Lookup(v, 7) == nil && ref.Lookup(v, 8) == nil
+	})
+	if err := buy(7, 9003); err != nil {
+		t.Fatalf("buyer of the dead letter buys again: %v", err)
+	}
+}
+
+// TestWrittenAnnouncedToRefusals: an instance that never heard of a
+// buyer's order (its announcement lost) refuses that buyer sold_out from
+// memory; once the writer writes the order, the instance asks Redis about
+// the buyer again and answers already_purchased with the order.
+func TestWrittenAnnouncedToRefusals(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	ctx := context.Background()
+	v := e.voucher(t, 1)
+	stateEnv(t, e, v, 1, nil)
+	log := slog.New(slog.DiscardHandler)
+	ref := voucher.NewRefusals(e.rdb, e.keys, voucher.RefusalsConfig{TTL: time.Hour}, log)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ref.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testenv.WaitFor(t, 5*time.Second, "events subscription", func() bool { return ref.Subscriptions() > 0 })
+
+	res := voucher.NewReserver(e.rdb, e.keys)
+	buy := func(user, order int64) error {
+		m := ref.Mark()
+		r, err := res.Reserve(ctx, v, user, order)
+		ref.Learn(m, v, user, r, err)
+		return err
+	}
+	// Bought elsewhere, never announced here.
+	if _, err := res.Reserve(ctx, v, 7, 9001); err != nil {
+		t.Fatal(err)
+	}
+	if err := buy(8, 9002); !errors.Is(err, voucher.ErrSoldOut) {
+		t.Fatalf("buyer 8: %v, want sold out", err)
+	}
+	if err := ref.Lookup(v, 7); !errors.Is(err, voucher.ErrSoldOut) {
+		t.Fatalf("unknown buyer 7: %v, want sold out from memory", err)
+	}
+	w := NewWriter(e.db, e.rdb, e.keys, WriterConfig{Events: voucher.NewEvents(e.rdb, e.keys, log)}, log)
+	handle(t, w, []mq.Message{msg(1, 9001, 7, v)})
+	testenv.WaitFor(t, 2*time.Second, "the written order heard", func() bool { return ref.Lookup(v, 7) == nil })
+	if !errors.Is(ref.Lookup(v, 8), voucher.ErrSoldOut) {
+		t.Fatal("the voucher's sold out forgotten for other buyers")
+	}
+	var held *voucher.PurchasedError
+	if err := buy(7, 9003); !errors.As(err, &held) || held.OrderID != 9001 {
+		t.Fatalf("buyer 7 asks again: %v, want already purchased 9001", err)
+	}
+	if err := ref.Lookup(v, 7); !errors.As(err, &held) || held.OrderID != 9001 {
+		t.Fatalf("buyer 7 from memory: %v, want already purchased 9001", err)
+	}
+}
