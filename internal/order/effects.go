@@ -97,7 +97,7 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 	// published). A failed publish is logged at most once a second; the
 	// instances' answers expire after their bound anyway.
 	for _, o := range given {
-		w.cfg.Events.GivenBack(ctx, o.VoucherID, o.UserID)
+		w.cfg.Events.GivenBack(ctx, o.VoucherID, o.UserID, o.OrderID)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 // The events, as published: a kind and its numbers, space separated.
 const (
-	eventGivenBack = "g" // "g <voucher id> <user id>": a unit given back, a buyer entry removed
+	eventGivenBack = "g" // "g <voucher id> <user id> <order id>": a unit given back, a buyer entry removed
 	eventLoaded    = "l" // "l <voucher id>": a voucher's state loaded
 	eventRebuilt   = "r" // "r <shard>": a shard rebuilt
 	// "a <age us> <voucher id> <user id> <order id> ...": purchases accepted
@@ -46,10 +46,11 @@ func NewEvents(rdb redis.UniversalClient, keys Keys, log *slog.Logger) *Events {
 	return &Events{rdb: rdb, channel: keys.Events(), log: log}
 }
 
-// GivenBack announces that a reservation of userID for voucherID was
-// given back: the unit returned to stock, or the buyer entry removed.
-func (e *Events) GivenBack(ctx context.Context, voucherID, userID int64) {
-	e.publish(ctx, eventGivenBack+" "+strconv.FormatInt(voucherID, 10)+" "+strconv.FormatInt(userID, 10))
+// GivenBack announces that the reservation of order orderID, userID's for
+// voucherID, was given back: the unit returned to stock, or the buyer
+// entry removed.
+func (e *Events) GivenBack(ctx context.Context, voucherID, userID, orderID int64) {
+	e.publish(ctx, eventGivenBack+" "+strconv.FormatInt(voucherID, 10)+" "+strconv.FormatInt(userID, 10)+" "+strconv.FormatInt(orderID, 10))
 }
 
 // Loaded announces that a voucher's state was (re)loaded.

@@ -128,6 +128,10 @@ type buyerKey struct{ voucher, user int64 }
 type held struct {
 	order int64
 	until int64 // expiry, on the Refusals' clock
+	// gone: this order's reservation was given back. Until expiry its
+	// buyer is asked of Redis, and an announcement of the order that
+	// arrives late (it was queued before the give-back) is ignored.
+	gone bool
 }
 
 // refusal is a refusal kept for a whole voucher.
@@ -203,7 +207,7 @@ func (r *Refusals) Lookup(voucherID, userID int64) error {
 	h, ok := s.m[k]
 	s.Unlock()
 	if ok {
-		if now < h.until {
+		if now < h.until && !h.gone {
 			return &PurchasedError{OrderID: h.order}
 		}
 		return nil
@@ -391,11 +395,13 @@ func (r *Refusals) apply(payload string) {
 	case errA != nil:
 		r.forgetAll() // not an event this version writes: be safe
 	case kind == eventGivenBack:
-		user, err := strconv.ParseInt(b, 10, 64)
+		u, o, _ := strings.Cut(b, " ")
+		user, err := strconv.ParseInt(u, 10, 64)
 		if err != nil {
 			r.forgetAll()
 			return
 		}
+		order, _ := strconv.ParseInt(o, 10, 64) // 0: not named
 		// The voucher has a unit again, or the buyer may buy again: its
 		// sold_out is wrong, and the buyer's order is gone.
 		r.epoch.Add(1)
@@ -414,7 +420,11 @@ func (r *Refusals) apply(payload string) {
 		k := buyerKey{x, user}
 		s := r.shard(k)
 		s.Lock()
-		delete(s.m, k)
+		if order != 0 {
+			r.hold(s, k, held{order: order, until: r.clock() + r.ttl, gone: true})
+		} else {
+			delete(s.m, k)
+		}
 		s.Unlock()
 	case kind == eventLoaded:
 		r.forget(func(id int64) bool { return id == x }, func(k buyerKey) bool { return k.voucher == x })
@@ -447,7 +457,10 @@ func (r *Refusals) applyAccepted(rest string) {
 		h := held{order: order, until: until}
 		s := r.shard(k)
 		s.Lock()
-		r.hold(s, k, h)
+		// An order given back since it was accepted stays given back.
+		if e, ok := s.m[k]; !ok || !e.gone || e.order != order || now >= e.until {
+			r.hold(s, k, h)
+		}
 		s.Unlock()
 	}) {
 		r.forgetAll()

@@ -117,10 +117,14 @@ func giveBack(t testing.TB, rdb redis.UniversalClient, keys Keys, v, user int64)
 	if err := rdb.HIncrBy(ctx, keys.State(v), "stock", 1).Err(); err != nil {
 		t.Fatal(err)
 	}
+	order, err := rdb.HGet(ctx, keys.Buyers(v), strconv.FormatInt(user, 10)).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := rdb.HDel(ctx, keys.Buyers(v), strconv.FormatInt(user, 10)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	NewEvents(rdb, keys, slog.New(slog.DiscardHandler)).GivenBack(ctx, v, user)
+	NewEvents(rdb, keys, slog.New(slog.DiscardHandler)).GivenBack(ctx, v, user, order)
 }
 
 // TestLocalRefusalsSameAnswers: a refusal answered locally has the status

@@ -245,3 +245,24 @@ func TestRefusalsBuyerCapAnnounced(t *testing.T) {
 		t.Fatalf("%d buyers remembered, want most of the cap %d used", n, cap)
 	}
 }
+
+// TestLateAnnouncementAfterGiveBack: an accepted purchase is announced in
+// a batch some milliseconds after it was accepted; when its reservation was
+// given back meanwhile (a dead letter), the give-back may arrive first. The
+// late announcement must not make the buyer's order look held again: the
+// buyer may buy again, and is asked of Redis.
+func TestLateAnnouncementAfterGiveBack(t *testing.T) {
+	t.Parallel()
+	r, _ := newFakeRefusals(time.Hour, 0)
+	r.Learn(r.Mark(), 3, 99, Reservation{}, ErrSoldOut)
+	r.apply("g 3 12 79")   // order 79 of buyer 12 given back
+	r.apply("a 0 3 12 79") // its announcement, late
+	if err := r.Lookup(3, 12); err != nil {
+		t.Fatalf("after the give-back and a late announcement: %v, want the buyer asked of Redis", err)
+	}
+	r.apply("a 0 3 12 81") // a new order of the same buyer is held
+	var held *PurchasedError
+	if err := r.Lookup(3, 12); !errors.As(err, &held) || held.OrderID != 81 {
+		t.Fatalf("the buyer's new order: %v, want order 81", err)
+	}
+}
