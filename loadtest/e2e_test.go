@@ -44,6 +44,30 @@ func startCluster(t testing.TB, extraEnv ...string) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A free port can be taken by another test's process between the
+	// moment it is picked and the moment a server binds it: then the
+	// cluster is stopped and started again on other ports.
+	var c *cluster
+	for attempt := 1; ; attempt++ {
+		var out []byte
+		c, out, err = tryCluster(t, root, extraEnv)
+		if err == nil {
+			break
+		}
+		if attempt < 3 && c.portTaken() {
+			t.Logf("cluster-up.sh: a port was taken meanwhile; again on other ports (%v)", err)
+			continue
+		}
+		t.Fatalf("cluster-up.sh: %v\n%s", err, out)
+	}
+	c.env = readEnvFile(t, filepath.Join(c.dir, "cluster.env"))
+	return c
+}
+
+// tryCluster runs scripts/cluster-up.sh once on newly picked free ports in
+// a new state dir; cluster-down.sh runs on cleanup whatever the outcome.
+func tryCluster(t testing.TB, root string, extraEnv []string) (*cluster, []byte, error) {
+	t.Helper()
 	dir := t.TempDir()
 	env := append(os.Environ(),
 		"SECKILL_CLUSTER_DIR="+dir,
@@ -77,11 +101,20 @@ func startCluster(t testing.TB, extraEnv ...string) *cluster {
 		}
 	})
 	out, err := script("cluster-up.sh")
-	if err != nil {
-		t.Fatalf("cluster-up.sh: %v\n%s", err, out)
+	return c, out, err
+}
+
+// portTaken reports whether a server of the cluster could not bind its
+// port because another process had taken it.
+func (c *cluster) portTaken() bool {
+	logs, _ := filepath.Glob(filepath.Join(c.dir, "log", "*.log"))
+	logs = append(logs, filepath.Join(c.dir, "nginx", "logs", "error.log"))
+	for _, f := range logs {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), "Address already in use") {
+			return true
+		}
 	}
-	c.env = readEnvFile(t, filepath.Join(dir, "cluster.env"))
-	return c
+	return false
 }
 
 // pid is the recorded pid of one of the cluster's processes.
