@@ -71,6 +71,9 @@ type Refusals struct {
 
 	mu       sync.Mutex                        // writers of vouchers
 	vouchers atomic.Pointer[map[int64]verdict] // copy on write: read on every purchase
+	// refreshing holds, per voucher, the expiry of the answer one purchase
+	// was sent to Redis to renew, ahead of that expiry (see Lookup).
+	refreshing sync.Map // voucher id -> int64
 
 	perShard int
 	buyers   [buyerShards]buyerShard
@@ -216,6 +219,14 @@ func (r *Refusals) Lookup(voucherID, userID int64) error {
 	if !ok || now >= v.until {
 		return nil
 	}
+	// In the last quarter of its bound, one purchase (the first to come)
+	// goes to Redis and renews a sold-out or ended answer, while the
+	// others are still answered from it: without that, every press in
+	// flight at the moment it expires would go to Redis at once. (A
+	// not-started answer ends before the opening, not to be renewed.)
+	if v.code != refusedNotStarted && now >= v.until-r.ttl/4 && r.claimRefresh(voucherID, v.until) {
+		return nil
+	}
 	switch v.code {
 	case refusedSoldOut:
 		return ErrSoldOut
@@ -224,6 +235,20 @@ func (r *Refusals) Lookup(voucherID, userID int64) error {
 	default:
 		return ErrNotStarted
 	}
+}
+
+// claimRefresh reports whether the caller is the one purchase sent to
+// Redis to renew the voucher's answer that expires at until.
+func (r *Refusals) claimRefresh(voucherID, until int64) bool {
+	prev, ok := r.refreshing.Load(voucherID)
+	if ok && prev.(int64) == until {
+		return false // another purchase renews it
+	}
+	if !ok {
+		_, loaded := r.refreshing.LoadOrStore(voucherID, until)
+		return !loaded
+	}
+	return r.refreshing.CompareAndSwap(voucherID, prev, until)
 }
 
 // Mark is what Learn needs of the moment a purchase was sent to Redis.

@@ -25,6 +25,7 @@ func TestRefusalsKeep(t *testing.T) {
 
 	r.Learn(r.Mark(), 1, 10, Reservation{}, ErrSoldOut)
 	c.t = c.t.Add(ttl - time.Millisecond)
+	_ = r.Lookup(1, 12) // the one sent to Redis to renew it (TestRefusalRenewedByOnePurchase)
 	if err := r.Lookup(1, 11); !errors.Is(err, ErrSoldOut) {
 		t.Fatalf("within the bound: %v, want sold out", err)
 	}
@@ -264,5 +265,39 @@ func TestLateAnnouncementAfterGiveBack(t *testing.T) {
 	var held *PurchasedError
 	if err := r.Lookup(3, 12); !errors.As(err, &held) || held.OrderID != 81 {
 		t.Fatalf("the buyer's new order: %v, want order 81", err)
+	}
+}
+
+// TestRefusalRenewedByOnePurchase: in the last quarter of a sold-out
+// answer's bound, exactly one purchase goes to Redis to renew it while the
+// others are still answered from memory; once it is renewed, all are
+// answered again, and an answer that nobody renewed expires on time.
+func TestRefusalRenewedByOnePurchase(t *testing.T) {
+	t.Parallel()
+	const ttl = 200 * time.Millisecond
+	r, c := newFakeRefusals(ttl, 0)
+	r.Learn(r.Mark(), 1, 10, Reservation{}, ErrSoldOut)
+	c.t = c.t.Add(ttl * 3 / 4)
+	toRedis := 0
+	for u := range int64(100) {
+		if r.Lookup(1, 100+u) == nil {
+			toRedis++
+		}
+	}
+	if toRedis != 1 {
+		t.Fatalf("%d of 100 purchases sent to Redis in the renewal window, want 1", toRedis)
+	}
+	// Redis answers the renewing purchase: sold out for another bound.
+	r.Learn(r.Mark(), 1, 200, Reservation{}, ErrSoldOut)
+	c.t = c.t.Add(ttl / 2)
+	if err := r.Lookup(1, 300); !errors.Is(err, ErrSoldOut) {
+		t.Fatalf("after the renewal: %v, want sold out", err)
+	}
+	// Nobody renews this time (the purchase sent failed): it expires.
+	c.t = c.t.Add(ttl / 4)
+	_ = r.Lookup(1, 301) // the one sent to renew it
+	c.t = c.t.Add(ttl / 4)
+	if err := r.Lookup(1, 302); err != nil {
+		t.Fatalf("past the bound, not renewed: %v, want nothing", err)
 	}
 }
