@@ -390,7 +390,9 @@ func (r *Refusals) forget(voucher func(int64) bool, buyer func(buyerKey) bool) {
 		s := &r.buyers[i]
 		s.Lock()
 		for k, h := range s.m {
-			if h.until != 0 && buyer(k) {
+			// A given-back order stays given back: a late announcement
+			// of it is still ignored.
+			if h.until != 0 && !h.gone && buyer(k) {
 				s.m[k] = held{order: h.order}
 			}
 		}
@@ -574,9 +576,15 @@ func (r *Refusals) announceLoop(ctx context.Context) {
 	}
 }
 
-// encodeAccepted appends the accepted event of batch (oldest first).
+// encodeAccepted appends the accepted event of batch, aged by its oldest
+// purchase: the queue is in the order Redis answered, not the order the
+// purchases were sent, so that is not always the first.
 func (r *Refusals) encodeAccepted(b []byte, batch []accepted) []byte {
-	age := max(r.clock()-batch[0].at, 0) / int64(time.Microsecond)
+	oldest := batch[0].at
+	for _, a := range batch[1:] {
+		oldest = min(oldest, a.at)
+	}
+	age := max(r.clock()-oldest, 0) / int64(time.Microsecond)
 	b = append(b, eventAccepted...)
 	b = appendInts(b, age)
 	for _, a := range batch {

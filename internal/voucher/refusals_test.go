@@ -301,3 +301,42 @@ func TestRefusalRenewedByOnePurchase(t *testing.T) {
 		t.Fatalf("past the bound, not renewed: %v, want nothing", err)
 	}
 }
+
+// TestAnnouncedAgeIsTheOldest: purchases are queued for announcement in
+// the order Redis answered them, so an older purchase can follow a younger
+// one; the batch is aged by its oldest, and no instance keeps an answer
+// past its bound.
+func TestAnnouncedAgeIsTheOldest(t *testing.T) {
+	t.Parallel()
+	const ttl = 200 * time.Millisecond
+	a, ca := newFakeRefusals(ttl, 0)
+	b, cb := newFakeRefusals(ttl, 0)
+	sentA := a.Mark() // purchase A sent at 0
+	ca.t = ca.t.Add(150 * time.Millisecond)
+	sentB := a.Mark() // purchase B sent at 150ms
+	ca.t = ca.t.Add(5 * time.Millisecond)
+	a.Learn(sentB, 1, 20, Reservation{OrderID: 2}, nil) // B answered first
+	a.Learn(sentA, 1, 10, Reservation{OrderID: 1}, nil) // then A
+	ca.t = ca.t.Add(5 * time.Millisecond)               // announced at 160ms
+	b.apply(string(a.encodeAccepted(nil, []accepted{<-a.out, <-a.out})))
+	cb.t = cb.t.Add(100 * time.Millisecond) // 260ms after A was sent
+	var held *PurchasedError
+	if err := b.Lookup(1, 10); errors.As(err, &held) {
+		t.Fatalf("A's answer, sent to Redis 260ms ago (bound 200ms), still answered: %v", err)
+	}
+}
+
+// TestGivenBackSurvivesAReload: a voucher loaded or a shard rebuilt
+// expires what is kept, but an order given back stays given back, so its
+// late announcement is still ignored.
+func TestGivenBackSurvivesAReload(t *testing.T) {
+	t.Parallel()
+	r, _ := newFakeRefusals(time.Hour, 0)
+	r.apply("g 3 12 79")
+	r.apply("l 3")
+	r.apply("a 0 3 12 79")
+	var held *PurchasedError
+	if err := r.Lookup(3, 12); errors.As(err, &held) {
+		t.Fatalf("a given-back order answered as held after a reload: %v", err)
+	}
+}
