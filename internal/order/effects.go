@@ -83,21 +83,28 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 	if len(cmds) == 0 {
 		return nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("give back %d reservations: %w", len(cmds), err)
-	}
-	for _, c := range cmds {
-		if given, err := c.Int(); err != nil || given < 0 {
-			return fmt.Errorf("give back %d reservations: %w", len(cmds), cmp.Or(err, errNotReady))
-		}
-	}
+	_, _ = pipe.Exec(ctx) // each command's answer is read below
 	// Every instance may be refusing these buyers, or the voucher as sold
-	// out, from memory: tell them. Also after a give-back that found
-	// nothing to give (done before, by a run that stopped before it
-	// published). A failed publish is logged at most once a second; the
-	// instances' answers expire after their bound anyway.
-	for _, o := range given {
+	// out, from memory: tell them of each reservation Redis gave back (or
+	// had given back before, by a run that stopped before it published),
+	// even when others of the batch failed and the batch is tried again.
+	// A failed publish is logged at most once a second; the instances'
+	// answers expire after their bound anyway.
+	var failed error
+	for i, c := range cmds {
+		n, err := c.Int()
+		if err == nil && n < 0 {
+			err = errNotReady
+		}
+		if err != nil {
+			failed = cmp.Or(failed, err)
+			continue
+		}
+		o := given[i]
 		w.cfg.Events.GivenBack(ctx, o.VoucherID, o.UserID, o.OrderID)
+	}
+	if failed != nil {
+		return fmt.Errorf("give back %d reservations: %w", len(cmds), failed)
 	}
 	return nil
 }

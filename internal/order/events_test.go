@@ -105,3 +105,46 @@ func TestWrittenAnnouncedToRefusals(t *testing.T) {
 		t.Fatalf("buyer 7 from memory: %v, want already purchased 9001", err)
 	}
 }
+
+// TestGiveBackAnnouncedWhenAnotherFails: two dead letters in one batch,
+// one of whose give-backs fails (its buyers key was overwritten with
+// another type). The batch is tried again, but the give-back Redis did make
+// is announced at once: the instances need not wait for the retry.
+func TestGiveBackAnnouncedWhenAnotherFails(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	ctx := context.Background()
+	ok, broken := e.voucher(t, 1), e.voucher(t, 1)
+	stateEnv(t, e, ok, 1, nil)
+	stateEnv(t, e, broken, 1, nil)
+	log := slog.New(slog.DiscardHandler)
+	ref := voucher.NewRefusals(e.rdb, e.keys, voucher.RefusalsConfig{TTL: time.Hour}, log)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ref.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testenv.WaitFor(t, 5*time.Second, "events subscription", func() bool { return ref.Subscriptions() > 0 })
+
+	res := voucher.NewReserver(e.rdb, e.keys)
+	for _, p := range []struct{ v, user, order int64 }{{ok, 7, 9101}, {broken, 8, 9102}} {
+		m := ref.Mark()
+		r, err := res.Reserve(ctx, p.v, p.user, p.order)
+		ref.Learn(m, p.v, p.user, r, err)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ref.Lookup(ok, 7) == nil {
+		t.Fatal("the buyer's order not remembered")
+	}
+	if err := e.rdb.Set(ctx, e.keys.Buyers(broken), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	first, second := msg(1, 9101, 7, ok), msg(2, 9102, 8, broken)
+	first.Deliveries, second.Deliveries = 99, 99 // delivery_limit: both given back
+	w := NewWriter(e.db, e.rdb, e.keys, WriterConfig{Events: voucher.NewEvents(e.rdb, e.keys, log)}, log)
+	if _, err := w.Handle(ctx, []mq.Message{first, second}); err == nil {
+		t.Fatal("a batch with a failed give-back reported no error")
+	}
+	testenv.WaitFor(t, 5*time.Second, "the give-back Redis made heard", func() bool { return ref.Lookup(ok, 7) == nil })
+}
