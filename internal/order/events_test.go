@@ -12,6 +12,19 @@ import (
 	"seckill/internal/voucher"
 )
 
+// listening is an instance's Refusals, subscribed to the events of e's
+// Redis and remembering for an hour: only an event makes it forget.
+func listening(t *testing.T, e writerEnv) *voucher.Refusals {
+	t.Helper()
+	ref := voucher.NewRefusals(e.rdb, e.keys, voucher.RefusalsConfig{TTL: time.Hour}, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ref.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testenv.WaitFor(t, 5*time.Second, "events subscription", func() bool { return ref.Subscriptions() > 0 })
+	return ref
+}
+
 // TestDeadLetterAnnouncedToRefusals: an instance that remembers a voucher
 // as sold out (for an hour: only the event can make it forget) and a buyer
 // as holding an order learns from the writer's give-back of that order's
@@ -23,12 +36,7 @@ func TestDeadLetterAnnouncedToRefusals(t *testing.T) {
 	v := e.voucher(t, 1)
 	stateEnv(t, e, v, 1, nil)
 	log := slog.New(slog.DiscardHandler)
-	ref := voucher.NewRefusals(e.rdb, e.keys, voucher.RefusalsConfig{TTL: time.Hour}, log)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = ref.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testenv.WaitFor(t, 5*time.Second, "events subscription", func() bool { return ref.Subscriptions() > 0 })
+	ref := listening(t, e)
 
 	res := voucher.NewReserver(e.rdb, e.keys)
 	buy := func(user, order int64) error {
@@ -67,12 +75,7 @@ func TestWrittenAnnouncedToRefusals(t *testing.T) {
 	v := e.voucher(t, 1)
 	stateEnv(t, e, v, 1, nil)
 	log := slog.New(slog.DiscardHandler)
-	ref := voucher.NewRefusals(e.rdb, e.keys, voucher.RefusalsConfig{TTL: time.Hour}, log)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = ref.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testenv.WaitFor(t, 5*time.Second, "events subscription", func() bool { return ref.Subscriptions() > 0 })
+	ref := listening(t, e)
 
 	res := voucher.NewReserver(e.rdb, e.keys)
 	buy := func(user, order int64) error {
@@ -118,12 +121,7 @@ func TestGiveBackAnnouncedWhenAnotherFails(t *testing.T) {
 	stateEnv(t, e, ok, 1, nil)
 	stateEnv(t, e, broken, 1, nil)
 	log := slog.New(slog.DiscardHandler)
-	ref := voucher.NewRefusals(e.rdb, e.keys, voucher.RefusalsConfig{TTL: time.Hour}, log)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = ref.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testenv.WaitFor(t, 5*time.Second, "events subscription", func() bool { return ref.Subscriptions() > 0 })
+	ref := listening(t, e)
 
 	res := voucher.NewReserver(e.rdb, e.keys)
 	for _, p := range []struct{ v, user, order int64 }{{ok, 7, 9101}, {broken, 8, 9102}} {
