@@ -92,25 +92,9 @@ type Tuning struct {
 // Open connects to the target with the tuning applied. It does not dial:
 // the first command does.
 func (t Target) Open(tn Tuning) redis.UniversalClient {
-	set := func(dst *time.Duration, v time.Duration) {
-		if v != 0 {
-			*dst = v
-		}
-	}
-	setInt := func(dst *int, v int) {
-		if v != 0 {
-			*dst = v
-		}
-	}
 	if t.Cluster != nil {
 		o := *t.Cluster
-		set(&o.DialTimeout, tn.DialTimeout)
-		set(&o.ReadTimeout, tn.ReadTimeout)
-		set(&o.WriteTimeout, tn.WriteTimeout)
-		set(&o.PoolTimeout, tn.PoolTimeout)
-		setInt(&o.PoolSize, tn.PoolSize)
-		setInt(&o.MinIdleConns, tn.MinIdleConns)
-		setInt(&o.MaxRetries, tn.MaxRetries)
+		tn.apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.PoolSize, &o.MinIdleConns, &o.MaxRetries)
 		// go-redis reloads its slot map on MOVED, or when it is older
 		// than this when a command is sent (default a minute). A master
 		// that died refuses connections instead of answering MOVED, so
@@ -122,14 +106,29 @@ func (t Target) Open(tn Tuning) redis.UniversalClient {
 		return redis.NewClusterClient(&o)
 	}
 	o := *t.Single
-	set(&o.DialTimeout, tn.DialTimeout)
-	set(&o.ReadTimeout, tn.ReadTimeout)
-	set(&o.WriteTimeout, tn.WriteTimeout)
-	set(&o.PoolTimeout, tn.PoolTimeout)
-	setInt(&o.PoolSize, tn.PoolSize)
-	setInt(&o.MinIdleConns, tn.MinIdleConns)
-	setInt(&o.MaxRetries, tn.MaxRetries)
+	tn.apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.PoolSize, &o.MinIdleConns, &o.MaxRetries)
 	return redis.NewClient(&o)
+}
+
+// apply sets the options' fields to the tuning's, where the tuning sets
+// them (is not zero).
+func (tn Tuning) apply(dial, read, write, pool *time.Duration, size, idle, retries *int) {
+	for _, d := range []struct {
+		dst *time.Duration
+		v   time.Duration
+	}{{dial, tn.DialTimeout}, {read, tn.ReadTimeout}, {write, tn.WriteTimeout}, {pool, tn.PoolTimeout}} {
+		if d.v != 0 {
+			*d.dst = d.v
+		}
+	}
+	for _, n := range []struct {
+		dst *int
+		v   int
+	}{{size, tn.PoolSize}, {idle, tn.MinIdleConns}, {retries, tn.MaxRetries}} {
+		if n.v != 0 {
+			*n.dst = n.v
+		}
+	}
 }
 
 // Open parses raw and connects with the tuning applied.
