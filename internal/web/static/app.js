@@ -10,6 +10,14 @@
   var LIST_EVERY_MS = 2000;
   var ORDER_EVERY_MS = 500;
   var ORDER_GIVE_UP_MS = 60000;
+  // Once an order's payment time is up the page asks for it again, this
+  // often, until the server says what became of it (or gives up after a
+  // while: My orders still tells).
+  var DUE_ASK_EVERY_MS = 2000;
+  var DUE_GIVE_UP_MS = 120000;
+  // An order paid on a gateway's page is asked for this often meanwhile.
+  var GATEWAY_ASK_EVERY_MS = 3000;
+  var REFUNDS_EVERY_POLLS = 5;
 
   var $ = function (id) { return document.getElementById(id); };
   var state = {
@@ -17,8 +25,11 @@
     vouchers: [],      // as the server listed them
     cards: new Map(),  // voucher id -> card elements
     skewMs: 0,         // server clock minus ours
-    mine: new Map(),   // voucher id -> {order, status, at} the buyer holds (pending or created)
+    mine: new Map(),   // voucher id -> {order, status, at} the buyer holds (a live or pending order)
+    orders: new Map(), // order id -> {view, dueAt, askedAt, payUrl, busy} of orders this page knows
+    list: [],          // order ids of My orders, as listed
     listTimer: 0,
+    polls: 0,
   };
 
   // ---- session ---------------------------------------------------------
@@ -45,8 +56,14 @@
     $("who").textContent = s ? ((s.phone || ("user " + s.user_id)) + (s.role === "admin" ? " · admin" : "")) : "";
     $("orders-panel").hidden = !s;
     $("admin-panel").hidden = !(s && s.role === "admin");
+    $("refunds-panel").hidden = !(s && s.role === "admin");
     state.mine = new Map(); // the previous user's
+    state.orders = new Map();
+    state.list = [];
+    say($("orders-msg"), "", "");
+    say($("refunds-msg"), "", "");
     if (s) { loadOrders(); } else { $("orders").replaceChildren(); }
+    if (s && s.role === "admin") { loadRefunds(); } else { $("refunds").replaceChildren(); }
     // Messages on the cards belong to the previous user.
     state.cards.forEach(function (c) {
       say(c.msg, "", "");
@@ -74,7 +91,7 @@
     }).then(function (resp) {
       noteClock(resp, sent);
       return resp.json().catch(function () { return {}; }).then(function (b) {
-        var r = { status: resp.status, body: b || {}, retryAfter: parseInt(resp.headers.get("Retry-After") || "0", 10) };
+        var r = { status: resp.status, body: b || {}, retryAfter: parseInt(resp.headers.get("Retry-After") || "0", 10), at: Date.now() };
         if (r.status === 401 && state.session && !token && path.indexOf("auth/") !== 0) {
           saveSession(null);
           notice("Your session ended; please log in again.", "bad");
@@ -82,7 +99,7 @@
         return r;
       });
     }, function () {
-      return { status: 0, body: { code: "network", message: "network error" }, retryAfter: 0 };
+      return { status: 0, body: { code: "network", message: "network error" }, retryAfter: 0, at: Date.now() };
     });
   }
 
@@ -108,6 +125,8 @@
     voucher_not_found: ["This voucher no longer exists.", "bad"],
     unauthorized: ["Please log in first.", "warn"],
     network: ["Network error: check your connection and try again.", "bad"],
+    order_not_found: ["This order does not exist.", "bad"],
+    order_pending: ["The order is still being confirmed; try again in a moment.", "warn"],
   };
 
   function explain(r) {
@@ -286,6 +305,7 @@
     clearTimeout(state.listTimer);
     var next = function () { state.listTimer = setTimeout(pollVouchers, LIST_EVERY_MS); };
     if (document.visibilityState === "hidden") { next(); return; }
+    if (++state.polls % REFUNDS_EVERY_POLLS === 0) { loadRefunds(); }
     loadVouchers().then(next, next);
   }
 
@@ -294,13 +314,24 @@
     if (c) { return c; }
     var li = $("voucher-tpl").content.firstElementChild.cloneNode(true);
     c = {
-      li: li, title: li.querySelector(".v-title"), face: li.querySelector(".v-face"),
+      li: li, title: li.querySelector(".v-title"), face: li.querySelector(".v-face"), price: li.querySelector(".v-price"),
       bar: li.querySelector(".v-bar span"), left: li.querySelector(".v-left"),
       when: li.querySelector(".v-when"), grab: li.querySelector(".grab"), msg: li.querySelector(".v-msg"),
-      busy: false, holdUntil: 0,
+      pay: $("pay-tpl").content.firstElementChild.cloneNode(true), busy: false, holdUntil: 0,
     };
     li.dataset.voucherId = String(v.id);
+    c.pay.classList.add("v-pay");
+    li.append(c.pay);
     c.grab.addEventListener("click", function () { grab(v.id); });
+    // Pay and Cancel act on the order the buyer holds when pressed.
+    c.pay.querySelector(".pay").addEventListener("click", function () {
+      var m = state.mine.get(v.id);
+      if (m) { pay(m.order, c.msg); }
+    });
+    c.pay.querySelector(".cancel").addEventListener("click", function () {
+      var m = state.mine.get(v.id);
+      if (m) { cancel(m.order, c.msg); }
+    });
     state.cards.set(v.id, c);
     return c;
   }
@@ -315,6 +346,8 @@
       c.v = v;
       c.title.textContent = v.title;
       c.face.textContent = money(v.face_value);
+      c.price.textContent = v.price > 0 ? "for " + money(v.price) : "free";
+      c.price.classList.toggle("free", !(v.price > 0));
       var pct = v.total_stock > 0 ? Math.round(100 * v.stock / v.total_stock) : 0;
       c.bar.style.width = pct + "%";
       c.left.textContent = v.stock + " of " + v.total_stock + " left";
@@ -367,12 +400,62 @@
     c.grab.disabled = !!mine || p !== "on_sale" || c.busy || waiting;
     c.grab.textContent = c.busy ? "Grabbing…" : mine ? "Yours" :
       (waiting && p === "on_sale" ? "Wait " + Math.ceil((c.holdUntil - Date.now()) / 1000) + "s" : label);
+    // Units came back (an order was cancelled or refunded): the refusal
+    // the buyer was shown no longer holds.
+    if (p === "on_sale" && c.msg.dataset.code === "sold_out") {
+      say(c.msg, "Back in stock: grab it now.", "ok");
+      c.msg.dataset.code = "restocked";
+    }
+    paintPayBox(c.pay, mine ? state.orders.get(mine.order) : undefined, mine ? mine.status : "");
   }
 
-  // hold records an order the buyer holds for a voucher; a failed order
-  // holds nothing (its reservation was given back: the buyer may grab again).
+  // paintPayBox shows an order awaiting payment: the time left, its Pay
+  // and Cancel buttons, and the gateway's page once it gave one. The box is
+  // hidden for any other state.
+  function paintPayBox(box, e, status) {
+    var due = box.querySelector(".due");
+    var open = status === "awaiting_payment" && !!e && e.view.status === "awaiting_payment";
+    box.hidden = !open;
+    if (!open) { delete due.dataset.order; return; }
+    due.dataset.order = e.view.order_id;
+    paintDue(due);
+    var payBtn = box.querySelector(".pay"), cancelBtn = box.querySelector(".cancel"), link = box.querySelector(".pay-link");
+    payBtn.disabled = cancelBtn.disabled = !!e.busy;
+    payBtn.textContent = e.busy === "pay" ? "Paying…" : e.view.amount > 0 ? "Pay " + money(e.view.amount) : "Pay";
+    cancelBtn.textContent = e.busy === "cancel" ? "Cancelling…" : "Cancel";
+    link.hidden = !e.payUrl;
+    if (e.payUrl) { link.href = e.payUrl; } else { link.removeAttribute("href"); }
+  }
+
+  // clock is a time left as m:ss (h:mm:ss past an hour), rounded up: a
+  // window of 15 minutes starts at 15:00 and reads 0:00 when it ends.
+  function clock(ms) {
+    var s = Math.max(0, Math.ceil(ms / 1000));
+    var h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60;
+    var pad = function (n) { return (n < 10 ? "0" : "") + n; };
+    s %= 60;
+    return (h > 0 ? h + ":" + pad(m) : String(m)) + ":" + pad(s);
+  }
+
+  // paintDue writes the time left to pay into an element naming its order.
+  function paintDue(el) {
+    var e = state.orders.get(el.dataset.order || "");
+    if (!e || !e.dueAt) { el.textContent = ""; return; }
+    var left = e.dueAt - Date.now();
+    el.textContent = left > 0 ? "Pay within " + clock(left) : "Payment time is up; checking…";
+    el.classList.toggle("late", left < 60000);
+  }
+
+  // holds tells whether an order in this state keeps its unit: a failed,
+  // cancelled or refunded one gave it back, and its buyer may grab again.
+  function holds(status) {
+    return status !== "failed" && status !== "cancelled" && status !== "refunded";
+  }
+
+  // hold records the state of an order the buyer holds for a voucher, or
+  // forgets it once the order gave its unit back.
   function hold(voucherID, orderID, status) {
-    if (status === "failed") {
+    if (!holds(status)) {
       var m = state.mine.get(voucherID);
       if (m && m.order === orderID) { state.mine.delete(voucherID); }
     } else {
@@ -396,7 +479,7 @@
       c.busy = false;
       if (r.status === 202) {
         hold(id, r.body.order_id, "pending");
-        showOrder(c, r.body.order_id, "pending");
+        showOrder(c, { order_id: r.body.order_id, status: "pending" });
         followOrder(c, r.body.order_id);
         loadVouchers();
       } else if (r.body.code === "already_purchased") {
@@ -415,16 +498,31 @@
     });
   }
 
-  // showOrder writes an order's status on its card; data-seen keeps every
-  // status the card showed, in order.
-  function showOrder(c, orderID, status, reason) {
-    var text = {
-      pending: "Order " + orderID + ": pending, confirming…",
-      created: "Order " + orderID + ": created ✓ the voucher is yours.",
-      failed: "Order " + orderID + ": failed" + (reason ? " (" + reason + ")" : "") + ".",
-    }[status] || ("Order " + orderID + ": " + status);
-    say(c.msg, text, status === "created" ? "ok" : status === "failed" ? "bad" : "warn");
+  // stateText is an order's state in words, with the colour to show it in.
+  function stateText(o) {
+    switch (o.status) {
+      case "pending": return ["pending, confirming…", "warn"];
+      case "awaiting_payment": return ["awaiting payment" + (o.amount > 0 ? " of " + money(o.amount) : ""), "warn"];
+      case "paid": return ["paid" + (o.amount > 0 ? " " + money(o.amount) : " (free)") + " ✓ the voucher is yours", "ok"];
+      case "created": return ["created ✓ the voucher is yours", "ok"];
+      case "used": return ["used", "ok"];
+      case "cancelled":
+        return ["cancelled" + (o.cancel_reason === "expired" ? " (expired: not paid in time)" : o.cancel_reason === "buyer" ? " (by you)" : "") +
+          (o.needs_refund ? "; your late payment will be refunded" : ""), "bad"];
+      case "refunded": return ["refunded", "warn"];
+      case "failed": return ["failed" + (o.reason ? " (" + o.reason + ")" : ""), "bad"];
+    }
+    return [o.status, "warn"];
+  }
+
+  // showOrder writes an order's state on its card; data-seen keeps every
+  // state the card showed, in order.
+  function showOrder(c, o) {
+    var w = stateText(o);
+    say(c.msg, "Order " + o.order_id + ": " + w[0] + ".", w[1]);
+    var status = o.status;
     c.msg.dataset.code = "order";
+    c.msg.dataset.order = o.order_id;
     c.msg.dataset.status = status;
     var seen = (c.msg.dataset.seen || "").split(",").filter(Boolean);
     if (seen[seen.length - 1] !== status) { seen.push(status); }
@@ -436,8 +534,7 @@
     var poll = function () {
       call("GET", "orders/" + orderID).then(function (r) {
         if (r.status === 200 && r.body.status && r.body.status !== "pending") {
-          hold(c.v.id, orderID, r.body.status);
-          showOrder(c, orderID, r.body.status, r.body.reason);
+          settle(learn(r.body, r.at));
           loadOrders();
           return;
         }
@@ -452,7 +549,118 @@
     setTimeout(poll, ORDER_EVERY_MS);
   }
 
-  setInterval(function () { state.cards.forEach(tickCard); }, 250);
+  // learn keeps what the server said of an order; the time left to pay
+  // counts down from the moment the answer arrived (arrived, the device's
+  // clock), so neither clock's offset matters.
+  function learn(o, arrived) {
+    var e = state.orders.get(o.order_id) || { askedAt: 0, payUrl: "", busy: "" };
+    e.view = o;
+    if (o.status === "awaiting_payment" && typeof o.pay_seconds_left === "number") {
+      e.dueAt = arrived + Math.max(0, o.pay_seconds_left) * 1000;
+    } else {
+      e.dueAt = 0;
+      e.payUrl = "";
+    }
+    state.orders.set(o.order_id, e);
+    return e;
+  }
+
+  // settle shows an order's new state everywhere the page shows it.
+  function settle(e) {
+    var o = e.view;
+    hold(o.voucher_id, o.order_id, o.status);
+    var c = state.cards.get(o.voucher_id);
+    if (c) { showOrder(c, o); tickCard(c); }
+    renderOrders();
+  }
+
+  // refreshOrder asks for an order again; a state that changed (an expiry,
+  // a payment on the gateway's page) is shown, and the stock read again.
+  function refreshOrder(id) {
+    var e = state.orders.get(id);
+    var before = e ? e.view.status : "";
+    return call("GET", "orders/" + id).then(function (r) {
+      if (r.status !== 200 || !r.body.order_id) { return; }
+      var got = learn(r.body, r.at);
+      if (got.view.status !== before) {
+        settle(got);
+        loadVouchers();
+      }
+    });
+  }
+
+  // act sends the buyer's Pay or Cancel; the answer, or the state the
+  // order turned out to be in, is shown in msg (a card's or My orders').
+  function act(what, id, msg) {
+    var e = state.orders.get(id);
+    if (!e || e.busy) { return; }
+    e.busy = what;
+    repaint();
+    call("POST", "orders/" + id + "/" + what).then(function (r) {
+      e.busy = "";
+      if (r.status === 200) {
+        var o = what === "pay" ? r.body.order : r.body;
+        var p = (what === "pay" && r.body.payment) || {};
+        if (o && o.order_id) {
+          var got = learn(o, r.at);
+          if (o.status === "awaiting_payment" && webURL(p.pay_url)) { got.payUrl = p.pay_url; }
+          settle(got);
+          if (msg.id === "orders-msg") {
+            var w = stateText(o);
+            say(msg, "Order " + o.order_id + ": " + w[0] + ".", w[1]);
+          }
+          if (got.payUrl) {
+            say(msg, "Order " + o.order_id + ": continue to payment on the payment page; this page follows it.", "warn");
+          }
+        }
+      } else {
+        var x = explain(r);
+        say(msg, "Order " + id + ": " + (r.body.code === "wrong_state" ? r.body.message : x[0]), x[1]);
+        if (msg.dataset) { msg.dataset.code = r.body.code || "error"; }
+      }
+      repaint();
+      if (r.status !== 200 && r.status !== 0) { refreshOrder(id); } // what state is it in, then?
+      loadOrders();
+      loadVouchers();
+    });
+  }
+  function pay(id, msg) { act("pay", id, msg); }
+  function cancel(id, msg) { act("cancel", id, msg); }
+
+  // webURL accepts only a web address for the gateway's page.
+  function webURL(u) {
+    if (typeof u !== "string" || !u) { return false; }
+    try {
+      var p = new URL(u, document.baseURI).protocol;
+      return p === "https:" || p === "http:";
+    } catch (err) {
+      return false;
+    }
+  }
+
+  function repaint() {
+    state.cards.forEach(tickCard);
+    renderOrders();
+  }
+
+  // tickDues counts the times left to pay down, and asks again for an
+  // order whose time is up (the server cancels it) or that is being paid on
+  // the gateway's page.
+  function tickDues() {
+    var t = Date.now();
+    state.orders.forEach(function (e, id) {
+      if (e.view.status !== "awaiting_payment" || e.busy || !e.dueAt) { return; }
+      var late = t - e.dueAt;
+      var every = late >= 0 ? DUE_ASK_EVERY_MS : e.payUrl ? GATEWAY_ASK_EVERY_MS : 0;
+      if (every > 0 && late < DUE_GIVE_UP_MS && t - e.askedAt >= every) {
+        e.askedAt = t;
+        refreshOrder(id);
+      }
+    });
+    document.querySelectorAll(".due[data-order]").forEach(paintDue);
+  }
+
+  setInterval(function () { state.cards.forEach(tickCard); tickDues(); }, 250);
   document.addEventListener("visibilitychange", function () {
     if (document.visibilityState === "visible") { pollVouchers(); }
   });
@@ -469,30 +677,49 @@
       // saw accepted after the list was asked for is kept until it shows.
       var mine = new Map();
       state.mine.forEach(function (m, id) { if (m.at >= asked) { mine.set(id, m); } });
-      (r.body.orders || []).slice().reverse().forEach(function (o) {
-        if (o.status !== "failed") {
+      var orders = r.body.orders || [];
+      orders.slice().reverse().forEach(function (o) {
+        if (holds(o.status)) {
           mine.set(o.voucher_id, { order: o.order_id, status: o.status, at: asked });
         } else if (mine.has(o.voucher_id) && mine.get(o.voucher_id).order === o.order_id) {
           mine.delete(o.voucher_id);
         }
       });
       state.mine = mine;
+      state.list = orders.map(function (o) { return learn(o, r.at).view.order_id; });
       state.cards.forEach(tickCard);
-      var titles = new Map(state.vouchers.map(function (v) { return [v.id, v.title]; }));
-      var ul = $("orders");
-      var items = (r.body.orders || []).map(function (o) {
-        var li = document.createElement("li");
-        var what = document.createElement("span");
-        what.textContent = (titles.get(o.voucher_id) || ("Voucher " + o.voucher_id)) + " · order " + o.order_id;
-        var st = document.createElement("span");
-        st.className = "st st-" + o.status;
-        st.textContent = o.status + (o.reason ? " (" + o.reason + ")" : "");
-        li.append(what, st);
-        return li;
-      });
-      ul.replaceChildren.apply(ul, items);
-      $("orders-empty").hidden = items.length > 0;
+      renderOrders();
     });
+  }
+
+  // renderOrders lists My orders: each state in words, and for an order
+  // awaiting payment the time left with its Pay and Cancel buttons.
+  function renderOrders() {
+    var titles = new Map(state.vouchers.map(function (v) { return [v.id, v.title]; }));
+    var ul = $("orders");
+    var items = state.list.map(function (id) {
+      var e = state.orders.get(id);
+      var o = e.view;
+      var li = document.createElement("li");
+      li.dataset.orderId = o.order_id;
+      li.dataset.status = o.status;
+      var what = document.createElement("span");
+      what.textContent = (titles.get(o.voucher_id) || ("Voucher " + o.voucher_id)) + " · order " + o.order_id;
+      var st = document.createElement("span");
+      st.className = "st st-" + o.status;
+      st.textContent = stateText(o)[0];
+      li.append(what, st);
+      if (o.status === "awaiting_payment") {
+        var box = $("pay-tpl").content.firstElementChild.cloneNode(true);
+        box.querySelector(".pay").addEventListener("click", function () { pay(id, $("orders-msg")); });
+        box.querySelector(".cancel").addEventListener("click", function () { cancel(id, $("orders-msg")); });
+        paintPayBox(box, e, o.status);
+        li.append(box);
+      }
+      return li;
+    });
+    ul.replaceChildren.apply(ul, items);
+    $("orders-empty").hidden = items.length > 0;
   }
 
   // ---- a pasted token ------------------------------------------------------
@@ -558,19 +785,23 @@
     var msg = $("admin-msg");
     var title = $("v-title").value.trim();
     var face = Math.round(parseFloat($("v-face").value) * 100);
+    var priceText = $("v-price").value.trim();
+    var price = priceText === "" ? 0 : Math.round(parseFloat(priceText) * 100);
     var stock = Number($("v-stock").value);
     var begin = new Date($("v-begin").value);
     var end = new Date($("v-end").value);
     var problem =
       !title ? "Enter a title." :
       !(face >= 0) ? "Enter the face value, such as 10.00." :
+      !(price >= 0) ? "Enter the price to pay, such as 9.90, or 0 for free." :
+      price > face ? "The price to pay cannot be above the face value." :
       !(Number.isInteger(stock) && stock > 0) ? "Enter the stock: a whole number above 0." :
       isNaN(begin) || isNaN(end) ? "Enter when the sale starts and ends." :
       begin >= end ? "The sale must start before it ends." : "";
     if (problem) { say(msg, problem, "bad"); return; }
     $("v-create").disabled = true;
     call("POST", "vouchers", {
-      title: title, face_value: face, stock: stock, begin_at: begin.toISOString(), end_at: end.toISOString(),
+      title: title, face_value: face, price: price, stock: stock, begin_at: begin.toISOString(), end_at: end.toISOString(),
     }).then(function (r) {
       $("v-create").disabled = false;
       if (r.status === 201) {
@@ -581,9 +812,74 @@
         return;
       }
       var e = explain(r);
-      say(msg, r.body.code === "invalid_voucher" ? r.body.message : e[0], "bad");
+      say(msg, r.body.code === "invalid_voucher" || r.body.code === "bad_request" ? r.body.message : e[0], "bad");
     });
   });
+
+  // loadRefunds lists payments that arrived after their order was
+  // cancelled: the shop owes them back.
+  function loadRefunds() {
+    var s = state.session;
+    if (!s || s.role !== "admin") { return; }
+    call("GET", "admin/refunds").then(function (r) {
+      if (state.session !== s) { return; }
+      if (r.status !== 200) {
+        say($("refunds-msg"), "Cannot list the refunds: " + explain(r)[0], "bad");
+        return;
+      }
+      var items = (r.body.payments || []).map(function (p) {
+        var li = document.createElement("li");
+        li.dataset.paymentId = String(p.payment_id);
+        var what = document.createElement("span");
+        what.textContent = "Order " + p.order_id + " · " + money(p.amount || 0) + " · " + p.provider + " " + p.reference +
+          (p.succeeded_at ? " · paid " + dateText(Date.parse(p.succeeded_at)) : "");
+        var btn = document.createElement("button");
+        btn.type = "button";
+        btn.className = "small";
+        btn.textContent = "Mark refunded";
+        btn.addEventListener("click", function () {
+          btn.disabled = true;
+          call("POST", "admin/payments/" + p.payment_id + "/refunded").then(function (a) {
+            if (a.status === 200) {
+              say($("refunds-msg"), "Payment " + p.payment_id + " of order " + p.order_id + " marked refunded.", "ok");
+            } else {
+              btn.disabled = false;
+              say($("refunds-msg"), "Payment " + p.payment_id + ": " + (a.body.code === "wrong_state" ? a.body.message : explain(a)[0]), "bad");
+            }
+            loadRefunds();
+          });
+        });
+        li.append(what, btn);
+        return li;
+      });
+      var ul = $("refunds");
+      ul.replaceChildren.apply(ul, items);
+      $("refunds-empty").hidden = items.length > 0;
+    });
+  }
+
+  // The shop marks an order used when the voucher is spent, or refunds a
+  // paid one (its unit goes back on sale).
+  function orderAction(what) {
+    var msg = $("refunds-msg");
+    var id = $("a-order").value.trim();
+    if (!/^[0-9]{1,20}$/.test(id)) { say(msg, "Enter the order id, digits only.", "bad"); return; }
+    $("a-redeem").disabled = $("a-refund").disabled = true;
+    call("POST", "orders/" + id + "/" + what).then(function (r) {
+      $("a-redeem").disabled = $("a-refund").disabled = false;
+      if (r.status === 200) {
+        var w = stateText(r.body);
+        say(msg, "Order " + id + ": " + w[0] + ".", "ok");
+        $("a-order").value = "";
+        loadVouchers();
+        if (state.orders.has(id)) { refreshOrder(id); }
+        return;
+      }
+      say(msg, "Order " + id + ": " + (r.body.code === "wrong_state" ? r.body.message : explain(r)[0]), "bad");
+    });
+  }
+  $("order-admin-form").addEventListener("submit", function (ev) { ev.preventDefault(); orderAction("redeem"); });
+  $("a-refund").addEventListener("click", function () { orderAction("refund"); });
 
   // ---- start -------------------------------------------------------------
 
