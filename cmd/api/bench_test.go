@@ -62,7 +62,7 @@ func benchPurchase(b *testing.B, opts ...voucher.ReserveOption) {
 	addRoutes(r, deps{
 		log: log, rdb: rdb, signer: signer, keys: keys,
 		vouchers: voucher.NewHTTP(voucher.NewStore(nil), voucher.NewState(rdb, keys), voucher.NewReserver(rdb, keys, opts...), ids, log),
-		orders:   order.NewHTTP(nil, rdb, keys, log),
+		orders:   order.NewHTTP(nil, nil, rdb, keys, log),
 		health:   &health{rdb: rdb},
 	})
 	// Tokens are minted up front: a client sends the same token many times.

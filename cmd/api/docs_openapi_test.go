@@ -98,7 +98,7 @@ func routeEngines(t testing.TB, env map[string]string) (apiR, adminR *gin.Engine
 	apiR = apiEngine(log, m, deps{
 		cfg: cfg, log: log, rdb: rdb, signer: signer, keys: keys,
 		vouchers: voucher.NewHTTP(voucher.NewStore(nil), voucher.NewState(rdb, keys), voucher.NewReserver(rdb, keys), nil, log),
-		orders:   order.NewHTTP(nil, rdb, keys, log),
+		orders:   order.NewHTTP(nil, nil, rdb, keys, log),
 		health:   &health{rdb: rdb},
 		stdout:   io.Discard,
 	})

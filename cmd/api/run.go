@@ -236,14 +236,16 @@ func openWorkerLocks(cfg config, rdb redis.UniversalClient, log *slog.Logger) (*
 // core is what every role of the service shares: the clients, the
 // metrics, the keys and stores, the one Reserver, and the warmer.
 type core struct {
-	rdb      redis.UniversalClient
-	db       *gorm.DB
-	log      *slog.Logger
-	m        *metrics.Metrics
-	keys     voucher.Keys
-	vstore   *voucher.Store
-	vstate   *voucher.State
-	ostore   *order.Store
+	rdb    redis.UniversalClient
+	db     *gorm.DB
+	log    *slog.Logger
+	m      *metrics.Metrics
+	keys   voucher.Keys
+	vstore *voucher.Store
+	vstate *voucher.State
+	ostore *order.Store
+	// life moves written orders through their lifecycle.
+	life     *order.Lifecycle
 	reserver *voucher.Reserver
 	warmer   *voucher.Warmer
 	health   *health
@@ -270,6 +272,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		health:   &health{rdb: rdb, db: db, keys: keys},
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
+	c.life = order.NewLifecycle(db, rdb, keys, order.LifecycleConfig{Events: c.events}, log)
 	describeRedis(ctx, cfg, rdb, keys, log)
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
 	c.warmer.OnRebuild(m.ShardRebuilt)
@@ -352,7 +355,7 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	s.main = apiEngine(c.log, c.m, deps{
 		cfg: cfg, log: c.log, rdb: c.rdb, db: c.db, signer: signer, keys: c.keys, stdout: stdout,
 		vouchers: vouchers,
-		orders:   order.NewHTTP(c.ostore, c.rdb, c.keys, c.log),
+		orders:   order.NewHTTP(c.ostore, c.life, c.rdb, c.keys, c.log),
 		health:   c.health,
 	})
 	return s, nil

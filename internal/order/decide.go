@@ -24,6 +24,7 @@ const (
 	// replay's own).
 	holdsNothing     holding = iota
 	holdsOrder               // this buyer's order
+	holdsEndedOrder          // this buyer's order, cancelled or refunded since: it gave its unit back
 	holdsLetter              // this buyer's live dead letter, under the order id or by this message
 	holdsReplayed            // this message's own dead letter, replayed: this is a stale copy
 	holdsOthersOrder         // another buyer's order has the order id
@@ -59,9 +60,10 @@ const (
 	stale                   // a stale copy of a message whose letter was replayed: the replay decides
 	poisoned                // undecodable: its dead letter is recorded by this batch
 	poisonFound             // undecodable, its dead letter was there
+	ended                   // its order was written, then cancelled or refunded: it gave its unit back
 )
 
-var fateNames = [...]string{"retry", "inserted", "written", "lettered", "letter_found", "stale", "poisoned", "poison_found"}
+var fateNames = [...]string{"retry", "inserted", "written", "lettered", "letter_found", "stale", "poisoned", "poison_found", "ended"}
 
 func (f fate) String() string { return fateNames[f] }
 
@@ -90,6 +92,8 @@ func decide(r read, f found) verdict {
 	switch f.holds {
 	case holdsOrder:
 		return verdict{fate: written}
+	case holdsEndedOrder:
+		return verdict{fate: ended}
 	case holdsLetter:
 		return verdict{letterFound, f.reason}
 	case holdsReplayed:
@@ -121,6 +125,7 @@ func decide(r read, f found) verdict {
 //	  the same, over the delivery limit     lettered(delivery_limit)   letter  letter  yes        -
 //	  the same, lock held on its last try   lettered(attempt_limit)    letter  letter  yes        -
 //	this buyer's order                      written                    -       -       -          yes
+//	this buyer's order, cancelled/refunded  ended                      -       -       yes        -
 //	this buyer's live letter                letterFound(its reason)    -       -       yes        -
 //	this message's replayed letter          stale                      -       -       -          -
 //	another buyer's order on the id         lettered(id_collision)     letter  letter  yes        -
@@ -133,7 +138,10 @@ func decide(r read, f found) verdict {
 // The last three MySQL answers come from the guards of the careful way
 // (insertOrLetter). A give-back drops the buyer entry while it names this
 // order, and returns the unit to the Redis stock only for the reasons
-// restocks names (out_of_stock and unknown_voucher have no unit to give).
+// restocks names (out_of_stock and unknown_voucher have no unit to give),
+// and for an ended order: its move gave the unit back in MySQL, and this
+// gives it back in Redis if the move did not get that far (a no-op if it
+// did). Settling an ended order would take its unit again.
 type effects struct {
 	outcome  mq.Outcome // mq.Ack unless said
 	record   record     // what the transaction writes
@@ -167,6 +175,7 @@ var effectsOf = [...]effects{
 	stale:       {},
 	poisoned:    {record: recordLetter, count: countLetter},
 	poisonFound: {},
+	ended:       {giveBack: true},
 }
 
 func (v verdict) effects() effects { return effectsOf[v.fate] }

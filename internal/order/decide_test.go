@@ -21,6 +21,7 @@ func TestEffectsOfEveryFate(t *testing.T) {
 		stale:       {outcome: mq.Ack},
 		poisoned:    {outcome: mq.Ack, record: recordLetter, count: countLetter},
 		poisonFound: {outcome: mq.Ack},
+		ended:       {outcome: mq.Ack, giveBack: true},
 	}
 	for f := range fate(len(effectsOf)) {
 		if _, ok := want[f]; !ok || int(f) >= len(fateNames) {
@@ -66,6 +67,12 @@ func TestDecide(t *testing.T) {
 		{readOK, found{holds: holdsOrder}, verdict{fate: written}},
 		{readDeliveryLimit, found{holds: holdsOrder}, verdict{fate: written}},
 		{readAttemptLimit, found{holds: holdsOrder}, verdict{fate: written}},
+
+		// This buyer's order, cancelled or refunded since: ended, whatever
+		// the limits (its unit is given back in Redis, never taken again).
+		{readOK, found{holds: holdsEndedOrder}, verdict{fate: ended}},
+		{readDeliveryLimit, found{holds: holdsEndedOrder}, verdict{fate: ended}},
+		{readAttemptLimit, found{holds: holdsEndedOrder}, verdict{fate: ended}},
 
 		// This buyer's live letter: it stands, with its own reason.
 		{readOK, found{holdsLetter, ReasonOutOfStock}, verdict{letterFound, ReasonOutOfStock}},

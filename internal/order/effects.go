@@ -28,7 +28,10 @@ func (w *Writer) afterCommit(ctx context.Context, work []*item) error {
 		}
 		return err
 	}
-	return w.settle(ctx, work)
+	if err := w.settle(ctx, work); err != nil {
+		return err
+	}
+	return w.scheduleWritten(ctx, work)
 }
 
 // observeCommitted tells the observer what the committed transaction
@@ -72,7 +75,7 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 		}
 		o := it.ord
 		restock := "0"
-		if restocks(it.v.reason) {
+		if it.v.fate == ended || restocks(it.v.reason) {
 			restock = "1"
 		}
 		shard := w.keys.Shard(o.VoucherID)

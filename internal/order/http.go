@@ -17,41 +17,82 @@ import (
 	"seckill/internal/voucher"
 )
 
-// Statuses an order can be in.
+// Statuses an order has before it is written, or instead: the written
+// ones are the lifecycle's (lifecycle.go).
 const (
 	StatusPending = "pending" // accepted, not yet in the database
-	StatusCreated = "created" // written to the database
 	StatusFailed  = "failed"  // dead-lettered, with a reason
 )
 
 // HTTP serves the order routes.
 type HTTP struct {
 	store *Store
+	life  *Lifecycle
 	rdb   redis.UniversalClient
 	keys  voucher.Keys
 	log   *slog.Logger
+	now   func() time.Time
 }
 
 // NewHTTP returns the order handlers.
-func NewHTTP(store *Store, rdb redis.UniversalClient, keys voucher.Keys, log *slog.Logger) *HTTP {
-	return &HTTP{store: store, rdb: rdb, keys: keys, log: log}
+func NewHTTP(store *Store, life *Lifecycle, rdb redis.UniversalClient, keys voucher.Keys, log *slog.Logger) *HTTP {
+	return &HTTP{store: store, life: life, rdb: rdb, keys: keys, log: log, now: time.Now}
 }
 
 // View is an order as the API shows it. Ids are strings: they exceed the
 // integers JavaScript represents exactly.
 type View struct {
-	OrderID    int64      `json:"order_id,string"`
-	UserID     int64      `json:"user_id"`
-	VoucherID  int64      `json:"voucher_id"`
-	Status     string     `json:"status"`
-	Reason     string     `json:"reason,omitempty"`
-	AcceptedAt *time.Time `json:"accepted_at,omitempty"`
-	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	OrderID   int64  `json:"order_id,string"`
+	UserID    int64  `json:"user_id"`
+	VoucherID int64  `json:"voucher_id"`
+	Status    string `json:"status"`
+	// Reason is a failed order's dead-letter reason.
+	Reason string `json:"reason,omitempty"`
+	// CancelReason is buyer or expired, on a cancelled order.
+	CancelReason string `json:"cancel_reason,omitempty"`
+	// Amount is what the buyer pays (cents), on a written order.
+	Amount *int64 `json:"amount,omitempty"`
+	// PayDeadline and PaySecondsLeft are set while the order awaits
+	// payment; the seconds are counted by the server, so a client's clock
+	// does not matter.
+	PayDeadline    *time.Time `json:"pay_deadline,omitempty"`
+	PaySecondsLeft *int64     `json:"pay_seconds_left,omitempty"`
+	AcceptedAt     *time.Time `json:"accepted_at,omitempty"`
+	CreatedAt      *time.Time `json:"created_at,omitempty"`
+	PaidAt         *time.Time `json:"paid_at,omitempty"`
+	UsedAt         *time.Time `json:"used_at,omitempty"`
+	CancelledAt    *time.Time `json:"cancelled_at,omitempty"`
+	RefundedAt     *time.Time `json:"refunded_at,omitempty"`
+	// NeedsRefund: a payment arrived after the order was cancelled; an
+	// admin refunds it.
+	NeedsRefund bool `json:"needs_refund,omitempty"`
 }
 
-func createdView(o Order) View {
+// ViewOf is a written order as the API shows it, at now.
+func ViewOf(o Order, now time.Time) View {
 	acc, cre := o.AcceptedAt.UTC(), o.CreatedAt.UTC()
-	return View{OrderID: o.ID, UserID: o.UserID, VoucherID: o.VoucherID, Status: StatusCreated, AcceptedAt: &acc, CreatedAt: &cre}
+	v := View{
+		OrderID: o.ID, UserID: o.UserID, VoucherID: o.VoucherID, Status: o.Status, Amount: &o.Amount,
+		AcceptedAt: &acc, CreatedAt: &cre,
+		PaidAt: utc(o.PaidAt), UsedAt: utc(o.UsedAt), CancelledAt: utc(o.CancelledAt), RefundedAt: utc(o.RefundedAt),
+	}
+	if o.CancelReason != nil {
+		v.CancelReason = *o.CancelReason
+	}
+	if o.Status == StatusAwaitingPayment && o.PayDeadline != nil {
+		v.PayDeadline = utc(o.PayDeadline)
+		left := int64(max(o.PayDeadline.Sub(now), 0) / time.Second)
+		v.PaySecondsLeft = &left
+	}
+	return v
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 func failedView(d DeadLetter) View {
@@ -132,7 +173,11 @@ func (h *HTTP) status(ctx context.Context, id int64) (View, error) {
 func (h *HTTP) written(ctx context.Context, id int64) (View, error) {
 	o, err := h.store.Get(ctx, id)
 	if err == nil {
-		return createdView(o), nil
+		v := ViewOf(o, h.now())
+		if o.Status == StatusCancelled {
+			v.NeedsRefund, err = h.store.NeedsRefund(ctx, o.ID)
+		}
+		return v, err
 	}
 	if !errors.Is(err, ErrNotFound) {
 		return View{}, err
@@ -162,11 +207,84 @@ func (h *HTTP) Mine(c *gin.Context) {
 		return
 	}
 	out := make([]View, 0, len(os)+len(ds))
+	now := h.now()
 	for _, o := range os {
-		out = append(out, createdView(o))
+		out = append(out, ViewOf(o, now))
 	}
 	for _, d := range ds {
 		out = append(out, failedView(d))
 	}
 	c.JSON(http.StatusOK, gin.H{"orders": out})
+}
+
+// Cancel is the buyer cancelling their unpaid order: its unit goes back on
+// sale.
+func (h *HTTP) Cancel(c *gin.Context) { h.move(c, Cancel) }
+
+// Redeem is the shop marking a paid voucher used (an admin route).
+func (h *HTTP) Redeem(c *gin.Context) { h.move(c, Redeem) }
+
+// Refund is an admin refunding a paid order before use: its unit goes back
+// on sale (an admin route).
+func (h *HTTP) Refund(c *gin.Context) { h.move(c, Refund) }
+
+// move makes an action on the order named in the path and answers the
+// order as it is after it. A repeat answers the same; a wrong state 409
+// wrong_state.
+func (h *HTTP) move(c *gin.Context, a Action) {
+	id, ok := h.Written(c)
+	if !ok {
+		return
+	}
+	ctx := c.Request.Context()
+	o, _, err := h.life.Do(ctx, a, id)
+	var wrong *StateError
+	switch {
+	case errors.As(err, &wrong):
+		apierr.Abort(c, http.StatusConflict, "wrong_state", "cannot "+a.String()+" an order that is "+wrong.Status)
+		return
+	case errors.Is(err, ErrUnitNotBack):
+		// The move is committed; the sweeper puts the unit back on sale.
+		h.log.Warn("order moved, its unit not back on sale yet", "order_id", id, "action", a.String(), "err", err)
+	case err != nil:
+		h.log.Error("order move failed", "order_id", id, "action", a.String(), "err", err)
+		apierr.Unavailable(c, "unavailable", "the order cannot be changed right now")
+		return
+	}
+	c.JSON(http.StatusOK, ViewOf(o, h.now()))
+}
+
+// Written reads the path's order id for a route that changes a written
+// order: the caller must own it or be an admin. It answers 404
+// order_not_found (someone else's order looks like no order at all), 409
+// order_pending while the order is accepted and not written yet, 409
+// wrong_state for a failed order, 503 when it cannot tell, and reports
+// false; or reports the id of a written order.
+func (h *HTTP) Written(c *gin.Context) (int64, bool) {
+	id, ok := apierr.PathID(c, "id")
+	if !ok {
+		return 0, false
+	}
+	ctx := c.Request.Context()
+	caller := auth.From(c)
+	v, err := h.status(ctx, id)
+	if err == nil && v.UserID != caller.UserID && !caller.Admin() {
+		err = ErrNotFound // someone else's order looks like no order at all
+	}
+	switch {
+	case errors.Is(err, ErrNotFound):
+		apierr.Abort(c, http.StatusNotFound, "order_not_found", "no order has this id")
+		return 0, false
+	case err != nil:
+		h.log.Error("order status failed", "order_id", id, "err", err)
+		apierr.Unavailable(c, "unavailable", "the order cannot be read right now")
+		return 0, false
+	case v.Status == StatusPending:
+		apierr.Abort(c, http.StatusConflict, "order_pending", "the order is accepted and not written yet; try again in a moment")
+		return 0, false
+	case v.Status == StatusFailed:
+		apierr.Abort(c, http.StatusConflict, "wrong_state", "the order failed: "+v.Reason)
+		return 0, false
+	}
+	return id, true
 }

@@ -38,7 +38,7 @@ func (w *Writer) loadHoldings(tx *gorm.DB, items []*item) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	orders, letters, err := w.rowsOf(tx, ids)
+	orders, letters, ended, err := w.rowsOf(tx, ids)
 	if err != nil {
 		return err
 	}
@@ -47,6 +47,9 @@ func (w *Writer) loadHoldings(tx *gorm.DB, items []*item) error {
 			continue
 		}
 		f := holdingOf(it, orders[it.ord.OrderID], letters[it.ord.OrderID])
+		if f.holds == holdsOrder && ended[it.ord.OrderID] {
+			f.holds = holdsEndedOrder
+		}
 		if f.idTaken() {
 			mine, ok, err := w.byMessage(tx, it)
 			if err != nil {
@@ -61,11 +64,23 @@ func (w *Writer) loadHoldings(tx *gorm.DB, items []*item) error {
 	return nil
 }
 
-// rowsOf reads the orders and dead letters under these order ids.
-func (w *Writer) rowsOf(tx *gorm.DB, ids []int64) (map[int64]*orderOwner, map[int64]*letterRow, error) {
-	var done []orderOwner
-	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id FROM orders WHERE id IN ?"), ids).Scan(&done).Error; err != nil {
-		return nil, nil, fmt.Errorf("find written orders: %w", err)
+// rowsOf reads the orders and dead letters under these order ids, and
+// which of the orders ended (gave their unit back).
+func (w *Writer) rowsOf(tx *gorm.DB, ids []int64) (map[int64]*orderOwner, map[int64]*letterRow, map[int64]bool, error) {
+	var rows []struct {
+		ID, UserID, VoucherID int64
+		Ended                 bool
+	}
+	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id, live IS NULL AS ended FROM orders WHERE id IN ?"), ids).Scan(&rows).Error; err != nil {
+		return nil, nil, nil, fmt.Errorf("find written orders: %w", err)
+	}
+	done := make([]orderOwner, len(rows))
+	ended := map[int64]bool{}
+	for i, r := range rows {
+		done[i] = orderOwner{r.ID, r.UserID, r.VoucherID}
+		if r.Ended {
+			ended[r.ID] = true
+		}
 	}
 	var dead []struct {
 		OrderID   int64
@@ -77,7 +92,7 @@ func (w *Writer) rowsOf(tx *gorm.DB, ids []int64) (map[int64]*orderOwner, map[in
 		MessageID string
 	}
 	if err := tx.Raw(w.locking("SELECT order_id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed, stream, message_id FROM dead_letters WHERE order_id IN ?"), ids).Scan(&dead).Error; err != nil {
-		return nil, nil, fmt.Errorf("find dead letters: %w", err)
+		return nil, nil, nil, fmt.Errorf("find dead letters: %w", err)
 	}
 	orders := make(map[int64]*orderOwner, len(done))
 	for i := range done {
@@ -87,7 +102,7 @@ func (w *Writer) rowsOf(tx *gorm.DB, ids []int64) (map[int64]*orderOwner, map[in
 	for _, d := range dead {
 		letters[d.OrderID] = &letterRow{orderOwner{d.OrderID, d.UserID, d.VoucherID}, d.Reason, d.Replayed, d.Stream, d.MessageID}
 	}
-	return orders, letters, nil
+	return orders, letters, ended, nil
 }
 
 // holdingOf says what the order and the dead letter under an item's order

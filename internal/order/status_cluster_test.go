@@ -21,7 +21,7 @@ func TestStatusOfAnUnreadableShardIsNotNotFound(t *testing.T) {
 	cl := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: -1})
 	keys := voucher.KeysFor(testenv.Prefix(t), 3, true)
 	rdb := cl.Client(t)
-	h := NewHTTP(NewStore(e.db), rdb, keys, slog.New(slog.DiscardHandler))
+	h := NewHTTP(NewStore(e.db), nil, rdb, keys, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	const unknown = 424242
 	if _, err := h.status(ctx, unknown); !errors.Is(err, ErrNotFound) {

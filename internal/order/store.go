@@ -11,13 +11,27 @@ import (
 	"gorm.io/gorm"
 )
 
-// Order is a purchase written to the database.
+// Order is a purchase written to the database, and where it is in its
+// lifecycle (lifecycle.go).
 type Order struct {
 	ID         int64     `gorm:"primaryKey;autoIncrement:false"`
 	UserID     int64     `gorm:"column:user_id"`
 	VoucherID  int64     `gorm:"column:voucher_id"`
 	AcceptedAt time.Time `gorm:"column:accepted_at"`
 	CreatedAt  time.Time `gorm:"column:created_at"`
+	Status     string    `gorm:"column:status"`
+	// Live is 1 while the order holds a unit, nil once it gave it back.
+	Live   *int  `gorm:"column:live"`
+	Amount int64 `gorm:"column:amount"`
+	// PayDeadline is nil when there is nothing to pay.
+	PayDeadline  *time.Time `gorm:"column:pay_deadline"`
+	PaidAt       *time.Time `gorm:"column:paid_at"`
+	UsedAt       *time.Time `gorm:"column:used_at"`
+	CancelledAt  *time.Time `gorm:"column:cancelled_at"`
+	CancelReason *string    `gorm:"column:cancel_reason"`
+	RefundedAt   *time.Time `gorm:"column:refunded_at"`
+	// UnitBackAt is when Redis took back the unit of an ended order.
+	UnitBackAt *time.Time `gorm:"column:unit_back_at"`
 }
 
 // TableName is the table of sql/*/0001_init.sql.
@@ -53,11 +67,12 @@ type Store struct {
 // NewStore returns a Store on db; it does not own db.
 func NewStore(db *gorm.DB) *Store { return &Store{db: db} }
 
-// Buyers maps each buyer of a voucher to their order id; the voucher
-// warmer loads it into Redis.
+// Buyers maps each buyer of a voucher to their live order's id (cancelled
+// and refunded orders gave their unit back); the voucher warmer loads it
+// into Redis.
 func (s *Store) Buyers(ctx context.Context, voucherID int64) (map[int64]int64, error) {
 	var rows []Order
-	if err := s.db.WithContext(ctx).Select("id", "user_id").Where("voucher_id = ?", voucherID).Find(&rows).Error; err != nil {
+	if err := s.db.WithContext(ctx).Select("id", "user_id").Where("voucher_id = ? AND live = 1", voucherID).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("list buyers of voucher %d: %w", voucherID, err)
 	}
 	out := make(map[int64]int64, len(rows))
@@ -67,9 +82,11 @@ func (s *Store) Buyers(ctx context.Context, voucherID int64) (map[int64]int64, e
 	return out, nil
 }
 
-// Reservations returns a voucher's buyers with an order (user id -> order
-// id) and the order ids that ended as live dead letters: what the voucher
-// warmer needs to rebuild Redis.
+// Reservations returns a voucher's buyers with a live order (user id ->
+// order id) and the order ids that will never hold a unit: live dead
+// letters, and orders that were written and gave their unit back since
+// (one may still be in the pending index). What the voucher warmer needs
+// to rebuild Redis.
 func (s *Store) Reservations(ctx context.Context, voucherID int64) (map[int64]int64, map[int64]bool, error) {
 	buyers, err := s.Buyers(ctx, voucherID)
 	if err != nil {
@@ -79,6 +96,11 @@ func (s *Store) Reservations(ctx context.Context, voucherID int64) (map[int64]in
 	if err := s.db.WithContext(ctx).Raw("SELECT order_id FROM dead_letters WHERE voucher_id = ? AND replayed_at IS NULL AND order_id IS NOT NULL", voucherID).Scan(&ids).Error; err != nil {
 		return nil, nil, fmt.Errorf("dead letters of voucher %d: %w", voucherID, err)
 	}
+	var ended []int64
+	if err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE voucher_id = ? AND live IS NULL", voucherID).Scan(&ended).Error; err != nil {
+		return nil, nil, fmt.Errorf("ended orders of voucher %d: %w", voucherID, err)
+	}
+	ids = append(ids, ended...)
 	dead := make(map[int64]bool, len(ids))
 	for _, id := range ids {
 		dead[id] = true
@@ -124,4 +146,14 @@ func (s *Store) ByUser(ctx context.Context, userID int64, limit int) ([]Order, [
 		return nil, nil, fmt.Errorf("failed orders of user %d: %w", userID, err)
 	}
 	return os, ds, nil
+}
+
+// NeedsRefund reports whether a payment of the order is waiting for a
+// refund (it arrived after the order was cancelled).
+func (s *Store) NeedsRefund(ctx context.Context, orderID int64) (bool, error) {
+	var n int64
+	if err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM payments WHERE order_id = ? AND status = 'needs_refund'", orderID).Scan(&n).Error; err != nil {
+		return false, fmt.Errorf("payments of order %d: %w", orderID, err)
+	}
+	return n > 0, nil
 }

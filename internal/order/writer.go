@@ -58,6 +58,13 @@ type WriterConfig struct {
 	AfterCommit func()
 	// Observer, when set, hears what the writer does (metrics).
 	Observer Observer
+	// PayWindow is how long the buyer of a voucher with a price has to pay,
+	// from the order's writing; default 15m.
+	PayWindow time.Duration
+	// Expiries, when set, schedules each unpaid order's pay deadline, at
+	// which the expirer cancels it if still unpaid. Without it only the
+	// sweeper does, later.
+	Expiries *Expiries
 	// Events, when set, announces to every instance's local refusals the
 	// reservations given back and the orders written; nil publishes
 	// nothing, and the instances learn of them only when their answers
@@ -110,6 +117,7 @@ func NewWriter(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, cfg Wr
 	cfg.Attempts = cmp.Or(cfg.Attempts, 3)
 	cfg.MaxDeliveries = cmp.Or(cfg.MaxDeliveries, 5)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 8)
+	cfg.PayWindow = cmp.Or(cfg.PayWindow, 15*time.Minute)
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
@@ -128,6 +136,9 @@ type item struct {
 	// among dead letters). Read with what MySQL holds, or learnt when a
 	// write meets it.
 	idTaken bool
+	// deadline is the pay deadline of its order, inserted awaiting
+	// payment; nil when there is nothing to pay.
+	deadline *time.Time
 }
 
 // Handle writes the batch. Each message ends as an order, a dead letter

@@ -87,9 +87,11 @@ func (h *HTTP) Refuse(r *Refusals) { h.refusals = r }
 
 // View is a voucher as the API shows it.
 type View struct {
-	ID         int64     `json:"id"`
-	Title      string    `json:"title"`
-	FaceValue  int64     `json:"face_value"`
+	ID        int64  `json:"id"`
+	Title     string `json:"title"`
+	FaceValue int64  `json:"face_value"`
+	// Price is what a buyer pays (cents); 0 means nothing to pay.
+	Price      int64     `json:"price"`
 	TotalStock int       `json:"total_stock"`
 	Stock      int64     `json:"stock"`
 	BeginAt    time.Time `json:"begin_at"`
@@ -103,7 +105,7 @@ type View struct {
 
 func view(v Voucher, live map[int64]int64, now time.Time) View {
 	out := View{
-		ID: v.ID, Title: v.Title, FaceValue: v.FaceValue, TotalStock: v.TotalStock,
+		ID: v.ID, Title: v.Title, FaceValue: v.FaceValue, Price: v.Price, TotalStock: v.TotalStock,
 		Stock: int64(v.Stock), BeginAt: v.BeginAt.UTC(), EndAt: v.EndAt.UTC(), Status: "on_sale",
 	}
 	if n, ok := live[v.ID]; ok {
@@ -121,6 +123,7 @@ func view(v Voucher, live map[int64]int64, now time.Time) View {
 type createRequest struct {
 	Title     string     `json:"title"`
 	FaceValue *int64     `json:"face_value"`
+	Price     int64      `json:"price"`
 	Stock     *int       `json:"stock"`
 	BeginAt   *time.Time `json:"begin_at"`
 	EndAt     *time.Time `json:"end_at"`
@@ -142,7 +145,7 @@ func (r createRequest) voucher(now time.Time) (Voucher, string) {
 		return Voucher{}, "begin_at and end_at are required (RFC 3339)"
 	}
 	v := Voucher{
-		Title: strings.TrimSpace(r.Title), FaceValue: *r.FaceValue, TotalStock: *r.Stock,
+		Title: strings.TrimSpace(r.Title), FaceValue: *r.FaceValue, Price: r.Price, TotalStock: *r.Stock,
 		BeginAt: r.BeginAt.Truncate(time.Millisecond).UTC(), EndAt: r.EndAt.Truncate(time.Millisecond).UTC(),
 	}
 	return v, v.check(now)
@@ -150,7 +153,8 @@ func (r createRequest) voucher(now time.Time) (Voucher, string) {
 
 // check is every rule a new voucher must meet, on the values as stored. It
 // covers the vouchers table's CHECK constraints (face_value >= 0,
-// 0 <= stock <= total_stock, begin_at < end_at) and its column limits.
+// 0 <= price <= face_value, 0 <= stock <= total_stock, begin_at < end_at)
+// and its column limits.
 func (v Voucher) check(now time.Time) string {
 	switch {
 	case v.Title == "":
@@ -159,6 +163,8 @@ func (v Voucher) check(now time.Time) string {
 		return "title is longer than " + strconv.Itoa(maxTitleLen) + " characters"
 	case v.FaceValue < 0 || v.FaceValue > maxFaceValue:
 		return "face_value (in cents) must be between 0 and " + strconv.Itoa(maxFaceValue)
+	case v.Price < 0 || v.Price > v.FaceValue:
+		return "price (in cents) must be between 0 and face_value"
 	case v.TotalStock <= 0 || v.TotalStock > maxStock:
 		return "stock must be between 1 and " + strconv.Itoa(maxStock)
 	case v.BeginAt.Before(earliestTime) || !v.EndAt.Before(latestTime):

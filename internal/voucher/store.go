@@ -12,9 +12,12 @@ import (
 // Voucher is a coupon put on sale. Stock is what MySQL still has to sell;
 // TotalStock is what the sale started with.
 type Voucher struct {
-	ID         int64     `gorm:"primaryKey"`
-	Title      string    `gorm:"column:title"`
-	FaceValue  int64     `gorm:"column:face_value"`
+	ID        int64  `gorm:"primaryKey"`
+	Title     string `gorm:"column:title"`
+	FaceValue int64  `gorm:"column:face_value"`
+	// Price is what a buyer pays, in the unit of FaceValue (what the
+	// voucher is worth); 0: nothing to pay, orders are written paid.
+	Price      int64     `gorm:"column:price"`
 	TotalStock int       `gorm:"column:total_stock"`
 	Stock      int       `gorm:"column:stock"`
 	BeginAt    time.Time `gorm:"column:begin_at"`

@@ -1,0 +1,262 @@
+package order
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"seckill/internal/mq"
+	"seckill/internal/voucher"
+)
+
+// ExpiryGroup is the consumer group of the expiry streams.
+const ExpiryGroup = "expirers"
+
+// Expiries holds every shard's pay deadlines: a delay queue per shard
+// whose due members move onto the shard's expiry stream, which the
+// expirers read. An order's deadline is in its voucher's shard.
+type Expiries struct {
+	rdb    redis.UniversalClient
+	keys   voucher.Keys
+	queues []*mq.DelayQueue
+}
+
+// NewExpiries returns the pay-deadline queues of every shard.
+func NewExpiries(rdb redis.UniversalClient, keys voucher.Keys) *Expiries {
+	e := &Expiries{rdb: rdb, keys: keys, queues: make([]*mq.DelayQueue, keys.Shards())}
+	for shard := range e.queues {
+		e.queues[shard] = mq.NewDelayQueue(rdb, expiryQueue(keys, shard), expiryStream(keys, shard))
+	}
+	return e
+}
+
+// Queue is one shard's delay queue of pay deadlines.
+func (e *Expiries) Queue(shard int) *mq.DelayQueue { return e.queues[shard] }
+
+// deadline is one order's pay deadline to schedule.
+type deadline struct {
+	order, user, voucher int64
+	due                  time.Time
+}
+
+// member is the delay-queue member of an order's deadline: equal for one
+// order, so scheduling again moves its time.
+func (d deadline) member() string {
+	return mq.Payload(map[string]string{
+		"order_id": strconv.FormatInt(d.order, 10), "user_id": strconv.FormatInt(d.user, 10),
+		"voucher_id": strconv.FormatInt(d.voucher, 10),
+	})
+}
+
+// schedule adds the deadlines to their shards' queues in one pipeline.
+func (e *Expiries) schedule(ctx context.Context, ds []deadline) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	pipe := e.rdb.Pipeline()
+	for _, d := range ds {
+		q := e.queues[e.keys.Shard(d.voucher)]
+		pipe.ZAdd(ctx, q.Key(), redis.Z{Score: float64(d.due.UnixMilli()), Member: d.member()})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("schedule %d pay deadlines: %w", len(ds), err)
+	}
+	return nil
+}
+
+// scheduleWritten schedules the pay deadline of each order the batch
+// inserted awaiting payment, and, due at once, of each it found written
+// before (a redelivery: its first run may have stopped before
+// scheduling); the expirer reads the real deadline and state from the
+// database. Before the ack: after a crash the redelivery schedules again.
+func (w *Writer) scheduleWritten(ctx context.Context, items []*item) error {
+	if w.cfg.Expiries == nil {
+		return nil
+	}
+	var ds []deadline
+	now := time.Now()
+	for _, it := range items {
+		o := it.ord
+		switch {
+		case it.v.fate == inserted && it.deadline != nil:
+			ds = append(ds, deadline{o.OrderID, o.UserID, o.VoucherID, *it.deadline})
+		case it.v.fate == written:
+			ds = append(ds, deadline{o.OrderID, o.UserID, o.VoucherID, now})
+		}
+	}
+	if err := w.cfg.Expiries.schedule(ctx, ds); err != nil {
+		w.cfg.Observer.RedisError("schedule_expiry")
+		return err
+	}
+	return nil
+}
+
+// Expirer is the expiry streams' handler: at an order's pay deadline it
+// cancels the order if it is still unpaid, and its unit goes back on sale.
+type Expirer struct {
+	life *Lifecycle
+	exp  *Expiries
+	log  *slog.Logger
+}
+
+// NewExpirer returns the handler of the expiry streams.
+func NewExpirer(life *Lifecycle, exp *Expiries, log *slog.Logger) *Expirer {
+	return &Expirer{life: life, exp: exp, log: log}
+}
+
+// Handle expires each order of the batch whose deadline passed. An order
+// paid, used or refunded meanwhile is left as it is; one cancelled by its
+// buyer has its unit given back if that did not happen yet; one whose
+// deadline is still ahead (the deadline moved, or clocks differ) is
+// scheduled again for it. A failure to read or write leaves the batch
+// pending: every step is idempotent.
+func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
+	outcomes := make([]mq.Outcome, len(batch))
+	for i, m := range batch {
+		outcomes[i] = mq.Ack
+		id, err := strconv.ParseInt(fmt.Sprint(m.Values["order_id"]), 10, 64)
+		if err != nil {
+			e.log.Warn("expiry without an order id dropped", "message_id", m.ID)
+			continue
+		}
+		if err := e.expire(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return outcomes, nil
+}
+
+func (e *Expirer) expire(ctx context.Context, id int64) error {
+	o, _, err := e.life.Do(ctx, Expire, id)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound):
+		e.log.Warn("expiry of an order not in the database dropped", "order_id", id)
+		return nil
+	case errors.Is(err, ErrNotDue):
+		return e.exp.schedule(ctx, []deadline{{o.ID, o.UserID, o.VoucherID, *o.PayDeadline}})
+	case errors.Is(err, ErrWrongState):
+		// Paid, used, or cancelled by its buyer: a cancellation whose
+		// unit did not reach Redis (a crash in between) gets it now.
+		return e.life.GiveBack(ctx, &o)
+	}
+	return err
+}
+
+// SweeperConfig tunes a Sweeper.
+type SweeperConfig struct {
+	// Every is how often it looks, default 30s. An unpaid order is
+	// expired by it once its deadline is Every past (the delay queue
+	// normally did at the deadline).
+	Every time.Duration
+	// Batch bounds the orders taken per look and kind, default 200.
+	Batch int
+	// Observer hears the count of orders by state on each look.
+	Observer StateObserver
+}
+
+// StateObserver hears how many orders are in each state.
+type StateObserver interface {
+	States(counts map[string]int64)
+}
+
+// Sweeper is the safety net behind the expiry queues, run by every worker:
+// it expires unpaid orders well past their deadline (a deadline lost with
+// Redis's data, or never scheduled), and gives back to Redis the units of
+// ended orders that did not reach it (Redis was down or being rebuilt at
+// the move, or the mover crashed). Both are idempotent, so instances may
+// sweep at once.
+type Sweeper struct {
+	db   *gorm.DB
+	life *Lifecycle
+	cfg  SweeperConfig
+	log  *slog.Logger
+}
+
+// NewSweeper returns a Sweeper.
+func NewSweeper(db *gorm.DB, life *Lifecycle, cfg SweeperConfig, log *slog.Logger) *Sweeper {
+	cfg.Every = cmp.Or(cfg.Every, 30*time.Second)
+	cfg.Batch = cmp.Or(cfg.Batch, 200)
+	return &Sweeper{db: db, life: life, cfg: cfg, log: log}
+}
+
+// Run sweeps every cfg.Every until ctx is done.
+func (s *Sweeper) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("order sweep failed; trying again next round", "err", err)
+		}
+	}
+}
+
+// Sweep makes one round: overdue orders expired, units given back, states
+// counted.
+func (s *Sweeper) Sweep(ctx context.Context) error {
+	var overdue []int64
+	cutoff := s.life.now().UTC().Add(-s.cfg.Every)
+	if err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE status = ? AND pay_deadline <= ? ORDER BY pay_deadline LIMIT ?",
+		StatusAwaitingPayment, cutoff, s.cfg.Batch).Scan(&overdue).Error; err != nil {
+		return fmt.Errorf("find overdue orders: %w", err)
+	}
+	var errs []error
+	for _, id := range overdue {
+		if _, _, err := s.life.Do(ctx, Expire, id); err != nil && !errors.Is(err, ErrWrongState) && !errors.Is(err, ErrNotDue) {
+			errs = append(errs, err)
+		}
+	}
+	if len(overdue) > 0 {
+		s.log.Info("overdue unpaid orders expired by the sweeper", "orders", len(overdue))
+	}
+	var notBack []Order
+	if err := s.db.WithContext(ctx).Where("live IS NULL AND unit_back_at IS NULL").Limit(s.cfg.Batch).Find(&notBack).Error; err != nil {
+		return errors.Join(append(errs, fmt.Errorf("find units not back: %w", err))...)
+	}
+	for i := range notBack {
+		if err := s.life.GiveBack(ctx, &notBack[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.cfg.Observer != nil {
+		counts, err := CountStates(ctx, s.db)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			s.cfg.Observer.States(counts)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CountStates counts the written orders in each state.
+func CountStates(ctx context.Context, db *gorm.DB) (map[string]int64, error) {
+	var rows []struct {
+		Status string
+		N      int64
+	}
+	if err := db.WithContext(ctx).Raw("SELECT status, COUNT(*) AS n FROM orders GROUP BY status").Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("count orders by state: %w", err)
+	}
+	out := make(map[string]int64, len(States))
+	for _, st := range States {
+		out[st] = 0
+	}
+	for _, r := range rows {
+		out[r.Status] = r.N
+	}
+	return out, nil
+}

@@ -1,0 +1,300 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"seckill/internal/voucher"
+	"seckill/lua"
+)
+
+// States of a written order. An order of a voucher with a price waits for
+// payment; one with nothing to pay is written paid.
+const (
+	StatusAwaitingPayment = "awaiting_payment"
+	StatusPaid            = "paid"
+	StatusUsed            = "used"
+	StatusCancelled       = "cancelled"
+	StatusRefunded        = "refunded"
+)
+
+// States lists the written states, in the order of the lifecycle.
+var States = []string{StatusAwaitingPayment, StatusPaid, StatusUsed, StatusCancelled, StatusRefunded}
+
+// Why an order was cancelled.
+const (
+	CancelByBuyer = "buyer"
+	CancelExpired = "expired"
+)
+
+// Action is a move of a written order from one state to another.
+type Action uint8
+
+// The actions, each one row of transitions.
+const (
+	Pay Action = iota
+	Cancel
+	Expire
+	Redeem
+	Refund
+)
+
+// transition is one guarded move: from one state only, to another, with
+// the time it happened recorded in stamp.
+type transition struct {
+	name     string
+	from, to string
+	stamp    string
+	// reason is the cancel_reason the move records.
+	reason string
+	// givesBack: the order gives its unit back. In the same transaction it
+	// stops being live and the voucher's stock goes up by one; then the
+	// unit goes back to the live sale in Redis (giveBack).
+	givesBack bool
+	// due: only once the order's pay deadline has passed.
+	due bool
+}
+
+// transitions is the lifecycle, one row per action:
+//
+//	action  from              to         records       unit back  only when due
+//	pay     awaiting_payment  paid       paid_at       -          -
+//	cancel  awaiting_payment  cancelled  cancelled_at  yes        -        (reason buyer)
+//	expire  awaiting_payment  cancelled  cancelled_at  yes        yes      (reason expired)
+//	redeem  paid              used       used_at       -          -
+//	refund  paid              refunded   refunded_at   yes        -
+//
+// An action on an order already in its target state (with the same
+// reason) changes nothing and succeeds: every action is idempotent. From
+// any other state it is refused (ErrWrongState).
+var transitions = [...]transition{
+	Pay:    {name: "pay", from: StatusAwaitingPayment, to: StatusPaid, stamp: "paid_at"},
+	Cancel: {name: "cancel", from: StatusAwaitingPayment, to: StatusCancelled, stamp: "cancelled_at", reason: CancelByBuyer, givesBack: true},
+	Expire: {name: "expire", from: StatusAwaitingPayment, to: StatusCancelled, stamp: "cancelled_at", reason: CancelExpired, givesBack: true, due: true},
+	Redeem: {name: "redeem", from: StatusPaid, to: StatusUsed, stamp: "used_at"},
+	Refund: {name: "refund", from: StatusPaid, to: StatusRefunded, stamp: "refunded_at", givesBack: true},
+}
+
+func (a Action) String() string { return transitions[a].name }
+
+// live says whether an order in this state holds a unit.
+func live(status string) bool {
+	return status == StatusAwaitingPayment || status == StatusPaid || status == StatusUsed
+}
+
+var (
+	// ErrWrongState means the order is not in the state the action starts
+	// from (StateError says which it is in).
+	ErrWrongState = errors.New("order is not in the state this needs")
+	// ErrNotDue means the order's pay deadline has not passed.
+	ErrNotDue = errors.New("order's pay deadline has not passed")
+)
+
+// StateError is ErrWrongState with the state the order is in.
+type StateError struct {
+	Action Action
+	Status string
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("cannot %s an order that is %s", e.Action, e.Status)
+}
+
+func (e *StateError) Unwrap() error { return ErrWrongState }
+
+// LifecycleObserver hears what the lifecycle does, for metrics.
+type LifecycleObserver interface {
+	// Moved: an order made this move now (not a repeat).
+	Moved(a Action)
+	// UnitBack: an expired order's unit is back on sale in Redis, late
+	// after its pay deadline.
+	UnitBack(late time.Duration)
+	// RedisError and MySQLError: a call failed.
+	RedisError(op string)
+	MySQLError(op string)
+}
+
+type nopLifecycleObserver struct{}
+
+func (nopLifecycleObserver) Moved(Action)           {}
+func (nopLifecycleObserver) UnitBack(time.Duration) {}
+func (nopLifecycleObserver) RedisError(string)      {}
+func (nopLifecycleObserver) MySQLError(string)      {}
+
+// Lifecycle moves written orders between states: each move a guarded
+// update in one transaction, and for a move that gives the unit back, the
+// unit returned to the live sale in Redis after the commit.
+type Lifecycle struct {
+	db      *gorm.DB
+	rdb     redis.UniversalClient
+	keys    voucher.Keys
+	events  *voucher.Events
+	obs     LifecycleObserver
+	log     *slog.Logger
+	now     func() time.Time
+	release *redis.Script
+}
+
+// LifecycleConfig is what a Lifecycle needs beside its clients.
+type LifecycleConfig struct {
+	// Events, when set, tells every instance's local refusals of a unit
+	// given back.
+	Events *voucher.Events
+	// Observer hears the moves (metrics); nil hears nothing.
+	Observer LifecycleObserver
+	// Now is the clock, default time.Now.
+	Now func() time.Time
+}
+
+// NewLifecycle returns a Lifecycle; it owns none of its clients.
+func NewLifecycle(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, cfg LifecycleConfig, log *slog.Logger) *Lifecycle {
+	l := &Lifecycle{db: db, rdb: rdb, keys: keys, events: cfg.Events, obs: cfg.Observer, log: log, now: cfg.Now, release: lua.Release()}
+	if l.obs == nil {
+		l.obs = nopLifecycleObserver{}
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	return l
+}
+
+// Do makes the action on order id and returns the order as it is now, and
+// whether this call moved it. A move that gives the unit back returns it
+// to Redis too; when Redis cannot take it now (down, or the shard being
+// rebuilt), the order is moved all the same and the error says so
+// (errors.Is(err, ErrUnitNotBack)): the sweeper gives the unit back later.
+func (l *Lifecycle) Do(ctx context.Context, a Action, id int64) (Order, bool, error) {
+	var (
+		o     Order
+		moved bool
+	)
+	err := l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		o, moved, err = l.DoTx(tx, a, id)
+		return err
+	})
+	if err != nil {
+		if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) && !errors.Is(err, ErrNotDue) {
+			l.obs.MySQLError(transitions[a].name)
+		}
+		return Order{}, false, err
+	}
+	if moved {
+		l.obs.Moved(a)
+	}
+	if transitions[a].givesBack && o.UnitBackAt == nil {
+		if err := l.giveBack(ctx, &o); err != nil {
+			return o, moved, err
+		}
+	}
+	return o, moved, nil
+}
+
+// DoTx makes the action inside tx, a transaction of the caller's (a
+// payment's): the order row is locked, its state checked, then the
+// guarded update made, and for a move that gives the unit back the
+// voucher's stock raised by one. It returns the order as it is after the
+// move. The caller must give the unit back to Redis after the commit
+// (Lifecycle.GiveBack) when the move gave one.
+func (l *Lifecycle) DoTx(tx *gorm.DB, a Action, id int64) (Order, bool, error) {
+	t := transitions[a]
+	var o Order
+	q := tx
+	if tx.Dialector.Name() == "mysql" {
+		q = tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
+	err := q.Where("id = ?", id).Take(&o).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, ErrNotFound)
+	}
+	if err != nil {
+		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, err)
+	}
+	if o.Status == t.to && (t.reason == "" || o.CancelReason != nil && *o.CancelReason == t.reason) {
+		return o, false, nil // done before: a repeat changes nothing
+	}
+	if o.Status != t.from {
+		return o, false, fmt.Errorf("%s order %d: %w", t.name, id, &StateError{Action: a, Status: o.Status})
+	}
+	now := l.now().UTC()
+	if t.due && (o.PayDeadline == nil || o.PayDeadline.After(now)) {
+		return o, false, fmt.Errorf("%s order %d: %w", t.name, id, ErrNotDue)
+	}
+	sets := map[string]any{"status": t.to, t.stamp: now}
+	if t.reason != "" {
+		sets["cancel_reason"] = t.reason
+	}
+	if t.givesBack {
+		sets["live"] = nil
+	}
+	res := tx.Model(&Order{}).Where("id = ? AND status = ?", id, t.from).Updates(sets)
+	if res.Error != nil {
+		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, res.Error)
+	}
+	if res.RowsAffected != 1 {
+		// The row is locked (or SQLite has one writer): only a broken
+		// database lands here.
+		return Order{}, false, fmt.Errorf("%s order %d: state changed under its lock", t.name, id)
+	}
+	if t.givesBack {
+		up := tx.Exec("UPDATE vouchers SET stock = stock + 1, updated_at = ? WHERE id = ? AND stock < total_stock", now, o.VoucherID)
+		if up.Error != nil {
+			return Order{}, false, fmt.Errorf("return unit of order %d to voucher %d: %w", id, o.VoucherID, up.Error)
+		}
+		if up.RowsAffected != 1 {
+			return Order{}, false, fmt.Errorf("return unit of order %d to voucher %d: stock already full", id, o.VoucherID)
+		}
+	}
+	if err := tx.Where("id = ?", id).Take(&o).Error; err != nil {
+		return Order{}, false, fmt.Errorf("read order %d after %s: %w", id, t.name, err)
+	}
+	return o, true, nil
+}
+
+// ErrUnitNotBack means an order gave its unit back in the database but
+// Redis has not taken it yet; the sweeper tries again.
+var ErrUnitNotBack = errors.New("unit not back on sale in redis yet")
+
+// GiveBack returns an ended order's unit to the live sale in Redis, once:
+// the script removes the buyer entry and adds the unit only while the
+// entry still names this order. Then it records when (unit_back_at) and
+// tells every instance's local refusals.
+func (l *Lifecycle) GiveBack(ctx context.Context, o *Order) error {
+	if o.Live != nil || o.UnitBackAt != nil {
+		return nil
+	}
+	return l.giveBack(ctx, o)
+}
+
+func (l *Lifecycle) giveBack(ctx context.Context, o *Order) error {
+	shard := l.keys.Shard(o.VoucherID)
+	keys := []string{l.keys.Ready(shard), l.keys.State(o.VoucherID), l.keys.Buyers(o.VoucherID), l.keys.Pending(shard)}
+	n, err := l.release.Run(ctx, l.rdb, keys, o.UserID, o.ID, "1").Int()
+	if err != nil {
+		l.obs.RedisError("unit_back")
+		return fmt.Errorf("give back unit of order %d: %w: %w", o.ID, ErrUnitNotBack, err)
+	}
+	if n < 0 {
+		// The shard is being rebuilt: a rebuild that read the database
+		// before this move may hold the unit; try again after it.
+		return fmt.Errorf("give back unit of order %d: %w: %w", o.ID, ErrUnitNotBack, errNotReady)
+	}
+	now := l.now().UTC()
+	if err := l.db.WithContext(ctx).Model(&Order{}).Where("id = ? AND unit_back_at IS NULL", o.ID).Update("unit_back_at", now).Error; err != nil {
+		l.obs.MySQLError("unit_back")
+		return fmt.Errorf("record unit of order %d back: %w", o.ID, err)
+	}
+	o.UnitBackAt = &now
+	if o.Status == StatusCancelled && o.CancelReason != nil && *o.CancelReason == CancelExpired && o.PayDeadline != nil {
+		l.obs.UnitBack(now.Sub(*o.PayDeadline))
+	}
+	l.events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
+	return nil
+}
