@@ -1,7 +1,13 @@
 // Package verify checks the order pipeline's invariants (I1 to I7 of the
-// reliability notes) for one voucher, against the database and Redis
-// directly. Pipeline tests and the load generator call it after the
-// pipeline drained.
+// reliability notes) and the order lifecycle's (I8 to I10) for one voucher,
+// against the database and Redis directly. Pipeline tests and the load
+// generator call it after the pipeline drained.
+//
+// An order is live while it holds a unit (awaiting_payment, paid, used)
+// and ended once it gave the unit back (cancelled, refunded). Stock is
+// conserved over live orders: total stock = stock + live orders. Ended
+// orders stay written: an accepted order later cancelled still counts as
+// written (I3), and its buyer may hold a live order beside it (I2).
 package verify
 
 import (
@@ -34,13 +40,38 @@ type Input struct {
 	Group string
 }
 
+// The order states, in the order the report lists them.
+const (
+	AwaitingPayment = "awaiting_payment"
+	Paid            = "paid"
+	Used            = "used"
+	Cancelled       = "cancelled"
+	Refunded        = "refunded"
+)
+
+// States lists every order state: the first three are live.
+var States = []string{AwaitingPayment, Paid, Used, Cancelled, Refunded}
+
+// liveState reports whether an order in state holds a unit.
+func liveState(state string) bool {
+	return state == AwaitingPayment || state == Paid || state == Used
+}
+
 // Report is what the check found. Violations is empty when all holds.
 type Report struct {
-	TotalStock   int
-	DBStock      int
-	RedisStock   int64
-	RedisState   bool
-	Orders       int
+	TotalStock int
+	DBStock    int
+	RedisStock int64
+	RedisState bool
+	// Orders counts the voucher's orders, whatever their state; Live
+	// those holding a unit; ByState each state's (a state of no order is
+	// absent).
+	Orders  int
+	Live    int
+	ByState map[string]int
+	// NeedsRefund counts the payments of the voucher's orders that
+	// arrived after their order was cancelled and await a refund.
+	NeedsRefund  int
 	DeadLetters  int
 	Pending      int64
 	StreamLength int64
@@ -52,12 +83,29 @@ type Report struct {
 func (r Report) OK() bool { return len(r.Violations) == 0 }
 
 func (r Report) String() string {
-	s := fmt.Sprintf("total_stock=%d db_stock=%d redis_stock=%d orders=%d dead_letters=%d pending=%d stream_len=%d delayed=%d",
-		r.TotalStock, r.DBStock, r.RedisStock, r.Orders, r.DeadLetters, r.Pending, r.StreamLength, r.Delayed)
+	s := fmt.Sprintf("total_stock=%d db_stock=%d redis_stock=%d orders=%d live=%d (%s) needs_refund=%d dead_letters=%d pending=%d stream_len=%d delayed=%d",
+		r.TotalStock, r.DBStock, r.RedisStock, r.Orders, r.Live, r.states(), r.NeedsRefund, r.DeadLetters, r.Pending, r.StreamLength, r.Delayed)
 	if r.OK() {
 		return s + ": all invariants hold"
 	}
 	return s + "\nviolations:\n  " + strings.Join(r.Violations, "\n  ")
+}
+
+// states lists the orders by state, every known state named, then any
+// unknown one.
+func (r Report) states() string {
+	parts := make([]string, 0, len(States))
+	for _, st := range States {
+		parts = append(parts, fmt.Sprintf("%s=%d", st, r.ByState[st]))
+	}
+	var odd []string
+	for st, n := range r.ByState {
+		if !slices.Contains(States, st) {
+			odd = append(odd, fmt.Sprintf("%q=%d", st, n))
+		}
+	}
+	slices.Sort(odd)
+	return strings.Join(append(parts, odd...), " ")
 }
 
 // Check reads the voucher's rows and Redis state and reports every
@@ -79,27 +127,62 @@ func Check(ctx context.Context, db *gorm.DB, rdb redis.UniversalClient, keys vou
 	s.conserved()         // I5
 	s.drained()           // I6
 	s.endedOnce()         // I7
+	s.statesHold()        // I8
+	s.unitsReturned()     // I9
+	s.paymentsMatch()     // I10
 	slices.Sort(s.r.Violations)
 	return s.r, nil
 }
 
-// row is an order or a dead letter: its order id and buyer.
+// row is a dead letter: its order id and buyer.
 type row struct {
 	ID     int64
 	UserID int64
+}
+
+// order is one of the voucher's orders: its id, buyer, state, and which
+// of its times are set.
+type order struct {
+	ID     int64
+	UserID int64
+	Status string
+	// Live is the live column: true when it is 1.
+	Live bool
+	// LiveSet is false when live is NULL; a live column that is neither 1
+	// nor NULL is reported.
+	LiveSet      bool
+	CancelReason string
+	PayDeadline  bool
+	PaidAt       bool
+	UsedAt       bool
+	CancelledAt  bool
+	RefundedAt   bool
+	UnitBackAt   bool
+}
+
+// payment is a payment of one of the voucher's orders.
+type payment struct {
+	ID      int64
+	OrderID int64
+	Status  string
 }
 
 // sale is what Check read of one voucher, and what it found.
 type sale struct {
 	in Input
 	r  Report // the counts read, and the violations found
-	// orders and dead are the voucher's orders and its dead letters not
-	// replayed.
-	orders, dead []row
-	// buyerOfOrder maps each order id to its buyer; ordersOfUser counts
-	// each buyer's orders.
+	// orders are the voucher's orders; dead its dead letters not
+	// replayed; payments the payments of its orders.
+	orders   []order
+	dead     []row
+	payments []payment
+	// buyerOfOrder maps each order id to its buyer; stateOfOrder to its
+	// state; ordersOfUser counts each buyer's orders, liveOfUser each
+	// buyer's live ones.
 	buyerOfOrder map[int64]int64
+	stateOfOrder map[int64]string
 	ordersOfUser map[int64]int
+	liveOfUser   map[int64]int
 	// redisBuyers is Redis's buyers hash: user id -> order id.
 	redisBuyers map[string]string
 	// noGroup: the stream has no group in.Group.
@@ -123,25 +206,78 @@ func (s *sale) readDatabase(ctx context.Context, db *gorm.DB) error {
 		return fmt.Errorf("read voucher: %w", err)
 	}
 	s.r.TotalStock, s.r.DBStock = v.TotalStock, v.Stock
-	if err := db.WithContext(ctx).Raw("SELECT id, user_id FROM orders WHERE voucher_id = ?", s.in.VoucherID).Scan(&s.orders).Error; err != nil {
+	if err := db.WithContext(ctx).Raw(ordersQuery, s.in.VoucherID).Scan(&s.orders).Error; err != nil {
 		return fmt.Errorf("read orders: %w", err)
 	}
-	s.r.Orders = len(s.orders)
 	if err := db.WithContext(ctx).Raw("SELECT order_id AS id, user_id FROM dead_letters WHERE voucher_id = ? AND replayed_at IS NULL", s.in.VoucherID).Scan(&s.dead).Error; err != nil {
 		return fmt.Errorf("read dead letters: %w", err)
 	}
 	s.r.DeadLetters = len(s.dead)
+	if err := db.WithContext(ctx).Raw(paymentsQuery, s.in.VoucherID).Scan(&s.payments).Error; err != nil {
+		return fmt.Errorf("read payments: %w", err)
+	}
 	s.index()
 	return nil
 }
 
-// index maps the orders by id and counts them by buyer.
+// ordersQuery reads the voucher's orders, with which of their times are
+// set.
+const ordersQuery = `SELECT id, user_id, status,
+  COALESCE(live = 1, FALSE) AS live, live IS NOT NULL AS live_set,
+  COALESCE(cancel_reason, '') AS cancel_reason,
+  pay_deadline IS NOT NULL AS pay_deadline, paid_at IS NOT NULL AS paid_at,
+  used_at IS NOT NULL AS used_at, cancelled_at IS NOT NULL AS cancelled_at,
+  refunded_at IS NOT NULL AS refunded_at, unit_back_at IS NOT NULL AS unit_back_at
+FROM orders WHERE voucher_id = ?`
+
+// paymentsQuery reads the payments of the voucher's orders.
+const paymentsQuery = `SELECT p.id, p.order_id, p.status FROM payments p
+JOIN orders o ON o.id = p.order_id WHERE o.voucher_id = ?`
+
+// index maps the orders by id, counts them by buyer and by state, and
+// counts the payments needing a refund.
 func (s *sale) index() {
 	s.buyerOfOrder = make(map[int64]int64, len(s.orders))
+	s.stateOfOrder = make(map[int64]string, len(s.orders))
 	s.ordersOfUser = map[int64]int{}
+	s.liveOfUser = map[int64]int{}
+	s.r.Orders, s.r.Live, s.r.ByState, s.r.NeedsRefund = len(s.orders), 0, map[string]int{}, 0
 	for _, o := range s.orders {
 		s.buyerOfOrder[o.ID] = o.UserID
+		s.stateOfOrder[o.ID] = o.Status
 		s.ordersOfUser[o.UserID]++
+		s.r.ByState[o.Status]++
+		if o.Live {
+			s.liveOfUser[o.UserID]++
+			s.r.Live++
+		}
+	}
+	for _, p := range s.payments {
+		if p.Status == "needs_refund" {
+			s.r.NeedsRefund++
+		}
+	}
+}
+
+// named reports the first ten violations of one kind by name, then how
+// many there were in all.
+type named struct {
+	s *sale
+	n int
+}
+
+// add reports one violation, if fewer than ten were named.
+func (c *named) add(format string, args ...any) {
+	if c.n++; c.n <= 10 {
+		c.s.violation(format, args...)
+	}
+}
+
+// total reports how many there were in all, when some went unnamed;
+// format takes the number.
+func (c *named) total(format string) {
+	if c.n > 10 {
+		c.s.violation(format, c.n)
 	}
 }
 
@@ -185,11 +321,11 @@ func (s *sale) readRedis(ctx context.Context, rdb redis.UniversalClient, keys vo
 	return nil
 }
 
-// noOversell checks I1: no more orders than stock, and no stock, in the
-// database or in Redis, below zero.
+// noOversell checks I1: no more live orders than stock, and no stock, in
+// the database or in Redis, below zero.
 func (s *sale) noOversell() {
-	if s.r.Orders > s.r.TotalStock {
-		s.violation("I1: %d orders for a stock of %d", s.r.Orders, s.r.TotalStock)
+	if s.r.Live > s.r.TotalStock {
+		s.violation("I1: %d live orders for a stock of %d", s.r.Live, s.r.TotalStock)
 	}
 	if s.r.DBStock < 0 {
 		s.violation("I1: database stock is %d", s.r.DBStock)
@@ -199,18 +335,19 @@ func (s *sale) noOversell() {
 	}
 }
 
-// oneOrderPerBuyer checks I2: at most one order per buyer.
+// oneOrderPerBuyer checks I2: at most one live order per buyer; ended
+// ones beside it are allowed (a buyer may buy again after a cancellation).
 func (s *sale) oneOrderPerBuyer() {
-	for u, n := range s.ordersOfUser {
+	for u, n := range s.liveOfUser {
 		if n > 1 {
-			s.violation("I2: user %d holds %d orders", u, n)
+			s.violation("I2: user %d holds %d live orders", u, n)
 		}
 	}
 }
 
 // acceptedWritten checks I3: every accepted order is in the database (as
-// an order or, with a reason, a dead letter), for the buyer it was
-// accepted for. Ten missing ones are named, then their number.
+// an order in any state, cancelled too, or, with a reason, a dead letter),
+// for the buyer it was accepted for. Ten missing ones are named, then their number.
 func (s *sale) acceptedWritten() {
 	lettered := make(map[int64]bool, len(s.dead))
 	for _, d := range s.dead {
@@ -234,9 +371,9 @@ func (s *sale) acceptedWritten() {
 	}
 }
 
-// nothingUnaccepted checks I4: no order that was not accepted, unless its
-// buyer's answer proved nothing (the first ten are named), and none for a
-// refused buyer. Without a list of accepted orders, only the refused are
+// nothingUnaccepted checks I4: no order, in any state, that was not
+// accepted, unless its buyer's answer proved nothing (the first ten are
+// named), and none, not even an ended one, for a refused buyer. Without a list of accepted orders, only the refused are
 // checked.
 func (s *sale) nothingUnaccepted() {
 	if s.in.Accepted != nil {
@@ -260,30 +397,34 @@ func (s *sale) nothingUnaccepted() {
 	}
 }
 
-// conserved checks I5: initial stock = database stock + orders; Redis's
-// stock is the database's; Redis's buyers are the database's (a buyer
-// entry without an order holds a unit no one can buy; an order without
-// one lets its buyer buy again).
+// conserved checks I5: initial stock = database stock + live orders;
+// Redis's stock is initial stock - live orders (the database's, when that
+// holds); Redis's buyers are exactly the live orders' buyers, each naming
+// its live order (a buyer entry without a live order holds a unit no one
+// can buy; a live order without one lets its buyer buy again).
 func (s *sale) conserved() {
-	if s.r.TotalStock != s.r.DBStock+s.r.Orders {
-		s.violation("I5: total stock %d != database stock %d + orders %d", s.r.TotalStock, s.r.DBStock, s.r.Orders)
+	if s.r.TotalStock != s.r.DBStock+s.r.Live {
+		s.violation("I5: total stock %d != database stock %d + live orders %d", s.r.TotalStock, s.r.DBStock, s.r.Live)
 	}
 	switch {
 	case !s.r.RedisState:
 		s.violation("I5: no Redis state for the voucher")
-	case s.r.RedisStock != int64(s.r.DBStock):
-		s.violation("I5: Redis stock %d != database stock %d", s.r.RedisStock, s.r.DBStock)
+	case s.r.RedisStock != int64(s.r.TotalStock-s.r.Live):
+		s.violation("I5: Redis stock %d != total stock %d - live orders %d", s.r.RedisStock, s.r.TotalStock, s.r.Live)
 	}
 	wrong := 0
 	for _, o := range s.orders {
+		if !o.Live {
+			continue
+		}
 		if got := s.redisBuyers[strconv.FormatInt(o.UserID, 10)]; got != strconv.FormatInt(o.ID, 10) {
 			if wrong++; wrong <= 10 {
-				s.violation("I5: Redis names order %q for user %d, the database %d", got, o.UserID, o.ID)
+				s.violation("I5: Redis names order %q for user %d, the database live order %d", got, o.UserID, o.ID)
 			}
 		}
 	}
-	if len(s.redisBuyers) != len(s.orders) {
-		s.violation("I5: Redis has %d buyers, the database %d orders", len(s.redisBuyers), len(s.orders))
+	if len(s.redisBuyers) != s.r.Live {
+		s.violation("I5: Redis has %d buyers, the database %d live orders", len(s.redisBuyers), s.r.Live)
 	}
 }
 
@@ -319,4 +460,116 @@ func (s *sale) endedOnce() {
 			s.violation("I7: order %d is both an order and a dead letter", d.ID)
 		}
 	}
+}
+
+// statesHold checks I8: every order is in a known state, live exactly
+// while its state holds a unit, with the times its state implies and none
+// it does not: paid => paid_at; used => paid_at and used_at; cancelled =>
+// cancelled_at and a cancel reason (buyer or expired), never paid_at or
+// used_at (no order is both paid and cancelled); refunded => paid_at and
+// refunded_at; awaiting payment => a pay deadline. A live order never got
+// its unit back.
+func (s *sale) statesHold() {
+	c := named{s: s}
+	for _, o := range s.orders {
+		want, known := stateTimes[o.Status]
+		if !known {
+			c.add("I8: order %d (user %d) is in unknown state %q", o.ID, o.UserID, o.Status)
+			continue
+		}
+		switch live := liveState(o.Status); {
+		case live && !o.Live:
+			c.add("I8: %s order %d (user %d) is not live", o.Status, o.ID, o.UserID)
+		case !live && o.LiveSet:
+			c.add("I8: %s order %d (user %d) is still live", o.Status, o.ID, o.UserID)
+		}
+		for _, t := range o.times() {
+			switch {
+			case t.set && !slices.Contains(want, t.name):
+				c.add("I8: %s order %d (user %d) has %s", o.Status, o.ID, o.UserID, t.name)
+			case !t.set && slices.Contains(want, t.name):
+				c.add("I8: %s order %d (user %d) has no %s", o.Status, o.ID, o.UserID, t.name)
+			}
+		}
+		if o.Status == Cancelled && o.CancelReason != "" && o.CancelReason != "buyer" && o.CancelReason != "expired" {
+			c.add("I8: cancelled order %d (user %d) has cancel_reason %q", o.ID, o.UserID, o.CancelReason)
+		}
+		if o.Status == AwaitingPayment && !o.PayDeadline {
+			c.add("I8: awaiting_payment order %d (user %d) has no pay_deadline", o.ID, o.UserID)
+		}
+		if liveState(o.Status) && o.UnitBackAt {
+			c.add("I8: %s order %d (user %d) has unit_back_at", o.Status, o.ID, o.UserID)
+		}
+	}
+	c.total("I8: ... %d state violations in all")
+}
+
+// stateTimes names, for each state, the times its orders have; the others
+// must be unset.
+var stateTimes = map[string][]string{
+	AwaitingPayment: nil,
+	Paid:            {"paid_at"},
+	Used:            {"paid_at", "used_at"},
+	Cancelled:       {"cancelled_at", "cancel_reason"},
+	Refunded:        {"paid_at", "refunded_at"},
+}
+
+// stamp is one of an order's times and whether it is set.
+type stamp struct {
+	name string
+	set  bool
+}
+
+// times lists the order's state times (the cancel reason with them).
+func (o order) times() []stamp {
+	return []stamp{
+		{"paid_at", o.PaidAt}, {"used_at", o.UsedAt}, {"cancelled_at", o.CancelledAt},
+		{"cancel_reason", o.CancelReason != ""}, {"refunded_at", o.RefundedAt},
+	}
+}
+
+// unitsReturned checks I9: every ended order gave its unit back to Redis
+// (unit_back_at set) and no longer holds its buyer entry there. That it
+// gave back exactly one is I5's: the database's conservation counts the
+// MySQL side, Redis's stock = initial - live the Redis side.
+func (s *sale) unitsReturned() {
+	c := named{s: s}
+	holder := make(map[string]string, len(s.redisBuyers))
+	for u, id := range s.redisBuyers {
+		holder[id] = u
+	}
+	for _, o := range s.orders {
+		if _, known := stateTimes[o.Status]; !known || liveState(o.Status) {
+			continue // live, or unknown (I8's)
+		}
+		if !o.UnitBackAt {
+			c.add("I9: %s order %d (user %d) did not give its unit back to Redis (no unit_back_at)", o.Status, o.ID, o.UserID)
+		}
+		if u, ok := holder[strconv.FormatInt(o.ID, 10)]; ok {
+			c.add("I9: %s order %d (user %d) still holds Redis's buyer entry of user %s", o.Status, o.ID, o.UserID, u)
+		}
+	}
+	c.total("I9: ... %d ended orders with their unit not back in all")
+}
+
+// paymentsMatch checks I10: a succeeded payment belongs to a paid, used or
+// refunded order, so a payment of a cancelled order never stays succeeded:
+// money that arrived after the cancellation is needs_refund, then
+// refunded (a payment created and never made stays created). A payment
+// needing a refund belongs to a cancelled order; a refunded one to a
+// cancelled or refunded order.
+func (s *sale) paymentsMatch() {
+	c := named{s: s}
+	for _, p := range s.payments {
+		state := s.stateOfOrder[p.OrderID]
+		switch {
+		case p.Status == "succeeded" && state != Paid && state != Used && state != Refunded:
+			c.add("I10: payment %d succeeded but its order %d is %s", p.ID, p.OrderID, state)
+		case p.Status == "needs_refund" && state != Cancelled:
+			c.add("I10: payment %d needs a refund but its order %d is %s, not cancelled", p.ID, p.OrderID, state)
+		case p.Status == "refunded" && state != Cancelled && state != Refunded:
+			c.add("I10: payment %d was refunded but its order %d is %s", p.ID, p.OrderID, state)
+		}
+	}
+	c.total("I10: ... %d payments at odds with their order in all")
 }

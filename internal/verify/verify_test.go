@@ -37,10 +37,10 @@ func TestCheckRedisAgrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	for _, q := range []string{"UPDATE vouchers SET stock = 3 WHERE id = ?", "INSERT INTO orders VALUES (901, 1, ?, ?, ?), (902, 2, ?, ?, ?)"} {
+	for _, q := range []string{"UPDATE vouchers SET stock = 3 WHERE id = ?", "INSERT INTO orders (id, user_id, voucher_id, accepted_at, created_at, paid_at) VALUES (901, 1, ?, ?, ?, ?), (902, 2, ?, ?, ?, ?)"} {
 		args := []any{v.ID}
 		if strings.HasPrefix(q, "INSERT") {
-			args = []any{v.ID, now, now, v.ID, now, now}
+			args = []any{v.ID, now, now, now, v.ID, now, now, now}
 		}
 		if err := g.Exec(q, args...).Error; err != nil {
 			t.Fatal(err)
@@ -69,11 +69,11 @@ func TestCheckRedisAgrees(t *testing.T) {
 	if err := rdb.HSet(ctx, keys.Buyers(v.ID), "9", "909").Err(); err != nil {
 		t.Fatal(err)
 	}
-	check("I5: Redis has 3 buyers, the database 2 orders")
+	check("I5: Redis has 3 buyers, the database 2 live orders")
 	if err := rdb.HDel(ctx, keys.Buyers(v.ID), "9", "2").Err(); err != nil {
 		t.Fatal(err)
 	}
-	check(`I5: Redis names order "" for user 2, the database 902`)
+	check(`I5: Redis names order "" for user 2, the database live order 902`)
 	if err := rdb.HSet(ctx, keys.Buyers(v.ID), "2", "902").Err(); err != nil {
 		t.Fatal(err)
 	}
