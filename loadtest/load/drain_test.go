@@ -49,7 +49,7 @@ func TestDrainTimesOrdersWritten(t *testing.T) {
 	insert := func(id, user int64) {
 		t.Helper()
 		now := time.Now()
-		if err := g.Exec("INSERT INTO orders VALUES (?, ?, ?, ?, ?)", id, user, v.ID, now, now).Error; err != nil {
+		if err := g.Exec("INSERT INTO orders (id, user_id, voucher_id, accepted_at, created_at) VALUES (?, ?, ?, ?, ?)", id, user, v.ID, now, now).Error; err != nil {
 			t.Fatal(err)
 		}
 	}
