@@ -1,0 +1,75 @@
+package payment
+
+import "seckill/internal/order"
+
+// verdict is what money arriving for a payment does, given the payment's
+// status and its order's state.
+type verdict uint8
+
+const (
+	// pays: the order moves to paid, the payment succeeded.
+	pays verdict = iota + 1
+	// refunds: the order cannot take the money (cancelled or expired
+	// before it came, or paid by another payment): the payment needs a
+	// refund and the order stays as it is.
+	refunds
+	// settled: the payment was settled before; nothing changes.
+	settled
+	// broken: a state this code does not know; nothing changes and the
+	// notification is answered with an error (the gateway tries again).
+	broken
+)
+
+// anyState matches every status in a row of decisions.
+const anyState = "*"
+
+// decisions is the whole decision, one row per case, read top down; the
+// first row whose payment status and order state match decides:
+//
+//	payment       order                       verdict   outcome
+//	created       awaiting_payment            pays      order paid, payment succeeded
+//	created       cancelled, refunded         refunds   payment needs_refund (order not revived)
+//	created       paid, used                  refunds   payment needs_refund (paid twice)
+//	succeeded     *                           settled   nothing changes
+//	needs_refund  *                           settled   nothing changes
+//	refunded      *                           settled   nothing changes
+//
+// A paid or used order with a payment still created was paid by another
+// payment: a succeeded payment is never left created.
+var decisions = []struct {
+	payment, order string
+	verdict        verdict
+}{
+	{StatusCreated, order.StatusAwaitingPayment, pays},
+	{StatusCreated, order.StatusCancelled, refunds},
+	{StatusCreated, order.StatusRefunded, refunds},
+	{StatusCreated, order.StatusPaid, refunds},
+	{StatusCreated, order.StatusUsed, refunds},
+	{StatusSucceeded, anyState, settled},
+	{StatusNeedsRefund, anyState, settled},
+	{StatusRefunded, anyState, settled},
+}
+
+// decide returns the verdict of money arriving for a payment in this
+// status whose order is in this state.
+func decide(payment, orderStatus string) verdict {
+	for _, d := range decisions {
+		if d.payment == payment && (d.order == anyState || d.order == orderStatus) {
+			return d.verdict
+		}
+	}
+	return broken
+}
+
+// outcome names a verdict for the notify answer and the metrics.
+func (v verdict) outcome() string {
+	switch v {
+	case pays:
+		return OutcomeSucceeded
+	case refunds:
+		return OutcomeNeedsRefund
+	case settled:
+		return OutcomeDuplicate
+	}
+	return "broken"
+}

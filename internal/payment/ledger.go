@@ -1,0 +1,250 @@
+package payment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"seckill/internal/db"
+	"seckill/internal/order"
+)
+
+// ledger keeps the payments table, and moves orders to paid through the
+// lifecycle in the same transaction as the payment.
+type ledger struct {
+	db   *gorm.DB
+	life *order.Lifecycle
+	now  func() time.Time
+}
+
+// stamp is now as the database keeps it (DATETIME(3)): what an answer
+// shows is what a later read shows.
+func (l *ledger) stamp() time.Time { return l.now().UTC().Truncate(time.Millisecond) }
+
+// attempts bounds the tries of a transaction that hit a deadlock or a lock
+// wait timeout (rolled back whole, tried again).
+const attempts = 5
+
+// inTx runs fn in a transaction, again after a deadlock or a lock wait
+// timeout. fn must set what it reports afresh on each run.
+func (l *ledger) inTx(ctx context.Context, fn func(tx *gorm.DB) error) error {
+	for try := 1; ; try++ {
+		err := l.db.WithContext(ctx).Transaction(fn)
+		if err == nil || !db.IsRetryable(err) || try == attempts || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// forUpdate locks the rows a query reads until the transaction ends; on
+// SQLite the transaction holds the one write lock already (it begins
+// immediate).
+func forUpdate(tx *gorm.DB) *gorm.DB {
+	if tx.Dialector.Name() == "mysql" {
+		return tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
+	return tx
+}
+
+func lockOrder(tx *gorm.DB, id int64) (order.Order, error) {
+	var o order.Order
+	err := forUpdate(tx).Where("id = ?", id).Take(&o).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return o, fmt.Errorf("order %d: %w", id, order.ErrNotFound)
+	}
+	if err != nil {
+		return o, fmt.Errorf("lock order %d: %w", id, err)
+	}
+	return o, nil
+}
+
+// open returns the order's open payment with this provider, creating it
+// when there is none: one open payment per order, so paying twice before
+// the gateway notified reuses it (the order's row lock makes two at once
+// take turns). The order must await payment, within its deadline
+// (order.StateError, ErrDeadlinePassed). created says whether the
+// payment is new.
+func (l *ledger) open(ctx context.Context, provider string, orderID int64) (p Payment, created bool, err error) {
+	err = l.inTx(ctx, func(tx *gorm.DB) error {
+		p, created = Payment{}, false
+		o, err := lockOrder(tx, orderID)
+		if err != nil {
+			return err
+		}
+		now := l.stamp()
+		if o.Status != order.StatusAwaitingPayment {
+			return fmt.Errorf("pay order %d: %w", orderID, &order.StateError{Action: order.Pay, Status: o.Status})
+		}
+		if o.PayDeadline != nil && !now.Before(*o.PayDeadline) {
+			return fmt.Errorf("pay order %d: %w", orderID, ErrDeadlinePassed)
+		}
+		err = tx.Where("order_id = ? AND provider = ? AND status = ?", orderID, provider, StatusCreated).Order("id").Take(&p).Error
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, gorm.ErrRecordNotFound) {
+			return fmt.Errorf("open payment of order %d: %w", orderID, err)
+		}
+		ref, err := newReference()
+		if err != nil {
+			return err
+		}
+		p = Payment{OrderID: orderID, Provider: provider, Reference: ref, Amount: o.Amount, Status: StatusCreated, CreatedAt: now, UpdatedAt: now}
+		if err := tx.Create(&p).Error; err != nil {
+			return fmt.Errorf("create payment of order %d: %w", orderID, err)
+		}
+		created = true
+		return nil
+	})
+	return p, created, err
+}
+
+// notice is money arriving for a payment: a gateway's notification, or
+// the dev provider's success.
+type notice struct {
+	provider, id, reference string
+	amount                  int64
+}
+
+// errDuplicate rolls back a notification seen before.
+var errDuplicate = errors.New("notification seen before")
+
+// settle records the notice and decides, in one transaction, what the
+// money does (decisions): the order paid and the payment succeeded, or
+// the payment needing a refund, or nothing when it was settled before. A
+// notice whose id was seen before changes nothing (duplicate): the
+// primary key of payment_notifications decides between two deliveries at
+// once. It returns the verdict and the payment and order as they are
+// after it.
+func (l *ledger) settle(ctx context.Context, n notice) (verdict, Payment, order.Order, error) {
+	var (
+		v verdict
+		p Payment
+		o order.Order
+	)
+	err := l.inTx(ctx, func(tx *gorm.DB) error {
+		v, p, o = 0, Payment{}, order.Order{}
+		now := l.stamp()
+		err := tx.Create(&notification{Provider: n.provider, NotificationID: n.id, Reference: n.reference, ReceivedAt: now}).Error
+		if db.IsDuplicate(err) {
+			return errDuplicate
+		}
+		if err != nil {
+			return fmt.Errorf("record notification %s: %w", n.id, err)
+		}
+		err = forUpdate(tx).Where("provider = ? AND reference = ?", n.provider, n.reference).Take(&p).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return fmt.Errorf("payment %s: %w", n.reference, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("lock payment %s: %w", n.reference, err)
+		}
+		if n.amount != p.Amount {
+			return fmt.Errorf("payment %s: %w (%d, the payment %d)", n.reference, ErrAmountMismatch, n.amount, p.Amount)
+		}
+		if o, err = lockOrder(tx, p.OrderID); err != nil {
+			return fmt.Errorf("payment %s: %w", n.reference, err)
+		}
+		v = decide(p.Status, o.Status)
+		return l.apply(tx, v, &p, &o, now)
+	})
+	if errors.Is(err, errDuplicate) {
+		return settled, Payment{}, order.Order{}, nil
+	}
+	return v, p, o, err
+}
+
+// apply makes a verdict's effects inside the transaction.
+func (l *ledger) apply(tx *gorm.DB, v verdict, p *Payment, o *order.Order, now time.Time) error {
+	var to string
+	switch v {
+	case settled:
+		return nil
+	case pays:
+		moved, ok, err := l.life.DoTx(tx, order.Pay, o.ID)
+		if err != nil {
+			return fmt.Errorf("payment %s: %w", p.Reference, err)
+		}
+		if !ok {
+			return fmt.Errorf("payment %s: order %d was %s under its lock", p.Reference, o.ID, moved.Status)
+		}
+		*o = moved
+		to = StatusSucceeded
+	case refunds:
+		to = StatusNeedsRefund
+	default:
+		return fmt.Errorf("payment %s is %s, its order %d %s: no decision for this", p.Reference, p.Status, o.ID, o.Status)
+	}
+	res := tx.Model(&Payment{}).Where("id = ? AND status = ?", p.ID, StatusCreated).
+		Updates(map[string]any{"status": to, "succeeded_at": now, "updated_at": now})
+	if res.Error != nil {
+		return fmt.Errorf("payment %s to %s: %w", p.Reference, to, res.Error)
+	}
+	if res.RowsAffected != 1 {
+		return fmt.Errorf("payment %s to %s: changed under its lock", p.Reference, to)
+	}
+	p.Status, p.SucceededAt, p.UpdatedAt = to, &now, now
+	return nil
+}
+
+// markRefunded records that an admin gave back the money of a payment
+// needing a refund; a repeat changes nothing. From any other status it
+// fails with a StateError.
+func (l *ledger) markRefunded(ctx context.Context, id int64) (Payment, error) {
+	var p Payment
+	err := l.inTx(ctx, func(tx *gorm.DB) error {
+		p = Payment{}
+		err := forUpdate(tx).Where("id = ?", id).Take(&p).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return fmt.Errorf("payment %d: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("lock payment %d: %w", id, err)
+		}
+		switch p.Status {
+		case StatusRefunded:
+			return nil
+		case StatusNeedsRefund:
+		default:
+			return fmt.Errorf("mark payment %d refunded: %w", id, &StateError{Status: p.Status})
+		}
+		now := l.stamp()
+		res := tx.Model(&Payment{}).Where("id = ? AND status = ?", id, StatusNeedsRefund).
+			Updates(map[string]any{"status": StatusRefunded, "refunded_at": now, "updated_at": now})
+		if res.Error != nil {
+			return fmt.Errorf("mark payment %d refunded: %w", id, res.Error)
+		}
+		if res.RowsAffected != 1 {
+			return fmt.Errorf("mark payment %d refunded: changed under its lock", id)
+		}
+		p.Status, p.RefundedAt, p.UpdatedAt = StatusRefunded, &now, now
+		return nil
+	})
+	return p, err
+}
+
+// needingRefund lists payments needing a refund, oldest first.
+func (l *ledger) needingRefund(ctx context.Context, limit int) ([]Payment, error) {
+	var ps []Payment
+	if err := l.db.WithContext(ctx).Where("status = ?", StatusNeedsRefund).Order("id").Limit(limit).Find(&ps).Error; err != nil {
+		return nil, fmt.Errorf("payments needing a refund: %w", err)
+	}
+	return ps, nil
+}
+
+// get reads a payment by id.
+func (l *ledger) get(ctx context.Context, id int64) (Payment, error) {
+	var p Payment
+	err := l.db.WithContext(ctx).Where("id = ?", id).Take(&p).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return p, fmt.Errorf("payment %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return p, fmt.Errorf("get payment %d: %w", id, err)
+	}
+	return p, nil
+}
