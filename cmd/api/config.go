@@ -69,6 +69,8 @@ type config struct {
 
 	// Web holds login, web page and rate-limit settings (config_web.go).
 	Web webConfig
+	// Pay holds the pay window and payment settings (config_pay.go).
+	Pay payConfig
 }
 
 func (c config) serveAPI() bool      { return c.Role == "all" || c.Role == "api" }
@@ -155,6 +157,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	)
 	c.Web, webErrs = loadWebConfig(getenv)
 	errs = append(errs, webErrs...)
+	c.Pay, webErrs = loadPayConfig(getenv, c.embeddedDB(), dur)
+	errs = append(errs, webErrs...)
 	if err := c.LogLevel.UnmarshalText([]byte(str("SECKILL_LOG_LEVEL", "info"))); err != nil {
 		errs = append(errs, "SECKILL_LOG_LEVEL must be debug, info, warn or error")
 	}
@@ -207,6 +211,9 @@ func (c config) LogValue() slog.Value {
 		slog.Int("redis_wait_replicas", c.WaitReplicas),
 		slog.Duration("local_refusals_ttl", c.LocalRefusals),
 		slog.String("admin_addr", c.AdminAddr),
+		slog.Duration("pay_window", c.Pay.Window),
+		slog.String("pay_provider", c.Pay.Provider),
+		slog.Bool("pay_webhook_secret_set", c.Pay.Secret != ""),
 	)
 }
 

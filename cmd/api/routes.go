@@ -88,6 +88,9 @@ func addRoutes(r *gin.Engine, d deps) {
 	api := r.Group("/api/v1", tokenOnly)
 	api.POST("/vouchers", auth.RequireAdmin(), d.vouchers.Create)
 	api.GET("/orders/:id", d.orders.Show)
+	api.POST("/orders/:id/cancel", d.orders.Cancel)
+	api.POST("/orders/:id/redeem", auth.RequireAdmin(), d.orders.Redeem)
+	api.POST("/orders/:id/refund", auth.RequireAdmin(), d.orders.Refund)
 	api.GET("/users/me/orders", d.orders.Mine)
 }
 

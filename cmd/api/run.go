@@ -272,7 +272,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		health:   &health{rdb: rdb, db: db, keys: keys},
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
-	c.life = order.NewLifecycle(db, rdb, keys, order.LifecycleConfig{Events: c.events}, log)
+	c.life = order.NewLifecycle(db, rdb, keys, order.LifecycleConfig{Events: c.events, Observer: m}, log)
 	describeRedis(ctx, cfg, rdb, keys, log)
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
 	c.warmer.OnRebuild(m.ShardRebuilt)
@@ -377,11 +377,25 @@ func newSampler(cfg config, c *core) *metrics.Sampler {
 // each shard's delay-queue poller, with the hooks of the crash point.
 func (s *instance) buildWorker(cfg config, c *core, locks *order.Locks) {
 	crash := crashPoint(cfg.CrashPoint)
+	expiries := order.NewExpiries(c.rdb, c.keys)
 	writer := order.NewWriter(c.db, c.rdb, c.keys, order.WriterConfig{
 		Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
 		AfterCommit: crash.afterCommit, Observer: c.m, Events: c.events,
+		PayWindow: cfg.Pay.Window, Expiries: expiries,
 	}, c.log)
+	expirer := order.NewExpirer(c.life, expiries, c.log)
 	name := mq.ConsumerName()
+	for shard := range c.keys.Shards() {
+		// One expirer per shard: deadlines come at the pace orders were
+		// written, one transaction each.
+		due := expiries.Queue(shard)
+		s.consumers = append(s.consumers, mq.NewConsumer(c.rdb, mq.ConsumerConfig{
+			Stream: due.Stream(), Group: order.ExpiryGroup, Consumer: name,
+			Batch: 100, Block: cfg.Block, Grace: cfg.Shutdown / 2, ReclaimIdle: cfg.ReclaimIdle,
+		}, expirer, c.log))
+		s.background = append(s.background, mq.NewPoller(due, mq.PollerConfig{}, c.log))
+	}
+	s.background = append(s.background, order.NewSweeper(c.db, c.life, order.SweeperConfig{Every: cfg.Pay.Sweep, Observer: c.m}, c.log))
 	for shard := range c.keys.Shards() {
 		delay := mq.NewDelayQueue(c.rdb, c.keys.Delayed(shard), c.keys.Stream(shard))
 		// Several consumers per shard: one batch's Redis round trips

@@ -48,8 +48,16 @@ var DeadLetterReasons = []string{
 
 // Operations whose failures are counted; any other is counted as "other".
 var (
-	RedisOps = []string{"read", "reclaim", "ack", "delay", "lock", "give_back", "publish", "sample"}
-	MySQLOps = []string{"write"}
+	RedisOps = []string{"read", "reclaim", "ack", "delay", "lock", "give_back", "publish", "sample", "schedule_expiry", "unit_back"}
+	MySQLOps = []string{"write", "pay", "cancel", "expire", "redeem", "refund", "unit_back"}
+)
+
+// OrderMoves are the moves of a written order (order.Action), OrderStates
+// its states, PaymentOutcomes what a payment or a notification came to.
+var (
+	OrderMoves      = []string{"pay", "cancel", "expire", "redeem", "refund"}
+	OrderStates     = []string{"awaiting_payment", "paid", "used", "cancelled", "refunded"}
+	PaymentOutcomes = []string{"succeeded", "needs_refund", "duplicate", "refused"}
 )
 
 // Metrics owns the registry and every collector on it. Its methods are
@@ -87,6 +95,12 @@ type Metrics struct {
 	delayOverdue  *prometheus.GaugeVec
 	shardReady    *prometheus.GaugeVec
 	shardRebuilds *prometheus.CounterVec
+
+	orderMoves  map[string]prometheus.Counter
+	unitBack    prometheus.Histogram
+	orderStates *prometheus.GaugeVec
+	payments    map[string]prometheus.Counter
+	refundsOwed prometheus.Gauge
 }
 
 // New builds the registry with the Go runtime and process collectors and
@@ -128,6 +142,15 @@ func New() *Metrics {
 	m.delaySize = m.gaugeVec("delay_queue_size", "Messages waiting in a shard's delay queue.", "shard")
 	m.delayOverdue = m.gaugeVec("delay_queue_oldest_overdue_seconds", "How long the most overdue delay-queue message is past its due time, per shard.", "shard")
 	m.shardReady = m.gaugeVec("shard_ready", "1 while a shard's sale state is loaded in Redis (its ready marker is there), 0 while purchases in it answer not_ready.", "shard")
+	m.orderMoves = series(m.counterVec("order_moves_total", "Written orders moved between states, by move: pay, cancel (by the buyer), expire (unpaid at the deadline), redeem, refund.", "move"), OrderMoves)
+	m.unitBack = m.histogram("order_unit_back_seconds", "How long after its pay deadline an expired order's unit was back on sale in Redis.",
+		[]float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300})
+	m.orderStates = m.gaugeVec("orders", "Written orders by state, counted by the order sweeper (every worker instance; take the max).", "state")
+	for _, st := range OrderStates {
+		m.orderStates.WithLabelValues(st)
+	}
+	m.payments = series(m.counterVec("payments_total", "Payments and gateway notifications by outcome: succeeded (order paid), needs_refund (paid after the order was cancelled, or paid twice), duplicate (a notification seen before), refused (bad signature, stale, unknown, wrong amount).", "outcome"), PaymentOutcomes)
+	m.refundsOwed = m.gauge("payments_needing_refund", "Payments that arrived after their order was cancelled (or paid an order twice) and are not refunded yet, counted by the order sweeper.")
 	m.shardRebuilds = m.counterVec("shard_rebuilds_total", "Shard sale states this instance rebuilt from the database, by shard and reason: missing (Redis lost the data) or master_changed (restart, failover or moved slot).", "shard", "reason")
 	return m
 }
@@ -217,6 +240,28 @@ func (m *Metrics) ShardRebuilt(shard int, reason string) {
 	m.shardRebuilds.WithLabelValues(strconv.Itoa(shard), reason).Inc()
 }
 
+// Moved counts one move of a written order.
+func (m *Metrics) Moved(move string) { m.pick(m.orderMoves, move).Inc() }
+
+// UnitBack records how late after its deadline an expired order's unit
+// was back on sale.
+func (m *Metrics) UnitBack(late time.Duration) { m.unitBack.Observe(max(late, 0).Seconds()) }
+
+// States sets the count of written orders in each state.
+func (m *Metrics) States(counts map[string]int64) {
+	for st, n := range counts {
+		if slices.Contains(OrderStates, st) {
+			m.orderStates.WithLabelValues(st).Set(float64(n))
+		}
+	}
+}
+
+// RefundsOwed sets the count of payments waiting for a refund.
+func (m *Metrics) RefundsOwed(n int64) { m.refundsOwed.Set(float64(n)) }
+
+// Payment counts one payment or notification by outcome.
+func (m *Metrics) Payment(outcome string) { m.pick(m.payments, outcome).Inc() }
+
 // RedisError counts a failed Redis call.
 func (m *Metrics) RedisError(op string) { m.pick(m.redisErrors, op).Inc() }
 
@@ -238,6 +283,12 @@ func series(v *prometheus.CounterVec, values []string) map[string]prometheus.Cou
 		out[s] = v.WithLabelValues(s)
 	}
 	return out
+}
+
+func (m *Metrics) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+	m.add(name, Family{Type: "gauge"}, g)
+	return g
 }
 
 func (m *Metrics) counter(name, help string) prometheus.Counter {

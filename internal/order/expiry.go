@@ -163,9 +163,11 @@ type SweeperConfig struct {
 	Observer StateObserver
 }
 
-// StateObserver hears how many orders are in each state.
+// StateObserver hears how many orders are in each state, and how many
+// payments wait for a refund.
 type StateObserver interface {
 	States(counts map[string]int64)
+	RefundsOwed(n int64)
 }
 
 // Sweeper is the safety net behind the expiry queues, run by every worker:
@@ -237,6 +239,12 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 			errs = append(errs, err)
 		} else {
 			s.cfg.Observer.States(counts)
+		}
+		var owed int64
+		if err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM payments WHERE status = 'needs_refund'").Scan(&owed).Error; err != nil {
+			errs = append(errs, fmt.Errorf("count payments needing a refund: %w", err))
+		} else {
+			s.cfg.Observer.RefundsOwed(owed)
 		}
 	}
 	return errors.Join(errs...)

@@ -111,8 +111,9 @@ func (e *StateError) Unwrap() error { return ErrWrongState }
 
 // LifecycleObserver hears what the lifecycle does, for metrics.
 type LifecycleObserver interface {
-	// Moved: an order made this move now (not a repeat).
-	Moved(a Action)
+	// Moved: an order made this move now (not a repeat), named as
+	// Action.String says.
+	Moved(move string)
 	// UnitBack: an expired order's unit is back on sale in Redis, late
 	// after its pay deadline.
 	UnitBack(late time.Duration)
@@ -123,7 +124,7 @@ type LifecycleObserver interface {
 
 type nopLifecycleObserver struct{}
 
-func (nopLifecycleObserver) Moved(Action)           {}
+func (nopLifecycleObserver) Moved(string)           {}
 func (nopLifecycleObserver) UnitBack(time.Duration) {}
 func (nopLifecycleObserver) RedisError(string)      {}
 func (nopLifecycleObserver) MySQLError(string)      {}
@@ -187,7 +188,7 @@ func (l *Lifecycle) Do(ctx context.Context, a Action, id int64) (Order, bool, er
 		return Order{}, false, err
 	}
 	if moved {
-		l.obs.Moved(a)
+		l.obs.Moved(a.String())
 	}
 	if transitions[a].givesBack && o.UnitBackAt == nil {
 		if err := l.giveBack(ctx, &o); err != nil {

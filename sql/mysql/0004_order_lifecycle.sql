@@ -32,6 +32,8 @@ ALTER TABLE orders
     (status IN ('cancelled', 'refunded') AND live IS NULL)),
   ADD CONSTRAINT chk_orders_amount CHECK (amount >= 0);
 ALTER TABLE orders DROP INDEX uniq_orders_user_voucher;
+-- They were paid when written.
+UPDATE orders SET paid_at = created_at WHERE status = 'paid' AND paid_at IS NULL;
 
 -- A payment of an order, made through a provider (dev, webhook). reference
 -- is the provider's name for it. A payment that succeeded after its order

@@ -18,6 +18,8 @@ DROP INDEX uniq_orders_user_voucher;
 CREATE UNIQUE INDEX uniq_orders_live_buyer ON orders (user_id, voucher_id, live);
 CREATE INDEX idx_orders_due ON orders (status, pay_deadline);
 CREATE INDEX idx_orders_unit_back ON orders (live, unit_back_at);
+-- They were paid when written.
+UPDATE orders SET paid_at = created_at WHERE status = 'paid' AND paid_at IS NULL;
 
 CREATE TABLE payments (
   id           INTEGER PRIMARY KEY AUTOINCREMENT,
