@@ -56,7 +56,7 @@ func TestPurchaseWrongTypedKeyWritesNothing(t *testing.T) {
 			orderID, _ := a.body["order_id"].(string)
 			testenv.WaitFor(t, 30*time.Second, "the order written", func() bool {
 				o := sendJSON(t, "GET", s.base+"/api/v1/orders/"+orderID, tok, nil)
-				return o.status == 200 && o.body["status"] == "created"
+				return o.status == 200 && o.body["status"] == "paid"
 			})
 		})
 	}
