@@ -14,6 +14,7 @@ import (
 	"seckill/docs"
 	"seckill/internal/auth"
 	"seckill/internal/order"
+	"seckill/internal/payment"
 	"seckill/internal/ratelimit"
 	"seckill/internal/voucher"
 	"seckill/internal/web"
@@ -29,6 +30,7 @@ type deps struct {
 	keys     voucher.Keys
 	vouchers *voucher.HTTP
 	orders   *order.HTTP
+	payments *payment.HTTP
 	health   *health
 	// stdout is where the console login sender prints codes, outside the
 	// structured log; os.Stdout when nil.
@@ -89,8 +91,13 @@ func addRoutes(r *gin.Engine, d deps) {
 	api.POST("/vouchers", auth.RequireAdmin(), d.vouchers.Create)
 	api.GET("/orders/:id", d.orders.Show)
 	api.POST("/orders/:id/cancel", d.orders.Cancel)
+	api.POST("/orders/:id/pay", d.payments.Pay)
 	api.POST("/orders/:id/redeem", auth.RequireAdmin(), d.orders.Redeem)
 	api.POST("/orders/:id/refund", auth.RequireAdmin(), d.orders.Refund)
+	api.GET("/admin/refunds", auth.RequireAdmin(), d.payments.Refunds)
+	api.POST("/admin/payments/:id/refunded", auth.RequireAdmin(), d.payments.MarkRefunded)
+	// The payment gateway's callback: no token, its signature is checked.
+	r.POST("/api/v1/payments/notify", d.payments.Notify)
 	api.GET("/users/me/orders", d.orders.Mine)
 }
 

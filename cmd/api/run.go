@@ -23,6 +23,7 @@ import (
 	"seckill/internal/metrics"
 	"seckill/internal/mq"
 	"seckill/internal/order"
+	"seckill/internal/payment"
 	"seckill/internal/redisconn"
 	"seckill/internal/voucher"
 	schema "seckill/sql"
@@ -340,6 +341,14 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 		s.main = workerEngine(c.log, c.m, c.health)
 		return s, nil
 	}
+	orders := order.NewHTTP(c.ostore, c.life, c.rdb, c.keys, c.log)
+	payments, err := payment.New(c.db, orders, c.life, payment.Config{
+		Provider: cfg.Pay.Provider, GatewayURL: cfg.Pay.GatewayURL, Secret: []byte(cfg.Pay.Secret),
+		Tolerance: cfg.Pay.Tolerance, Observer: c.m,
+	}, c.log)
+	if err != nil {
+		return nil, err
+	}
 	ids, err := idgen.Lease(ctx, c.rdb, idgen.Config{KeyPrefix: cfg.KeyPrefix}, c.log)
 	if err != nil {
 		return nil, err
@@ -355,7 +364,8 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	s.main = apiEngine(c.log, c.m, deps{
 		cfg: cfg, log: c.log, rdb: c.rdb, db: c.db, signer: signer, keys: c.keys, stdout: stdout,
 		vouchers: vouchers,
-		orders:   order.NewHTTP(c.ostore, c.life, c.rdb, c.keys, c.log),
+		orders:   orders,
+		payments: payments,
 		health:   c.health,
 	})
 	return s, nil
