@@ -24,6 +24,9 @@ type payConfig struct {
 	Secret string // SECKILL_PAY_WEBHOOK_SECRET
 	// GatewayURL is where payments are created with the webhook provider.
 	GatewayURL string // SECKILL_PAY_GATEWAY_URL
+	// NotifyURL is the public address of POST /api/v1/payments/notify,
+	// sent to the gateway with each payment; empty: the gateway knows it.
+	NotifyURL string // SECKILL_PAY_NOTIFY_URL
 	// Tolerance is how far a notification's timestamp may be from now.
 	Tolerance time.Duration // SECKILL_PAY_NOTIFY_TOLERANCE
 }
@@ -42,6 +45,7 @@ func loadPayConfig(getenv func(string) string, embedded bool, dur func(string, t
 		Provider:   cmp.Or(strings.TrimSpace(getenv("SECKILL_PAY_PROVIDER")), def),
 		Secret:     getenv("SECKILL_PAY_WEBHOOK_SECRET"),
 		GatewayURL: strings.TrimSpace(getenv("SECKILL_PAY_GATEWAY_URL")),
+		NotifyURL:  strings.TrimSpace(getenv("SECKILL_PAY_NOTIFY_URL")),
 		Tolerance:  dur("SECKILL_PAY_NOTIFY_TOLERANCE", 5*time.Minute),
 	}
 	switch p.Provider {
@@ -55,6 +59,9 @@ func loadPayConfig(getenv func(string) string, embedded bool, dur func(string, t
 		}
 	default:
 		errs = append(errs, "SECKILL_PAY_PROVIDER must be dev, webhook or off")
+	}
+	if u, err := url.Parse(p.NotifyURL); p.NotifyURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		errs = append(errs, "SECKILL_PAY_NOTIFY_URL must be an http(s) URL")
 	}
 	if p.Window < time.Second {
 		errs = append(errs, "SECKILL_PAY_WINDOW must be at least 1s")

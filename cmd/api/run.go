@@ -343,7 +343,7 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	}
 	orders := order.NewHTTP(c.ostore, c.life, c.rdb, c.keys, c.log)
 	payments, err := payment.New(c.db, orders, c.life, payment.Config{
-		Provider: cfg.Pay.Provider, GatewayURL: cfg.Pay.GatewayURL, Secret: []byte(cfg.Pay.Secret),
+		Provider: cfg.Pay.Provider, GatewayURL: cfg.Pay.GatewayURL, NotifyURL: cfg.Pay.NotifyURL, Secret: []byte(cfg.Pay.Secret),
 		Tolerance: cfg.Pay.Tolerance, Observer: c.m,
 	}, c.log)
 	if err != nil {
