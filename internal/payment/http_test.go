@@ -367,3 +367,32 @@ func TestNotifyAfterCancel(t *testing.T) {
 		}
 	})
 }
+
+// TestPaidTwice: two payments of one order both succeed at the gateway:
+// the first pays the order, the second needs a refund.
+func TestPaidTwice(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, e env) {
+		s := e.service(t, webhookConfig("http://gateway.invalid", nil))
+		id := e.order(t, buyer, time.Now().Add(time.Hour))
+		first := e.payment(t, id)
+		second := first
+		second.ID, second.Reference = 0, first.Reference+"-again"
+		if err := e.db.Create(&second).Error; err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			p    Payment
+			want string
+		}{{first, OutcomeSucceeded}, {second, OutcomeNeedsRefund}} {
+			n := Notification{NotificationID: "n-" + c.p.Reference, Reference: c.p.Reference, Amount: c.p.Amount, Status: "succeeded"}
+			if st := answer[map[string]string](t, s.notify(t, n, secret, time.Now()), http.StatusOK)["status"]; st != c.want {
+				t.Fatalf("payment %s answered %q, want %q", c.p.Reference, st, c.want)
+			}
+		}
+		ps := e.payments(t, id)
+		if o := e.getOrder(t, id); o.Status != order.StatusPaid || ps[0].Status != StatusSucceeded || ps[1].Status != StatusNeedsRefund {
+			t.Fatalf("order %s, payments %s and %s; want paid, succeeded and needs_refund", o.Status, ps[0].Status, ps[1].Status)
+		}
+	})
+}
