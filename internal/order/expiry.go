@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 	"gorm.io/gorm"
 
 	"seckill/internal/mq"
@@ -111,14 +112,21 @@ func NewExpirer(life *Lifecycle, exp *Expiries, log *slog.Logger) *Expirer {
 	return &Expirer{life: life, exp: exp, log: log}
 }
 
-// Handle expires each order of the batch whose deadline passed. An order
-// paid, used or refunded meanwhile is left as it is; one cancelled by its
-// buyer has its unit given back if that did not happen yet; one whose
-// deadline is still ahead (the deadline moved, or clocks differ) is
-// scheduled again for it. A failure to read or write leaves the batch
-// pending: every step is idempotent.
+// expireAtOnce bounds the orders of one batch expired at once: each is a
+// transaction of its own, and deadlines that fell due together (a burst of
+// sales) should be back on sale together.
+const expireAtOnce = 8
+
+// Handle expires each order of the batch whose deadline passed, several at
+// once. An order paid, used or refunded meanwhile is left as it is; one
+// cancelled by its buyer has its unit given back if that did not happen
+// yet; one whose deadline is still ahead (the deadline moved, or clocks
+// differ) is scheduled again for it. A failure to read or write leaves the
+// batch pending: every step is idempotent.
 func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
 	outcomes := make([]mq.Outcome, len(batch))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(expireAtOnce)
 	for i, m := range batch {
 		outcomes[i] = mq.Ack
 		id, err := strconv.ParseInt(fmt.Sprint(m.Values["order_id"]), 10, 64)
@@ -126,9 +134,10 @@ func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome,
 			e.log.Warn("expiry without an order id dropped", "message_id", m.ID)
 			continue
 		}
-		if err := e.expire(ctx, id); err != nil {
-			return nil, err
-		}
+		g.Go(func() error { return e.expire(gctx, id) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return outcomes, nil
 }
