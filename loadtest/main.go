@@ -9,6 +9,7 @@
 //	go run ./loadtest drain [flags]    time the worker writing a voucher's accepted orders
 //	go run ./loadtest redisstat [flags] snapshot or compare Redis CPU and command counts per master
 //	go run ./loadtest stampede [flags]  a whole sale through nginx: Redis commands per request, instance memory, the check
+//	go run ./loadtest expiry [flags]    unpaid units back on sale after their deadline; drain rate with expiries and without
 package main
 
 import (
@@ -42,6 +43,7 @@ const usage = `usage: loadtest [run] [flags]   one load run, then the check
        loadtest drain [flags]   time the drain of a voucher's accepted orders
        loadtest redisstat [flags]  Redis CPU and command counts per master, or their change
        loadtest stampede [flags]   a whole sale: Redis commands per request, instance memory, the check
+       loadtest expiry [flags]     unpaid units back on sale after their deadline; drain rate with expiries and without
 Each takes -h. Settings default to the environment that scripts/cluster-up.sh
 writes to .cluster/cluster.env (set -a; . .cluster/cluster.env; set +a).`
 
@@ -68,6 +70,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return redisstat(ctx, rest, getenv, stdout, stderr)
 	case "stampede":
 		return stampede(ctx, rest, getenv, stdout, stderr)
+	case "expiry":
+		return expiry(ctx, rest, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprintln(stdout, usage)
 		return nil

@@ -49,6 +49,12 @@
 #   SECKILL_CLUSTER_PROMETHEUS_INTERVAL  its scrape and rule evaluation interval (5s)
 #   SECKILL_CLUSTER_WATCH_PID    stop the cluster when this process exits (tests)
 #   SECKILL_API_BIN              use this api binary instead of building one
+#   SECKILL_PAY_PROVIDER         the instances' payment provider: dev here (paying succeeds at
+#                                once; this is a local load cluster, where the service's own
+#                                default with a database server, off, would refuse every payment)
+#   SECKILL_PAY_WINDOW, SECKILL_EXPIRY_SWEEP  the pay window and the sweep (service defaults 15m,
+#                                30s); these three are also written to cluster.env, which
+#                                "cluster-up.sh worker" sources
 #   SECKILL_NGINX_PURCHASE_RATE, SECKILL_NGINX_PURCHASE_BURST, SECKILL_NGINX_PROXY_TIMEOUT
 #                                nginx limits (20r/s, 40, 5s; see nginx/seckill.conf.template).
 #                                A load test from one address needs a far higher rate.
@@ -192,6 +198,15 @@ instance_env() {
   export SECKILL_MYSQL_DSN="root@tcp(127.0.0.1:$mysql_port)/seckill"
   SECKILL_TOKEN_SECRET=$(cat "$dir/token-secret")
   export SECKILL_TOKEN_SECRET
+  # Payments: with a database server the service's default is off (no
+  # free payments in production by accident). This is a local load
+  # cluster, so the dev provider (paying succeeds at once) is its
+  # default; SECKILL_PAY_PROVIDER chooses another. The pay window and the
+  # sweep keep the service's defaults (15m, 30s) unless set: a measurement
+  # of expiries sets seconds (loadtest/README.md).
+  export SECKILL_PAY_PROVIDER=${SECKILL_PAY_PROVIDER:-dev}
+  [ -z "${SECKILL_PAY_WINDOW:-}" ] || export SECKILL_PAY_WINDOW
+  [ -z "${SECKILL_EXPIRY_SWEEP:-}" ] || export SECKILL_EXPIRY_SWEEP
 }
 
 if [ "${1:-}" = "worker" ]; then
@@ -450,6 +465,11 @@ admin=$("$dir/bin/api" token --user 1 --admin --ttl 24h)
   echo "SECKILL_KEY_PREFIX='${SECKILL_KEY_PREFIX:-seckill}'"
   echo "SECKILL_SHARDS='${SECKILL_SHARDS:-1}'"
   echo "SECKILL_CLUSTER_REDIS='$redis_mode'"
+  # The pay settings, so that "cluster-up.sh worker" (which sources this
+  # file) expires orders as the cluster's instances were told to.
+  echo "SECKILL_PAY_PROVIDER='$SECKILL_PAY_PROVIDER'"
+  [ -z "${SECKILL_PAY_WINDOW:-}" ] || echo "SECKILL_PAY_WINDOW='$SECKILL_PAY_WINDOW'"
+  [ -z "${SECKILL_EXPIRY_SWEEP:-}" ] || echo "SECKILL_EXPIRY_SWEEP='$SECKILL_EXPIRY_SWEEP'"
   [ -z "$prometheus_port" ] || echo "SECKILL_PROMETHEUS_URL='http://127.0.0.1:$prometheus_port'"
 } >"$dir/cluster.env"
 chmod 600 "$dir/cluster.env"
