@@ -150,8 +150,11 @@ func (e *Expirer) expire(ctx context.Context, id int64) error {
 	case errors.Is(err, ErrNotFound):
 		e.log.Warn("expiry of an order not in the database dropped", "order_id", id)
 		return nil
-	case errors.Is(err, ErrNotDue):
+	case errors.Is(err, ErrNotDue) && o.PayDeadline != nil:
 		return e.exp.schedule(ctx, []deadline{{o.ID, o.UserID, o.VoucherID, *o.PayDeadline}})
+	case errors.Is(err, ErrNotDue):
+		e.log.Warn("expiry of an order with no pay deadline dropped", "order_id", id)
+		return nil
 	case errors.Is(err, ErrWrongState):
 		// Paid, used, or cancelled by its buyer: a cancellation whose
 		// unit did not reach Redis (a crash in between) gets it now.

@@ -167,7 +167,8 @@ func NewLifecycle(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, cfg
 }
 
 // Do makes the action on order id and returns the order as it is now, and
-// whether this call moved it. A move that gives the unit back returns it
+// whether this call moved it (with ErrWrongState or ErrNotDue, the order
+// as it is). A move that gives the unit back returns it
 // to Redis too; when Redis cannot take it now (down, or the shard being
 // rebuilt), the order is moved all the same and the error says so
 // (errors.Is(err, ErrUnitNotBack)): the sweeper gives the unit back later.
@@ -181,8 +182,11 @@ func (l *Lifecycle) Do(ctx context.Context, a Action, id int64) (Order, bool, er
 		o, moved, err = l.DoTx(tx, a, id)
 		return err
 	})
+	if errors.Is(err, ErrWrongState) || errors.Is(err, ErrNotDue) {
+		return o, false, err // the order as it is: what the caller decides by
+	}
 	if err != nil {
-		if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) && !errors.Is(err, ErrNotDue) {
+		if !errors.Is(err, ErrNotFound) {
 			l.obs.MySQLError(transitions[a].name)
 		}
 		return Order{}, false, err
