@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -94,18 +95,28 @@ func waitCode(t testing.TB, outbox, phone string) string {
 // upcoming voucher's buttons are disabled, a sale more than a day away shows
 // its local start date, not a countdown; on a phone-sized screen the phone
 // field and the resend button sit side by side without overlap (stacked on
-// a very narrow one); log in with a code read from the sender; grab, watch
-// pending turn into created and the button turn into a disabled "Yours";
-// a voucher bought elsewhere reads "already purchased" and "Yours" too, and
-// both stay "Yours" after a reload; my orders; an admin creates a voucher;
-// a pasted admin token is a way in. Screenshots are saved as artifacts.
+// a very narrow one); log in with a code read from the sender; grab a free
+// voucher, watch pending turn into paid and the button turn into a disabled
+// "Yours"; a voucher bought elsewhere reads "already purchased" and "Yours"
+// too, and both stay "Yours" after a reload; my orders; a priced voucher's
+// order counts its time to pay down and is paid with Pay; another buyer's
+// is cancelled with Cancel and its unit is on sale again; a sold-out
+// voucher whose only order was never paid reopens when it expires; an
+// admin creates a priced voucher, sees no refunds owed and marks the paid
+// order used; a pasted admin token is a way in. Screenshots are saved as
+// artifacts.
 //
 // It is not parallel: chromium's processes would starve the load tests of
 // this package (the embedded flash sale has 1s Redis timeouts) on 2 cores.
 func TestSaleInBrowser(t *testing.T) {
 	ctx := browser(t)
-	const buyer, admin = "+8613800138000", "+8613900000000"
-	s := startWeb(t, map[string]string{"SECKILL_ADMIN_PHONES": admin})
+	const buyer, buyer2, admin = "+8613800138000", "+8613700000000", "+8613900000000"
+	// The window to pay is long enough for a press under load, short enough
+	// that an unpaid order expires while the test runs.
+	const payWindow = 20 * time.Second
+	s := startWeb(t, map[string]string{
+		"SECKILL_ADMIN_PHONES": admin, "SECKILL_PAY_WINDOW": payWindow.String(), "SECKILL_PAY_PROVIDER": "dev",
+	})
 
 	onSale := createVoucher(t, s.base, 5)
 	elsewhere := createVoucher(t, s.base, 5)
@@ -113,10 +124,10 @@ func TestSaleInBrowser(t *testing.T) {
 	if a := sendJSON(t, "POST", fmt.Sprintf("%s/api/v1/vouchers/%d/orders", s.base, soldOut), token(t, 77, auth.RoleUser), nil); a.status != 202 {
 		t.Fatalf("buy the sold-out voucher's only unit: %d %s", a.status, a.raw)
 	}
-	newVoucher := func(title string, begin, end time.Time) int64 {
+	newVoucher := func(title string, begin, end time.Time, stock int, price int64) int64 {
 		t.Helper()
 		a := sendJSON(t, "POST", s.base+"/api/v1/vouchers", token(t, 1, auth.RoleAdmin), map[string]any{
-			"title": title, "face_value": 5000, "stock": 20,
+			"title": title, "face_value": 5000, "price": price, "stock": stock,
 			"begin_at": begin.Format(time.RFC3339), "end_at": end.Format(time.RFC3339),
 		})
 		if a.status != 201 {
@@ -124,9 +135,16 @@ func TestSaleInBrowser(t *testing.T) {
 		}
 		return int64(a.body["voucher"].(map[string]any)["id"].(float64))
 	}
-	upcoming := newVoucher("Tonight's ¥50 flash", time.Now().Add(time.Hour), time.Now().Add(3*time.Hour))
+	upcoming := newVoucher("Tonight's ¥50 flash", time.Now().Add(time.Hour), time.Now().Add(3*time.Hour), 20, 0)
 	farBegin := time.Now().Add(3*24*time.Hour + 7*time.Hour).Truncate(time.Minute)
-	farOff := newVoucher("Next week's ¥50 flash", farBegin, farBegin.Add(2*time.Hour))
+	farOff := newVoucher("Next week's ¥50 flash", farBegin, farBegin.Add(2*time.Hour), 20, 0)
+	priced := newVoucher("¥50 for ¥9.90", time.Now().Add(-time.Minute), time.Now().Add(time.Hour), 2, 990)
+	// The only unit of this one is grabbed and never paid: sold out until
+	// its order expires.
+	expiring := newVoucher("¥50 for ¥5", time.Now().Add(-time.Minute), time.Now().Add(time.Hour), 1, 500)
+	if a := sendJSON(t, "POST", fmt.Sprintf("%s/api/v1/vouchers/%d/orders", s.base, expiring), token(t, 78, auth.RoleUser), nil); a.status != 202 {
+		t.Fatalf("grab the expiring voucher's only unit: %d %s", a.status, a.raw)
+	}
 
 	// Script errors and CSP violations fail the test; refused requests
 	// (409, 401) are the page's business, logged by the browser as network
@@ -151,7 +169,7 @@ func TestSaleInBrowser(t *testing.T) {
 	}()
 	defer func() { stopConsole(); <-consoleDone }()
 
-	tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, 180*time.Second)
 	defer cancel()
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -187,7 +205,8 @@ func TestSaleInBrowser(t *testing.T) {
 		visible(card(onSale)+`[data-phase="on_sale"] .grab:enabled`),
 		visible(card(soldOut)+`[data-phase="sold_out"] .grab:disabled`),
 		visible(card(upcoming)+`[data-phase="upcoming"] .grab:disabled`),
-		visible(card(farOff)+`[data-phase="upcoming"] .grab:disabled`))
+		visible(card(farOff)+`[data-phase="upcoming"] .grab:disabled`),
+		visible(card(expiring)+`[data-phase="sold_out"] .grab:disabled`))
 	if sold, when := text(card(soldOut)+" .grab"), text(card(upcoming)+" .v-when"); sold != "Sold out" || !strings.HasPrefix(when, "Starts in 00:59:") {
 		t.Errorf("sold-out button %q, upcoming countdown %q", sold, when)
 	}
@@ -196,6 +215,9 @@ func TestSaleInBrowser(t *testing.T) {
 	}
 	if ends := text(card(onSale) + " .v-when"); !strings.HasPrefix(ends, "Ends in 00:5") {
 		t.Errorf("a sale ending within the hour reads %q, want a countdown", ends)
+	}
+	if free, paid := text(card(onSale)+" .v-price"), text(card(priced)+" .v-price"); free != "free" || paid != "for ¥9.90" {
+		t.Errorf("prices beside the face value: %q and %q, want free and for ¥9.90", free, paid)
 	}
 
 	// On a phone the phone field, with a number in it, and the resend
@@ -232,18 +254,19 @@ func TestSaleInBrowser(t *testing.T) {
 	do("desktop-sized", chromedp.EmulateViewport(1200, 900))
 	enterCode(buyer)
 
-	// A grab that lands turns the button into a disabled "Yours". My orders
-	// is read again once the order is created; after that the page asks
-	// nothing about orders until its next grab.
+	// A grab of a free voucher that lands is paid at once and turns the
+	// button into a disabled "Yours". My orders is read again once the
+	// order is written; after that the page asks nothing about orders until
+	// its next grab.
 	do("grab", chromedp.Click(chromedp.CSS(card(onSale)+" .grab")),
-		visible(card(onSale)+` .v-msg[data-status="created"]`), visible(card(onSale)+` .grab.yours:disabled`),
-		visible(`#orders .st-created`))
+		visible(card(onSale)+` .v-msg[data-status="paid"]`), visible(card(onSale)+` .grab.yours:disabled`),
+		visible(`#orders .st-paid`))
 	seen, err := chromedp.Run(tctx, chromedp.AttributeValue(chromedp.CSS(card(onSale)+" .v-msg"), "data-seen"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg := text(card(onSale) + " .v-msg"); seen.Value != "pending,created" || !strings.Contains(msg, "created") {
-		t.Errorf("order statuses shown %q, message %q; want pending then created", seen.Value, msg)
+	if msg := text(card(onSale) + " .v-msg"); seen.Value != "pending,paid" || !strings.Contains(msg, "paid (free)") {
+		t.Errorf("order statuses shown %q, message %q; want pending then paid", seen.Value, msg)
 	}
 	if label := text(card(onSale) + " .grab"); label != "Yours" {
 		t.Errorf("the button after a grab reads %q, want Yours", label)
@@ -263,7 +286,7 @@ func TestSaleInBrowser(t *testing.T) {
 	do("grab what was bought elsewhere", chromedp.Click(chromedp.CSS(card(elsewhere)+" .grab:enabled")),
 		visible(card(elsewhere)+` .v-msg[data-code="already_purchased"]`), visible(card(elsewhere)+` .grab.yours:disabled`))
 	again, orders, left := text(card(elsewhere)+" .v-msg"), text("#orders"), text(card(onSale)+" .v-left")
-	if !strings.HasPrefix(again, "Already purchased") || !strings.Contains(orders, "created") || left != "4 of 5 left" {
+	if !strings.HasPrefix(again, "Already purchased") || !strings.Contains(orders, "paid") || left != "4 of 5 left" {
 		t.Errorf("grab of a voucher bought elsewhere %q; my orders %q; stock %q", again, orders, left)
 	}
 
@@ -272,7 +295,7 @@ func TestSaleInBrowser(t *testing.T) {
 	orderID, _ := bought.body["order_id"].(string)
 	testenv.WaitFor(t, 10*time.Second, "order "+orderID+" written", func() bool {
 		a := sendJSON(t, "GET", s.base+"/api/v1/orders/"+orderID, token(t, uid, auth.RoleUser), nil)
-		return a.status == 200 && a.body["status"] == "created"
+		return a.status == 200 && a.body["status"] == "paid"
 	})
 	do("reload", chromedp.Reload(),
 		visible(card(onSale)+` .grab.yours:disabled`), visible(card(elsewhere)+` .grab.yours:disabled`))
@@ -284,9 +307,76 @@ func TestSaleInBrowser(t *testing.T) {
 	shot("sale-phone.png")
 	do("desktop-sized", chromedp.EmulateViewport(1200, 900))
 
+	// A priced voucher: the grab is an order awaiting payment, its time to
+	// pay counting down on the card and in my orders, with Pay and Cancel.
+	do("grab a priced voucher", chromedp.Click(chromedp.CSS(card(priced)+" .grab")),
+		visible(card(priced)+` .v-msg[data-status="awaiting_payment"]`), visible(card(priced)+" .v-pay .due"),
+		visible(`#orders li[data-status="awaiting_payment"] .pay-box .due`))
+	first := text(card(priced) + " .v-pay .due")
+	if left, ok := payLeft(first); !ok || left <= 0 || left > payWindow {
+		t.Errorf("the time to pay reads %q, want Pay within m:ss of at most %s", first, payWindow)
+	}
+	if _, err := chromedp.Run(tctx, chromedp.Poll[bool](fmt.Sprintf(`(() => { const t = document.querySelector(%q).textContent; return t.startsWith("Pay within ") && t !== %q; })()`,
+		card(priced)+" .v-pay .due", first), chromedp.WithPollingTimeout(5*time.Second))); err != nil {
+		t.Fatalf("the time to pay did not count down from %q: %v", first, err)
+	}
+	if label := text(card(priced) + " .v-pay .pay"); label != "Pay ¥9.90" {
+		t.Errorf("the pay button reads %q, want Pay ¥9.90", label)
+	}
+	shot("sale-awaiting-payment.png")
+	do("pay", chromedp.Click(chromedp.CSS(card(priced)+" .v-pay .pay")),
+		visible(card(priced)+` .v-msg[data-status="paid"]`), chromedp.WaitNotVisible(chromedp.CSS(card(priced)+" .v-pay")),
+		visible(card(priced)+` .grab.yours:disabled`), visible(`#orders li[data-status="paid"]`))
+	paidAttr, err := chromedp.Run(tctx, chromedp.AttributeValue(chromedp.CSS(card(priced)+" .v-msg"), "data-order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paidOrder := paidAttr.Value
+	var row struct {
+		Status string
+		Amount int64
+	}
+	if err := s.db(t).Raw("SELECT status, amount FROM orders WHERE id = ?", paidOrder).Scan(&row).Error; err != nil || row.Status != "paid" || row.Amount != 990 {
+		t.Errorf("order %s paid in the browser: %+v, %v", paidOrder, row, err)
+	}
+	if msg := text(card(priced) + " .v-msg"); !strings.Contains(msg, "paid ¥9.90") {
+		t.Errorf("a paid order reads %q", msg)
+	}
+
 	// Another user (or nobody) may grab it.
 	do("log out", chromedp.Click(chromedp.ID("logout")), visible("#login-panel"),
 		visible(card(onSale)+`[data-phase="on_sale"] .grab:enabled:not(.yours)`))
+
+	// Another buyer grabs the priced voucher's last unit and cancels: the
+	// order reads cancelled, the unit is on sale again, and the buyer may
+	// grab it again.
+	askCode(buyer2)
+	enterCode(buyer2)
+	do("grab the last unit", chromedp.Click(chromedp.CSS(card(priced)+" .grab:enabled")),
+		visible(card(priced)+` .v-msg[data-status="awaiting_payment"]`), visible(card(priced)+" .v-pay .cancel:enabled"))
+	waitText := func(sel, want string) {
+		t.Helper()
+		if _, err := chromedp.Run(tctx, chromedp.Poll[bool](fmt.Sprintf(`document.querySelector(%q).textContent === %q`, sel, want),
+			chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			t.Fatalf("%s never read %q (it reads %q): %v", sel, want, text(sel), err)
+		}
+	}
+	waitText(card(priced)+" .v-left", "0 of 2 left")
+	do("cancel", chromedp.Click(chromedp.CSS(card(priced)+" .v-pay .cancel")),
+		visible(card(priced)+` .v-msg[data-status="cancelled"]`), chromedp.WaitNotVisible(chromedp.CSS(card(priced)+" .v-pay")),
+		visible(`#orders li[data-status="cancelled"]`))
+	waitText(card(priced)+" .v-left", "1 of 2 left")
+	do("the unit is on sale again", visible(card(priced)+`[data-phase="on_sale"] .grab:enabled:not(.yours)`))
+	if msg, orders := text(card(priced)+" .v-msg"), text("#orders"); !strings.Contains(msg, "cancelled (by you)") || !strings.Contains(orders, "cancelled (by you)") {
+		t.Errorf("a cancelled order reads %q on its card, my orders %q", msg, orders)
+	}
+
+	// The sold-out voucher's only order was never paid: once it expires
+	// the unit is back, the stock rises and the button is enabled again.
+	waitText(card(expiring)+" .v-left", "1 of 1 left")
+	do("the expired unit is on sale again", visible(card(expiring)+`[data-phase="on_sale"] .grab:enabled`))
+	shot("sale-cancelled.png")
+	do("log out", chromedp.Click(chromedp.ID("logout")), visible("#login-panel"))
 
 	// The admin's form is there only for an admin.
 	askCode(admin)
@@ -294,6 +384,7 @@ func TestSaleInBrowser(t *testing.T) {
 	do("create a voucher", visible("#admin-panel"),
 		chromedp.SendKeys(chromedp.ID("v-title"), "Made in the browser"),
 		chromedp.SendKeys(chromedp.ID("v-face"), "12.50"),
+		chromedp.SendKeys(chromedp.ID("v-price"), "9.90"),
 		chromedp.SendKeys(chromedp.ID("v-stock"), "7"),
 		chromedp.Click(chromedp.ID("v-create")))
 	if _, err := chromedp.Run(tctx, chromedp.Poll[bool](`[...document.querySelectorAll(".v-title")].some(e => e.textContent === "Made in the browser")`,
@@ -302,18 +393,32 @@ func TestSaleInBrowser(t *testing.T) {
 	}
 	var made struct {
 		FaceValue  int64
+		Price      int64
 		TotalStock int
 	}
-	if err := s.db(t).Raw("SELECT face_value, total_stock FROM vouchers WHERE title = ?", "Made in the browser").Scan(&made).Error; err != nil ||
-		made.FaceValue != 1250 || made.TotalStock != 7 {
+	if err := s.db(t).Raw("SELECT face_value, price, total_stock FROM vouchers WHERE title = ?", "Made in the browser").Scan(&made).Error; err != nil ||
+		made.FaceValue != 1250 || made.Price != 990 || made.TotalStock != 7 {
 		t.Errorf("voucher made in the browser: %+v, %v", made, err)
+	}
+	// No payment arrived after its order was cancelled: no refund is owed.
+	// The shop marks the paid order used.
+	do("the refunds owed", visible("#refunds-panel"), visible("#refunds-empty"))
+	do("mark used", chromedp.SetValue(chromedp.ID("a-order"), paidOrder), chromedp.Click(chromedp.ID("a-redeem")))
+	waitText("#refunds-msg", "Order "+paidOrder+": used.")
+	if err := s.db(t).Raw("SELECT status, amount FROM orders WHERE id = ?", paidOrder).Scan(&row).Error; err != nil || row.Status != "used" {
+		t.Errorf("order %s marked used in the browser: %+v, %v", paidOrder, row, err)
 	}
 	shot("sale-admin.png")
 
 	// A token the service printed (the embedded mode's admin token) is a
-	// way in without a phone: pasted, it is kept as a login's is.
-	do("log out", chromedp.Click(chromedp.ID("logout")), visible("#login-panel"),
-		chromedp.Click(chromedp.CSS("#token-entry summary")), visible("#token"))
+	// way in without a phone: pasted, it is kept as a login's is. (The
+	// admin's forms are at the bottom of the page: back at the top, the
+	// sticky header covers nothing of the login panel.)
+	do("log out", chromedp.Click(chromedp.ID("logout")), visible("#login-panel"))
+	if _, err := chromedp.Run(tctx, chromedp.Evaluate[bool](`window.scrollTo(0, 0), true`)); err != nil {
+		t.Fatal(err)
+	}
+	do("open the token entry", chromedp.Click(chromedp.CSS("#token-entry summary")), visible("#token"))
 	useToken := func(tok string) {
 		t.Helper()
 		do("paste a token", chromedp.SetValue(chromedp.ID("token"), tok), chromedp.Click(chromedp.ID("use-token")))
@@ -362,6 +467,23 @@ func TestSaleInBrowser(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("browser: %s", p)
 	}
+}
+
+// payLeft reads "Pay within m:ss" (or h:mm:ss).
+func payLeft(s string) (time.Duration, bool) {
+	rest, ok := strings.CutPrefix(s, "Pay within ")
+	if !ok {
+		return 0, false
+	}
+	var d time.Duration
+	for part := range strings.SplitSeq(rest, ":") {
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 0 {
+			return 0, false
+		}
+		d = d*60 + time.Duration(n)*time.Second
+	}
+	return d, true
 }
 
 // geometryJS measures one row of the login form, in CSS pixels: an input

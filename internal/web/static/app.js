@@ -69,6 +69,7 @@
       say(c.msg, "", "");
       delete c.msg.dataset.code;
       delete c.msg.dataset.status;
+      delete c.msg.dataset.order;
       delete c.msg.dataset.seen;
     });
     renderCards();
@@ -127,6 +128,7 @@
     network: ["Network error: check your connection and try again.", "bad"],
     order_not_found: ["This order does not exist.", "bad"],
     order_pending: ["The order is still being confirmed; try again in a moment.", "warn"],
+    payment_unavailable: ["Payments cannot be taken right now; try again in a moment.", "warn"],
   };
 
   function explain(r) {
@@ -534,6 +536,7 @@
     var poll = function () {
       call("GET", "orders/" + orderID).then(function (r) {
         if (r.status === 200 && r.body.status && r.body.status !== "pending") {
+          if (!r.body.voucher_id) { r.body.voucher_id = c.v.id; } // a dead letter may not name it
           settle(learn(r.body, r.at));
           loadOrders();
           return;
