@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,6 +25,8 @@ import (
 	"seckill/internal/auth"
 	"seckill/internal/metrics"
 	"seckill/internal/order"
+	"seckill/internal/payment"
+	"seckill/internal/testenv"
 	"seckill/internal/voucher"
 )
 
@@ -160,6 +163,47 @@ type exchange struct {
 	admin        bool // the admin listener
 	badRequest   bool // the request breaks the document on purpose
 	status       int
+	// prep fills in what only earlier answers know, just before sending.
+	prep func(s *exchange)
+}
+
+// orderAt points an exchange at the order route path (with its {id}) for id.
+func orderAt(s *exchange, id string) {
+	s.params = map[string]string{"id": id}
+	s.url = strings.Replace(s.path, "{id}", id, 1)
+}
+
+// createPriced puts a priced voucher on sale now and returns its id.
+func createPriced(t testing.TB, base string, stock int, price int64) string {
+	t.Helper()
+	status, body := call(t, "POST", base+"/api/v1/vouchers", token(t, 1, auth.RoleAdmin), map[string]any{
+		"title": "priced", "face_value": 2000, "price": price, "stock": stock,
+		"begin_at": time.Now().Add(-time.Minute).Format(time.RFC3339), "end_at": time.Now().Add(time.Hour).Format(time.RFC3339),
+	})
+	if status != http.StatusCreated || body["redis_ready"] != true {
+		t.Fatalf("create priced voucher: %d %v", status, body)
+	}
+	v := body["voucher"].(map[string]any)
+	if v["price"] != float64(price) {
+		t.Fatalf("created voucher shows price %v, want %d", v["price"], price)
+	}
+	return fmt.Sprint(int64(v["id"].(float64)))
+}
+
+// buyWritten buys voucher vid as tok and waits until the worker wrote the
+// order; it returns the order id.
+func buyWritten(t testing.TB, base, vid, tok string) string {
+	t.Helper()
+	status, body := call(t, "POST", base+"/api/v1/vouchers/"+vid+"/orders", tok, nil)
+	id, _ := body["order_id"].(string)
+	if status != http.StatusAccepted || id == "" {
+		t.Fatalf("buy voucher %s: %d %v", vid, status, body)
+	}
+	testenv.WaitFor(t, 10*time.Second, "order "+id+" written", func() bool {
+		_, o := call(t, "GET", base+"/api/v1/orders/"+id, tok, nil)
+		return o["status"] == "awaiting_payment"
+	})
+	return id
 }
 
 // TestOpenAPIAnswers sends the main routes' typical and error requests to a
@@ -172,6 +216,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 	const phone = "+8613900139000"
 	o := startObserved(t, map[string]string{
 		"SECKILL_LOGIN_SENDER": "file", "SECKILL_LOGIN_OUTBOX": outbox, "SECKILL_ADMIN_PHONES": phone,
+		"SECKILL_PAY_PROVIDER": "dev",
 	})
 	adminTok, userTok := token(t, 1, auth.RoleAdmin), token(t, 77, auth.RoleUser)
 	vid := createVoucher(t, o.base, 1)
@@ -184,6 +229,18 @@ func TestOpenAPIAnswers(t *testing.T) {
 	upcoming := int64(0)
 	pid := map[string]string{"id": vidS}
 	buy := "/api/v1/vouchers/" + vidS + "/orders"
+
+	// A priced sale: orders await payment. cancelled is cancelled by its
+	// buyer, used is paid then redeemed, refunded is paid then refunded.
+	priced := createPriced(t, o.base, 3, 1500)
+	cancelTok, usedTok, refundTok := userTok, token(t, 79, auth.RoleUser), token(t, 80, auth.RoleUser)
+	cancelled := buyWritten(t, o.base, priced, cancelTok)
+	used := buyWritten(t, o.base, priced, usedTok)
+	refunded := buyWritten(t, o.base, priced, refundTok)
+	var paymentID string // used's payment, from its pay answer
+	at := func(id string) func(*exchange) { return func(s *exchange) { orderAt(s, id) } }
+	notifyBody := `{"notification_id":"n1","reference":"pay_x","amount":1500,"status":"succeeded"}`
+	signed := map[string]string{"X-Seckill-Timestamp": fmt.Sprint(now.Unix()), "X-Seckill-Signature": "sha256=" + strings.Repeat("0", 64)}
 
 	steps := []exchange{
 		{method: "GET", path: "/healthz", status: 200},
@@ -226,6 +283,32 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", path: "/api/v1/orders/{id}", url: "/api/v1/orders/123", params: map[string]string{"id": "123"}, token: userTok, status: 404},
 		{method: "GET", path: "/api/v1/orders/{id}", url: "/api/v1/orders/123", params: map[string]string{"id": "123"}, status: 401},
 		{method: "GET", path: "/api/v1/users/me/orders", token: userTok, status: 200},
+
+		{method: "POST", path: "/api/v1/orders/{id}/cancel", prep: at(cancelled), token: cancelTok, status: 200},
+		{method: "POST", path: "/api/v1/orders/{id}/cancel", prep: at(cancelled), token: usedTok, status: 404}, // someone else's
+		{method: "POST", path: "/api/v1/orders/{id}/cancel", prep: at(cancelled), status: 401},
+		{method: "POST", path: "/api/v1/orders/{id}/pay", prep: at(cancelled), token: cancelTok, status: 409}, // wrong_state
+		{method: "POST", path: "/api/v1/orders/{id}/pay", prep: at(used), token: usedTok, status: 200},
+		{method: "POST", path: "/api/v1/orders/{id}/pay", prep: at("0"), token: usedTok, badRequest: true, status: 400},
+		{method: "POST", path: "/api/v1/orders/{id}/cancel", prep: at(used), token: usedTok, status: 409}, // paid: wrong_state
+		{method: "POST", path: "/api/v1/orders/{id}/redeem", prep: at(used), token: usedTok, status: 403},
+		{method: "POST", path: "/api/v1/orders/{id}/redeem", prep: at(used), token: adminTok, status: 200},
+		{method: "POST", path: "/api/v1/orders/{id}/redeem", prep: at("123"), token: adminTok, status: 404},
+		{method: "POST", path: "/api/v1/orders/{id}/pay", prep: at(refunded), token: refundTok, status: 200},
+		{method: "POST", path: "/api/v1/orders/{id}/refund", prep: at(refunded), token: refundTok, status: 403},
+		{method: "POST", path: "/api/v1/orders/{id}/refund", prep: at(refunded), token: adminTok, status: 200},
+		{method: "POST", path: "/api/v1/orders/{id}/refund", prep: at(used), token: adminTok, status: 409}, // used: wrong_state
+		{method: "GET", path: "/api/v1/orders/{id}", prep: at(cancelled), token: cancelTok, status: 200},
+		{method: "GET", path: "/api/v1/users/me/orders", token: refundTok, status: 200},
+		{method: "GET", path: "/api/v1/admin/refunds", token: adminTok, status: 200},
+		{method: "GET", path: "/api/v1/admin/refunds", token: usedTok, status: 403},
+		{method: "GET", path: "/api/v1/admin/refunds", url: "/api/v1/admin/refunds?limit=0", token: adminTok, badRequest: true, status: 400},
+		{method: "POST", path: "/api/v1/admin/payments/{id}/refunded", token: adminTok, status: 409, // a succeeded payment: wrong_state
+			prep: func(s *exchange) { orderAt(s, paymentID) }},
+		{method: "POST", path: "/api/v1/admin/payments/{id}/refunded", prep: at("987654321"), token: adminTok, status: 404},
+		{method: "POST", path: "/api/v1/admin/payments/{id}/refunded", prep: at("1"), token: usedTok, status: 403},
+		// The dev provider has no gateway to hear from.
+		{method: "POST", path: "/api/v1/payments/notify", body: notifyBody, hdr: signed, status: 503},
 		{method: "GET", path: "/api/v1/users/me/orders", url: "/api/v1/users/me/orders?limit=900", token: userTok, badRequest: true, status: 400},
 
 		{method: "POST", path: "/api/v1/auth/code", body: map[string]any{"phone": "12"}, status: 422},
@@ -256,6 +339,9 @@ func TestOpenAPIAnswers(t *testing.T) {
 		case s.path == "/api/v1/auth/login" && s.status == 200:
 			s.body = map[string]any{"phone": phone, "code": lastOutboxCode(t, outbox, phone)}
 		}
+		if s.prep != nil {
+			s.prep(s)
+		}
 		if s.url == "" {
 			s.url = s.path
 		}
@@ -277,6 +363,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 			_ = json.Unmarshal(body, &acc)
 			orderID = acc.OrderID
 		}
+		checkLifecycle(t, *s, status, body, &paymentID)
 	}
 
 	// Answers no route owns.
@@ -306,6 +393,51 @@ func TestOpenAPIAnswers(t *testing.T) {
 	for _, op := range specOps(doc, "main") {
 		if !checked[op] {
 			t.Errorf("no real answer of %s was checked", op)
+		}
+	}
+}
+
+// checkLifecycle checks what the schema cannot: that each lifecycle answer
+// shows the state the move leads to, with its fields. It remembers the
+// payment id of the pay answer that paid at once.
+func checkLifecycle(t testing.TB, s exchange, status int, body []byte, paymentID *string) {
+	t.Helper()
+	if status != http.StatusOK {
+		var e struct{ Code string }
+		_ = json.Unmarshal(body, &e)
+		want := map[int]string{409: "wrong_state", 403: "forbidden", 404: "order_not_found"}[status]
+		if strings.HasPrefix(s.path, "/api/v1/orders/{id}/") && want != "" && e.Code != want {
+			t.Errorf("%s %s: code %q, want %q", s.method, s.url, e.Code, want)
+		}
+		return
+	}
+	var v struct {
+		order.View
+		Order   order.View
+		Payment struct {
+			PaymentID int64 `json:"payment_id"`
+			Status    string
+			Amount    int64
+		}
+	}
+	_ = json.Unmarshal(body, &v)
+	switch s.path {
+	case "/api/v1/orders/{id}/cancel":
+		if v.Status != "cancelled" || v.CancelReason != "buyer" || v.CancelledAt == nil || v.Amount == nil || *v.Amount != 1500 {
+			t.Errorf("cancel answered %s", body)
+		}
+	case "/api/v1/orders/{id}/pay":
+		if v.Order.Status != "paid" || v.Order.PaidAt == nil || v.Payment.Status != "succeeded" || v.Payment.Amount != 1500 {
+			t.Errorf("pay with the dev provider answered %s", body)
+		}
+		*paymentID = fmt.Sprint(v.Payment.PaymentID)
+	case "/api/v1/orders/{id}/redeem":
+		if v.Status != "used" || v.UsedAt == nil {
+			t.Errorf("redeem answered %s", body)
+		}
+	case "/api/v1/orders/{id}/refund":
+		if v.Status != "refunded" || v.RefundedAt == nil {
+			t.Errorf("refund answered %s", body)
 		}
 	}
 }
@@ -383,4 +515,114 @@ func checkExchange(t testing.TB, doc *openapi3.T, base string, s exchange) (int,
 		t.Errorf("%s: the answer does not match the document: %v\n%.500s", name, err, body)
 	}
 	return resp.StatusCode, body
+}
+
+// TestOpenAPIPaymentGateway checks the real answers of the payment routes
+// with a webhook gateway against the document: pay creates the payment at
+// the gateway; the gateway's signed notifications pay the order or, once
+// the order is cancelled, record a refund owed, which an admin marks.
+func TestOpenAPIPaymentGateway(t *testing.T) {
+	t.Parallel()
+	doc := loadSpec(t)
+	const secret = "gateway-secret-0123456789"
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get(auth.WebhookSignatureHeader) != auth.Sign([]byte(secret), r.Header.Get(auth.WebhookTimestampHeader), body) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		var req payment.GatewayRequest
+		_ = json.Unmarshal(body, &req)
+		_ = json.NewEncoder(w).Encode(payment.GatewayAnswer{PayURL: "https://gateway.example/pay/" + req.Reference})
+	}))
+	t.Cleanup(gw.Close)
+	o := startObserved(t, map[string]string{
+		"SECKILL_PAY_PROVIDER": "webhook", "SECKILL_PAY_WEBHOOK_SECRET": secret, "SECKILL_PAY_GATEWAY_URL": gw.URL,
+	})
+	adminTok, paidTok, lateTok := token(t, 1, auth.RoleAdmin), token(t, 81, auth.RoleUser), token(t, 82, auth.RoleUser)
+	priced := createPriced(t, o.base, 2, 700)
+	paid := buyWritten(t, o.base, priced, paidTok)
+	late := buyWritten(t, o.base, priced, lateTok)
+
+	do := func(s exchange) map[string]any {
+		t.Helper()
+		if s.prep != nil {
+			s.prep(&s)
+		}
+		if s.url == "" {
+			s.url = s.path
+		}
+		_, body := checkExchange(t, doc, o.base, s)
+		var v map[string]any
+		_ = json.Unmarshal(body, &v)
+		return v
+	}
+	at := func(id string) func(*exchange) { return func(s *exchange) { orderAt(s, id) } }
+	// notify is a notification as the gateway sends it, signed at ts.
+	notify := func(id, reference string, amount int64, ts time.Time, status int) exchange {
+		body := fmt.Sprintf(`{"notification_id":%q,"reference":%q,"amount":%d,"status":"succeeded"}`, id, reference, amount)
+		sec := fmt.Sprint(ts.Unix())
+		return exchange{method: "POST", path: "/api/v1/payments/notify", body: body, status: status,
+			hdr: map[string]string{auth.WebhookTimestampHeader: sec, auth.WebhookSignatureHeader: auth.Sign([]byte(secret), sec, []byte(body))}}
+	}
+	code := func(v map[string]any, want string) {
+		t.Helper()
+		if v["code"] != want {
+			t.Errorf("answered %v, want code %s", v, want)
+		}
+	}
+
+	// Pay: the payment is created at the gateway; the order still awaits it.
+	v := do(exchange{method: "POST", path: "/api/v1/orders/{id}/pay", prep: at(paid), token: paidTok, status: 200})
+	pay, _ := v["payment"].(map[string]any)
+	ref, _ := pay["reference"].(string)
+	if pay["status"] != "created" || pay["pay_url"] != "https://gateway.example/pay/"+ref || v["order"].(map[string]any)["status"] != "awaiting_payment" {
+		t.Fatalf("pay with a gateway answered %v", v)
+	}
+	now := time.Now()
+
+	bad := notify("n-bad", ref, 700, now, 401)
+	bad.hdr[auth.WebhookSignatureHeader] = "sha256=" + strings.Repeat("0", 64)
+	code(do(bad), "bad_signature")
+	unsigned := notify("n-unsigned", ref, 700, now, 401)
+	unsigned.hdr, unsigned.badRequest = nil, true
+	code(do(unsigned), "bad_signature")
+	code(do(notify("n-stale", ref, 700, now.Add(-time.Hour), 401)), "stale_notification")
+	code(do(notify("n-nobody", "pay_unknown", 700, now, 404)), "payment_not_found")
+	code(do(notify("n-amount", ref, 699, now, 422)), "amount_mismatch")
+	if v := do(notify("n-1", ref, 700, now, 200)); v["status"] != "succeeded" {
+		t.Errorf("notification answered %v, want succeeded", v)
+	}
+	if v := do(notify("n-1", ref, 700, now, 200)); v["status"] != "duplicate" {
+		t.Errorf("the same notification again answered %v, want duplicate", v)
+	}
+	if v := do(exchange{method: "GET", path: "/api/v1/orders/{id}", prep: at(paid), token: paidTok, status: 200}); v["status"] != "paid" {
+		t.Errorf("a notified order reads %v, want paid", v)
+	}
+
+	// Late money: the order was cancelled before the gateway's notification.
+	v = do(exchange{method: "POST", path: "/api/v1/orders/{id}/pay", prep: at(late), token: lateTok, status: 200})
+	lateRef, _ := v["payment"].(map[string]any)["reference"].(string)
+	do(exchange{method: "POST", path: "/api/v1/orders/{id}/cancel", prep: at(late), token: lateTok, status: 200})
+	if v := do(notify("n-late", lateRef, 700, now, 200)); v["status"] != "needs_refund" {
+		t.Errorf("a notification for a cancelled order answered %v, want needs_refund", v)
+	}
+	if v := do(exchange{method: "GET", path: "/api/v1/orders/{id}", prep: at(late), token: lateTok, status: 200}); v["status"] != "cancelled" || v["needs_refund"] != true {
+		t.Errorf("the cancelled order paid late reads %v, want cancelled with needs_refund", v)
+	}
+	owed, _ := do(exchange{method: "GET", path: "/api/v1/admin/refunds", token: adminTok, status: 200})["payments"].([]any)
+	if len(owed) != 1 || owed[0].(map[string]any)["reference"] != lateRef {
+		t.Fatalf("refunds owed: %v, want the late payment %s", owed, lateRef)
+	}
+	owedID := fmt.Sprint(owed[0].(map[string]any)["payment_id"])
+	mark := exchange{method: "POST", path: "/api/v1/admin/payments/{id}/refunded", prep: at(owedID), token: adminTok, status: 200}
+	if v := do(mark); v["status"] != "refunded" || v["refunded_at"] == nil {
+		t.Errorf("mark refunded answered %v", v)
+	}
+	if v := do(mark); v["status"] != "refunded" {
+		t.Errorf("mark refunded again answered %v", v)
+	}
+	if owed, _ := do(exchange{method: "GET", path: "/api/v1/admin/refunds", token: adminTok, status: 200})["payments"].([]any); len(owed) != 0 {
+		t.Errorf("refunds owed after marking: %v", owed)
+	}
 }
