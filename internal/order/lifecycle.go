@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"seckill/internal/db"
 	"seckill/internal/voucher"
 	"seckill/lua"
 )
@@ -177,11 +178,19 @@ func (l *Lifecycle) Do(ctx context.Context, a Action, id int64) (Order, bool, er
 		o     Order
 		moved bool
 	)
-	err := l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		o, moved, err = l.DoTx(tx, a, id)
-		return err
-	})
+	var err error
+	// A deadlock or lock wait timeout (a writer's batch meeting this
+	// order's row) rolled everything back: try again, a few times.
+	for attempt := 0; attempt < 3; attempt++ {
+		err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			var err error
+			o, moved, err = l.DoTx(tx, a, id)
+			return err
+		})
+		if err == nil || !db.IsRetryable(err) {
+			break
+		}
+	}
 	if errors.Is(err, ErrWrongState) || errors.Is(err, ErrNotDue) {
 		return o, false, err // the order as it is: what the caller decides by
 	}
