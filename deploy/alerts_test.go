@@ -123,7 +123,8 @@ func TestAlertRules(t *testing.T) {
 	}
 	for _, want := range []string{"SeckillOrderBacklogGrowing", "SeckillDeadLetters", "SeckillShardNotReady",
 		"SeckillRedisErrors", "SeckillMySQLErrors", "SeckillInstanceDown", "SeckillPurchaseSlow", "SeckillDelayQueueOverdue",
-		"SeckillShardRebuilt", "SeckillShardRebuildFlapping", "SeckillPurchasesNotReplicated"} {
+		"SeckillShardRebuilt", "SeckillShardRebuildFlapping", "SeckillPurchasesNotReplicated",
+		"SeckillPaymentsNeedRefund", "SeckillUnpaidUnitsLate", "SeckillPaymentNotificationsRefused"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)
 		}

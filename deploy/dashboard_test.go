@@ -276,6 +276,11 @@ func TestDashboard(t *testing.T) {
 		"dead letters":             "seckill_dead_letters_total",
 		"shard rebuilds":           "sum by (shard, reason) (seckill_shard_rebuilds_total",
 		"not_replicated answers":   `seckill_purchases_total{outcome="not_replicated"}`,
+		"orders by state":          "max by (state) (seckill_orders)",
+		"order moves by move":      "sum by (move) (rate(seckill_order_moves_total",
+		"p99 unit back on sale":    "histogram_quantile(0.99, sum by (le) (rate(seckill_order_unit_back_seconds_bucket",
+		"payments by outcome":      "sum by (outcome) (rate(seckill_payments_total",
+		"payments needing refund":  "max(seckill_payments_needing_refund)",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("the dashboard does not show the %s (no query with %q)", what, want)
