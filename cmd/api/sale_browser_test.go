@@ -102,9 +102,9 @@ func waitCode(t testing.TB, outbox, phone string) string {
 // order counts its time to pay down and is paid with Pay; another buyer's
 // is cancelled with Cancel and its unit is on sale again; a sold-out
 // voucher whose only order was never paid reopens when it expires; an
-// admin creates a priced voucher, sees no refunds owed and marks the paid
-// order used; a pasted admin token is a way in. Screenshots are saved as
-// artifacts.
+// admin creates a priced voucher, sees no refunds owed, marks the paid
+// order used and refunds the free one (its unit back on sale); a pasted
+// admin token is a way in. Screenshots are saved as artifacts.
 //
 // It is not parallel: chromium's processes would starve the load tests of
 // this package (the embedded flash sale has 1s Redis timeouts) on 2 cores.
@@ -271,6 +271,11 @@ func TestSaleInBrowser(t *testing.T) {
 	if label := text(card(onSale) + " .grab"); label != "Yours" {
 		t.Errorf("the button after a grab reads %q, want Yours", label)
 	}
+	freeAttr, err := chromedp.Run(tctx, chromedp.AttributeValue(chromedp.CSS(card(onSale)+" .v-msg"), "data-order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeOrder := freeAttr.Value
 
 	// The same buyer bought the other voucher elsewhere (another tab, a
 	// phone): this page does not know, its grab is told "already
@@ -408,6 +413,10 @@ func TestSaleInBrowser(t *testing.T) {
 	if err := s.db(t).Raw("SELECT status, amount FROM orders WHERE id = ?", paidOrder).Scan(&row).Error; err != nil || row.Status != "used" {
 		t.Errorf("order %s marked used in the browser: %+v, %v", paidOrder, row, err)
 	}
+	// A refunded order gives its unit back: the voucher's stock rises.
+	do("refund", chromedp.SetValue(chromedp.ID("a-order"), freeOrder), chromedp.Click(chromedp.ID("a-refund")))
+	waitText("#refunds-msg", "Order "+freeOrder+": refunded.")
+	waitText(card(onSale)+" .v-left", "5 of 5 left")
 	shot("sale-admin.png")
 
 	// A token the service printed (the embedded mode's admin token) is a
