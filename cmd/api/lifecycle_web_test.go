@@ -226,3 +226,57 @@ func TestUnpaidOrdersGoBackOnSale(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelledUnitSoldThroughTheOtherInstance: two instances that answer
+// refusals from memory for 5 s. The sale sells out; a buyer cancels
+// through one instance, and a new buyer gets the unit through the other
+// one well within those 5 s: the cancellation's event dropped what it
+// remembered.
+func TestCancelledUnitSoldThroughTheOtherInstance(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"SECKILL_LOG_LEVEL": "warn", "SECKILL_PAY_PROVIDER": "dev", "SECKILL_RATE_LIMIT": "off",
+		"SECKILL_LOCAL_REFUSALS_TTL": "5s", "SECKILL_KEY_PREFIX": testenv.Prefix(t), "SECKILL_MYSQL_DSN": testenv.MySQLDSN(t),
+	}
+	a := startWeb(t, env)
+	b := startWeb(t, env)
+	admin := token(t, 1, auth.RoleAdmin)
+	v := sendJSON(t, "POST", a.base+"/api/v1/vouchers", admin, map[string]any{
+		"title": "one", "face_value": 1000, "price": 100, "stock": 1,
+		"begin_at": time.Now().Add(-time.Minute).Format(time.RFC3339), "end_at": time.Now().Add(time.Hour).Format(time.RFC3339),
+	})
+	if v.status != http.StatusCreated {
+		t.Fatalf("create voucher: %d %s", v.status, v.raw)
+	}
+	vid := int64(v.body["voucher"].(map[string]any)["id"].(float64))
+	buy := func(base string, user int64) answer {
+		return sendJSON(t, "POST", fmt.Sprintf("%s/api/v1/vouchers/%d/orders", base, vid), token(t, user, auth.RoleUser), nil)
+	}
+	first := buy(a.base, 70_001)
+	if first.status != http.StatusAccepted {
+		t.Fatalf("first buyer: %d %s", first.status, first.raw)
+	}
+	id, _ := strconv.ParseInt(first.body["order_id"].(string), 10, 64)
+	// b learns the sale is sold out, and remembers it.
+	if r := buy(b.base, 70_002); r.status != http.StatusConflict || r.code() != "sold_out" {
+		t.Fatalf("second buyer: %d %s", r.status, r.raw)
+	}
+	waitStatus(t, a.base, 70_001, id, "awaiting_payment")
+	cancelled := time.Now()
+	if c := sendJSON(t, "POST", fmt.Sprintf("%s/api/v1/orders/%d/cancel", a.base, id), token(t, 70_001, auth.RoleUser), nil); c.status != 200 {
+		t.Fatalf("cancel: %d %s", c.status, c.raw)
+	}
+	var r answer
+	testenv.WaitFor(t, 2*time.Second, "the unit sold through b", func() bool {
+		r = buy(b.base, 70_003)
+		return r.status == http.StatusAccepted
+	})
+	if time.Since(cancelled) >= 5*time.Second {
+		t.Fatalf("sold through b only after the refusal expired")
+	}
+	// And the buyer who cancelled may buy again: the sale is sold out
+	// again, so through a they are told so, not already_purchased.
+	if r := buy(a.base, 70_001); r.status != http.StatusConflict || r.code() != "sold_out" {
+		t.Fatalf("the buyer who cancelled: %d %s", r.status, r.raw)
+	}
+}
