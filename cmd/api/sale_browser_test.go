@@ -376,11 +376,26 @@ func TestSaleInBrowser(t *testing.T) {
 		t.Errorf("a cancelled order reads %q on its card, my orders %q", msg, orders)
 	}
 
+	// After a cancellation the buyer may grab again; this time the order
+	// is left unpaid.
+	do("grab again", chromedp.Click(chromedp.CSS(card(priced)+" .grab:enabled")),
+		visible(card(priced)+` .v-msg[data-status="awaiting_payment"]`), visible(card(priced)+" .v-pay .due"))
+	shot("sale-cancelled.png")
+
 	// The sold-out voucher's only order was never paid: once it expires
 	// the unit is back, the stock rises and the button is enabled again.
 	waitText(card(expiring)+" .v-left", "1 of 1 left")
 	do("the expired unit is on sale again", visible(card(expiring)+`[data-phase="on_sale"] .grab:enabled`))
-	shot("sale-cancelled.png")
+
+	// When the buyer's own time to pay runs out, the page asks for the
+	// order again and shows it cancelled, its unit back on sale.
+	do("the unpaid order expires", visible(card(priced)+` .v-msg[data-status="cancelled"]`),
+		chromedp.WaitNotVisible(chromedp.CSS(card(priced)+" .v-pay")))
+	waitText(card(priced)+" .v-left", "1 of 2 left")
+	if msg := text(card(priced) + " .v-msg"); !strings.Contains(msg, "cancelled (expired: not paid in time)") {
+		t.Errorf("an expired order reads %q on its card", msg)
+	}
+	do("and may be grabbed again", visible(card(priced)+`[data-phase="on_sale"] .grab:enabled:not(.yours)`))
 	do("log out", chromedp.Click(chromedp.ID("logout")), visible("#login-panel"))
 
 	// The admin's form is there only for an admin.
