@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 	"gorm.io/gorm"
 
 	"seckill/internal/mq"
@@ -112,21 +111,16 @@ func NewExpirer(life *Lifecycle, exp *Expiries, log *slog.Logger) *Expirer {
 	return &Expirer{life: life, exp: exp, log: log}
 }
 
-// expireAtOnce bounds the orders of one batch expired at once: each is a
-// transaction of its own, and deadlines that fell due together (a burst of
-// sales) should be back on sale together.
-const expireAtOnce = 8
-
-// Handle expires each order of the batch whose deadline passed, several at
-// once. An order paid, used or refunded meanwhile is left as it is; one
-// cancelled by its buyer has its unit given back if that did not happen
-// yet; one whose deadline is still ahead (the deadline moved, or clocks
-// differ) is scheduled again for it. A failure to read or write leaves the
-// batch pending: every step is idempotent.
+// Handle expires the orders of the batch whose deadline passed, in one
+// transaction (Lifecycle.ExpireAll). An order paid, used or refunded
+// meanwhile is left as it is; one cancelled by its buyer has its unit
+// given back if that did not happen yet; one whose deadline is still ahead
+// (the deadline moved, or clocks differ) is scheduled again for it. A
+// failure to read or write leaves the batch pending: every step is
+// idempotent.
 func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
 	outcomes := make([]mq.Outcome, len(batch))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(expireAtOnce)
+	ids := make([]int64, 0, len(batch))
 	for i, m := range batch {
 		outcomes[i] = mq.Ack
 		id, err := strconv.ParseInt(fmt.Sprint(m.Values["order_id"]), 10, 64)
@@ -134,33 +128,30 @@ func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome,
 			e.log.Warn("expiry without an order id dropped", "message_id", m.ID)
 			continue
 		}
-		g.Go(func() error { return e.expire(gctx, id) })
+		ids = append(ids, id)
 	}
-	if err := g.Wait(); err != nil {
+	if len(ids) == 0 {
+		return outcomes, nil
+	}
+	orders, err := e.life.ExpireAll(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	now := e.life.now()
+	var early []deadline
+	for _, id := range ids {
+		o, ok := orders[id]
+		switch {
+		case !ok:
+			e.log.Warn("expiry of an order not in the database dropped", "order_id", id)
+		case o.Status == StatusAwaitingPayment && o.PayDeadline != nil && o.PayDeadline.After(now):
+			early = append(early, deadline{o.ID, o.UserID, o.VoucherID, *o.PayDeadline})
+		}
+	}
+	if err := e.exp.schedule(ctx, early); err != nil {
 		return nil, err
 	}
 	return outcomes, nil
-}
-
-func (e *Expirer) expire(ctx context.Context, id int64) error {
-	o, _, err := e.life.Do(ctx, Expire, id)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrNotFound):
-		e.log.Warn("expiry of an order not in the database dropped", "order_id", id)
-		return nil
-	case errors.Is(err, ErrNotDue) && o.PayDeadline != nil:
-		return e.exp.schedule(ctx, []deadline{{o.ID, o.UserID, o.VoucherID, *o.PayDeadline}})
-	case errors.Is(err, ErrNotDue):
-		e.log.Warn("expiry of an order with no pay deadline dropped", "order_id", id)
-		return nil
-	case errors.Is(err, ErrWrongState):
-		// Paid, used, or cancelled by its buyer: a cancellation whose
-		// unit did not reach Redis (a crash in between) gets it now.
-		return e.life.GiveBack(ctx, &o)
-	}
-	return err
 }
 
 // SweeperConfig tunes a Sweeper.
@@ -228,12 +219,10 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 		return fmt.Errorf("find overdue orders: %w", err)
 	}
 	var errs []error
-	for _, id := range overdue {
-		if _, _, err := s.life.Do(ctx, Expire, id); err != nil && !errors.Is(err, ErrWrongState) && !errors.Is(err, ErrNotDue) {
+	if len(overdue) > 0 {
+		if _, err := s.life.ExpireAll(ctx, overdue); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if len(overdue) > 0 {
 		s.log.Info("overdue unpaid orders expired by the sweeper", "orders", len(overdue))
 	}
 	var notBack []Order

@@ -1,10 +1,12 @@
 package order
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -288,27 +290,160 @@ func (l *Lifecycle) GiveBack(ctx context.Context, o *Order) error {
 }
 
 func (l *Lifecycle) giveBack(ctx context.Context, o *Order) error {
-	shard := l.keys.Shard(o.VoucherID)
-	keys := []string{l.keys.Ready(shard), l.keys.State(o.VoucherID), l.keys.Buyers(o.VoucherID), l.keys.Pending(shard)}
-	n, err := l.release.Run(ctx, l.rdb, keys, o.UserID, o.ID, "1").Int()
-	if err != nil {
-		l.obs.RedisError("unit_back")
-		return fmt.Errorf("give back unit of order %d: %w: %w", o.ID, ErrUnitNotBack, err)
+	return l.giveBackAll(ctx, []*Order{o})
+}
+
+// giveBackAll returns the units of ended orders to the live sale in Redis,
+// one script call each in one pipeline, then records in one statement when
+// (unit_back_at) for those Redis took, and tells every instance. An order
+// whose call failed, or whose shard is being rebuilt (a rebuild that read
+// the database before the move may hold the unit: try again after it), is
+// left for the sweeper, and the error says so.
+func (l *Lifecycle) giveBackAll(ctx context.Context, orders []*Order) error {
+	if len(orders) == 0 {
+		return nil
 	}
-	if n < 0 {
-		// The shard is being rebuilt: a rebuild that read the database
-		// before this move may hold the unit; try again after it.
-		return fmt.Errorf("give back unit of order %d: %w: %w", o.ID, ErrUnitNotBack, errNotReady)
+	pipe := l.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(orders))
+	for i, o := range orders {
+		shard := l.keys.Shard(o.VoucherID)
+		keys := []string{l.keys.Ready(shard), l.keys.State(o.VoucherID), l.keys.Buyers(o.VoucherID), l.keys.Pending(shard)}
+		cmds[i] = l.release.Eval(ctx, pipe, keys, o.UserID, o.ID, "1")
+	}
+	_, _ = pipe.Exec(ctx) // each command's answer is read below
+	var (
+		back   []*Order
+		ids    []int64
+		failed error
+	)
+	for i, c := range cmds {
+		n, err := c.Int()
+		switch {
+		case err != nil:
+			l.obs.RedisError("unit_back")
+			failed = cmp.Or(failed, fmt.Errorf("give back unit of order %d: %w: %w", orders[i].ID, ErrUnitNotBack, err))
+		case n < 0:
+			failed = cmp.Or(failed, fmt.Errorf("give back unit of order %d: %w: %w", orders[i].ID, ErrUnitNotBack, errNotReady))
+		default:
+			back = append(back, orders[i])
+			ids = append(ids, orders[i].ID)
+		}
+	}
+	if len(back) == 0 {
+		return failed
 	}
 	now := l.now().UTC()
-	if err := l.db.WithContext(ctx).Model(&Order{}).Where("id = ? AND unit_back_at IS NULL", o.ID).Update("unit_back_at", now).Error; err != nil {
+	if err := l.db.WithContext(ctx).Model(&Order{}).Where("id IN ? AND unit_back_at IS NULL", ids).Update("unit_back_at", now).Error; err != nil {
 		l.obs.MySQLError("unit_back")
-		return fmt.Errorf("record unit of order %d back: %w", o.ID, err)
+		return fmt.Errorf("record units of %d orders back: %w", len(ids), err)
 	}
-	o.UnitBackAt = &now
-	if o.Status == StatusCancelled && o.CancelReason != nil && *o.CancelReason == CancelExpired && o.PayDeadline != nil {
-		l.obs.UnitBack(now.Sub(*o.PayDeadline))
+	for _, o := range back {
+		o.UnitBackAt = &now
+		if o.Status == StatusCancelled && o.CancelReason != nil && *o.CancelReason == CancelExpired && o.PayDeadline != nil {
+			l.obs.UnitBack(now.Sub(*o.PayDeadline))
+		}
+		l.events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
 	}
-	l.events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
-	return nil
+	return failed
+}
+
+// ExpireAll is Do(Expire) for many orders in one transaction, the way a
+// burst of deadlines falls due: the orders are locked in id order, those
+// still awaiting payment past their deadline are cancelled (expired) by one
+// statement, and each voucher's stock goes up by its count. Then their
+// units, and those of any order of ids that ended before without its unit
+// reaching Redis, go back to the live sale in one pipeline. It returns
+// every order of ids the database holds, as it is now.
+func (l *Lifecycle) ExpireAll(ctx context.Context, ids []int64) (map[int64]*Order, error) {
+	t := transitions[Expire]
+	var (
+		rows  []Order
+		moved int
+		err   error
+	)
+	for attempt := 0; attempt < 3; attempt++ {
+		err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			var err error
+			rows, moved, err = l.expireTx(tx, ids)
+			return err
+		})
+		if err == nil || !db.IsRetryable(err) {
+			break
+		}
+	}
+	if err != nil {
+		l.obs.MySQLError(t.name)
+		return nil, err
+	}
+	for range moved {
+		l.obs.Moved(t.name)
+	}
+	out := make(map[int64]*Order, len(rows))
+	var ended []*Order
+	for i := range rows {
+		o := &rows[i]
+		out[o.ID] = o
+		if o.Live == nil && o.UnitBackAt == nil {
+			ended = append(ended, o)
+		}
+	}
+	return out, l.giveBackAll(ctx, ended)
+}
+
+// expireTx is ExpireAll's transaction: the Expire row of transitions
+// applied to every order of ids it fits. It returns the orders as they are
+// after it, and how many it moved.
+func (l *Lifecycle) expireTx(tx *gorm.DB, ids []int64) ([]Order, int, error) {
+	t := transitions[Expire]
+	var rows []Order
+	q := tx
+	if tx.Dialector.Name() == "mysql" {
+		q = tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
+	if err := q.Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
+		return nil, 0, fmt.Errorf("%s %d orders: %w", t.name, len(ids), err)
+	}
+	now := l.now().UTC()
+	var due []int64
+	perVoucher := map[int64]int{}
+	for _, o := range rows {
+		if o.Status == t.from && o.PayDeadline != nil && !o.PayDeadline.After(now) {
+			due = append(due, o.ID)
+			perVoucher[o.VoucherID]++
+		}
+	}
+	if len(due) == 0 {
+		return rows, 0, nil
+	}
+	res := tx.Model(&Order{}).Where("id IN ? AND status = ?", due, t.from).
+		Updates(map[string]any{"status": t.to, t.stamp: now, "cancel_reason": t.reason, "live": nil})
+	if res.Error != nil {
+		return nil, 0, fmt.Errorf("%s %d orders: %w", t.name, len(due), res.Error)
+	}
+	if res.RowsAffected != int64(len(due)) {
+		return nil, 0, fmt.Errorf("%s %d orders: %d changed under their locks", t.name, len(due), int64(len(due))-res.RowsAffected)
+	}
+	vids := make([]int64, 0, len(perVoucher))
+	for id := range perVoucher {
+		vids = append(vids, id)
+	}
+	slices.Sort(vids)
+	for _, id := range vids {
+		n := perVoucher[id]
+		up := tx.Exec("UPDATE vouchers SET stock = stock + ?, updated_at = ? WHERE id = ? AND stock + ? <= total_stock", n, now, id, n)
+		if up.Error != nil {
+			return nil, 0, fmt.Errorf("return %d units to voucher %d: %w", n, id, up.Error)
+		}
+		if up.RowsAffected != 1 {
+			return nil, 0, fmt.Errorf("return %d units to voucher %d: stock would pass its total", n, id)
+		}
+	}
+	reason := t.reason
+	for i := range rows {
+		o := &rows[i]
+		if o.Status == t.from && o.PayDeadline != nil && !o.PayDeadline.After(now) {
+			o.Status, o.CancelledAt, o.CancelReason, o.Live = t.to, &now, &reason, nil
+		}
+	}
+	return rows, len(due), nil
 }

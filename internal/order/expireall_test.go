@@ -1,0 +1,84 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestExpireAllRaces: 20 overdue orders of one voucher; 100 goroutines
+// released at once, half expiring the whole set in one transaction each
+// (Lifecycle.ExpireAll, as expirers of several instances do), half paying
+// or cancelling single orders. Every order ends as exactly one of paid or
+// cancelled, the moves made add up to one per order, and the voucher got
+// back exactly one unit per cancelled order, in the database and in Redis.
+func TestExpireAllRaces(t *testing.T) {
+	t.Parallel()
+	const orders, callers = 20, 100
+	eachLifeDB(t, 1990, orders, func(t *testing.T, e lifeEnv) {
+		ctx := context.Background()
+		counter := &moveCounter{moves: map[string]int{}}
+		late := e.lifecycleAhead(2 * lifeWindow)
+		late.obs = counter
+		var ps []purchase
+		var ids []int64
+		for range orders {
+			p := e.buy(t)
+			ps = append(ps, p)
+			ids = append(ids, p.order)
+		}
+		v := ps[0].voucher
+		was := e.sale(t, v, ps[0].user)
+		start := make(chan struct{})
+		var (
+			wg     sync.WaitGroup
+			single atomic.Int64
+		)
+		for g := range callers {
+			wg.Go(func() {
+				<-start
+				if g%2 == 0 {
+					if _, err := late.ExpireAll(ctx, ids); err != nil {
+						t.Errorf("expire all: %v", err)
+					}
+					return
+				}
+				a := Pay
+				if g%4 == 3 {
+					a = Cancel
+				}
+				_, moved, err := late.Do(ctx, a, ids[g%orders])
+				if err != nil && !errors.Is(err, ErrWrongState) {
+					t.Errorf("%s order %d: %v", a, ids[g%orders], err)
+				}
+				if moved {
+					single.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		var cancelled int64
+		for _, id := range ids {
+			o := e.order(t, id)
+			switch {
+			case o.Status == StatusPaid && o.Live != nil:
+			case o.Status == StatusCancelled && o.Live == nil && o.UnitBackAt != nil:
+				cancelled++
+			default:
+				t.Fatalf("order %d: %s", id, describe(o))
+			}
+		}
+		moves := counter.count("pay") + counter.count("cancel") + counter.count("expire")
+		if moves != orders {
+			t.Fatalf("%d moves heard (pay %d, cancel %d, expire %d, single %d), want %d", moves,
+				counter.count("pay"), counter.count("cancel"), counter.count("expire"), single.Load(), orders)
+		}
+		s := e.sale(t, v, ps[0].user)
+		if s.stock != was.stock+cancelled || s.redisStock != was.redisStock+cancelled {
+			t.Fatalf("sale %+v after %d cancelled, was %+v", s, cancelled, was)
+		}
+	})
+}
