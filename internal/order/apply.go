@@ -253,16 +253,23 @@ func (w *Writer) insertedOrLettered(tx *gorm.DB, it *item, sp string) error {
 // buyer's order on the id (a collision), or the buyer's other order of
 // the voucher.
 func (w *Writer) duplicateOrder(tx *gorm.DB, it *item) error {
-	var rows []orderOwner
-	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id FROM orders WHERE id = ?"), it.ord.OrderID).Scan(&rows).Error; err != nil {
+	var rows []struct {
+		ID, UserID, VoucherID int64
+		Ended                 bool
+	}
+	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id, live IS NULL AS ended FROM orders WHERE id = ?"), it.ord.OrderID).Scan(&rows).Error; err != nil {
 		return fmt.Errorf("find order %d: %w", it.ord.OrderID, err)
 	}
 	f := found{holds: holdsBuyersOrder}
 	if len(rows) == 1 {
-		f = holdingOf(it, &rows[0], nil) // this buyer's order, or another's
+		r := rows[0]
+		f = holdingOf(it, &orderOwner{r.ID, r.UserID, r.VoucherID}, nil) // this buyer's order, or another's
+		if f.holds == holdsOrder && r.Ended {
+			f.holds = holdsEndedOrder // written by another worker, and ended since
+		}
 	}
 	it.v = decide(it.read, f)
-	if it.v.fate == written {
+	if it.v.fate == written || it.v.fate == ended {
 		return nil
 	}
 	it.idTaken = it.idTaken || f.idTaken()

@@ -31,7 +31,48 @@ func (w *Writer) afterCommit(ctx context.Context, work []*item) error {
 	if err := w.settle(ctx, work); err != nil {
 		return err
 	}
+	if err := w.giveBackEnded(ctx, work); err != nil {
+		return err
+	}
 	return w.scheduleWritten(ctx, work)
+}
+
+// giveBackEnded gives back in Redis the units of settled orders that were
+// cancelled or refunded between their commit and their settling: settle
+// found no buyer entry (the move had given the unit back) and took the
+// unit again. Read after the settle, every such move is seen; the script
+// gives back only while the entry names the order, so a give-back of the
+// move's own that runs later finds nothing to do.
+func (w *Writer) giveBackEnded(ctx context.Context, items []*item) error {
+	var ids []int64
+	for _, it := range items {
+		if it.v.effects().settle {
+			ids = append(ids, it.ord.OrderID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var ended []orderOwner
+	if err := w.db.WithContext(ctx).Raw("SELECT id, user_id, voucher_id FROM orders WHERE id IN ? AND live IS NULL", ids).Scan(&ended).Error; err != nil {
+		w.cfg.Observer.MySQLError("write")
+		return fmt.Errorf("find orders ended since written: %w", err)
+	}
+	for _, o := range ended {
+		shard := w.keys.Shard(o.VoucherID)
+		keys := []string{w.keys.Ready(shard), w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(shard)}
+		n, err := w.release.Run(ctx, w.rdb, keys, o.UserID, o.ID, "1").Int()
+		if err == nil && n < 0 {
+			err = errNotReady
+		}
+		if err != nil {
+			return fmt.Errorf("give back unit of order %d ended since written: %w", o.ID, err)
+		}
+		if n == 1 {
+			w.cfg.Events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
+		}
+	}
+	return nil
 }
 
 // observeCommitted tells the observer what the committed transaction

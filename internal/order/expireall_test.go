@@ -82,3 +82,35 @@ func TestExpireAllRaces(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelledBetweenCommitAndSettle: the buyer cancels an order after
+// the writer committed it and before the writer settled it in Redis (the
+// hook between the two, where a paused worker would be). The cancellation
+// gives the unit back; the settle then finds no buyer entry and takes the
+// unit again; the writer sees the order ended and gives it back once more.
+// Redis ends with the unit on sale and no entry for the buyer, as the
+// database says.
+func TestCancelledBetweenCommitAndSettle(t *testing.T) {
+	t.Parallel()
+	eachLifeDB(t, 1990, 3, func(t *testing.T, e lifeEnv) {
+		ctx := context.Background()
+		p := e.reserve(t, e.v.ID)
+		was := e.sale(t, p.voucher, p.user)
+		var cancelled []error
+		e.w.cfg.AfterCommit = func() {
+			_, _, err := e.life.Do(ctx, Cancel, p.order)
+			cancelled = append(cancelled, err)
+		}
+		e.write(t, p)
+		if len(cancelled) != 1 || cancelled[0] != nil {
+			t.Fatalf("cancel in the hook: %v", cancelled)
+		}
+		o := e.order(t, p.order)
+		if o.Status != StatusCancelled || o.UnitBackAt == nil {
+			t.Fatalf("order: %s", describe(o))
+		}
+		if s := e.sale(t, p.voucher, p.user); s != (sale{stock: was.stock, redisStock: was.redisStock + 1}) {
+			t.Fatalf("sale %+v, want the unit back on sale in both (was %+v, reserved in Redis only)", s, was)
+		}
+	})
+}
