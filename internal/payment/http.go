@@ -110,6 +110,10 @@ func (h *HTTP) Pay(c *gin.Context) {
 	p, _, err := h.ledger.open(ctx, h.provider.Name(), id)
 	var wrong *order.StateError
 	switch {
+	case errors.As(err, &wrong) && (wrong.Status == order.StatusPaid || wrong.Status == order.StatusUsed):
+		// Paid already (a second press of Pay): the answer of the first.
+		h.paidAlready(c, id)
+		return
 	case errors.As(err, &wrong):
 		apierr.Abort(c, http.StatusConflict, "wrong_state", "cannot pay an order that is "+wrong.Status)
 		return
@@ -136,10 +140,12 @@ func (h *HTTP) Pay(c *gin.Context) {
 		// The money came with the call: settled as a notification of the
 		// payment itself would be.
 		var v verdict
+		opened := p.ID
 		v, p, o, err = h.ledger.settle(ctx, notice{provider: p.Provider, id: p.Reference, reference: p.Reference, amount: p.Amount})
 		if err == nil && v == settled {
-			// A Pay at the same moment settled it: answer as it is now.
-			p, err = h.ledger.get(ctx, p.ID)
+			// A Pay at the same moment settled it: answer as it is now
+			// (settle answers no payment for a duplicate).
+			p, err = h.ledger.get(ctx, opened)
 			if err == nil {
 				o, err = h.readOrder(ctx, id)
 			}
@@ -162,6 +168,28 @@ func (h *HTTP) Pay(c *gin.Context) {
 		pv.PayURL = co.PayURL
 	}
 	c.JSON(http.StatusOK, PayAnswer{Order: view, Payment: pv})
+}
+
+// paidAlready answers a Pay of an order a payment paid before with that
+// order and payment, as the first Pay was answered; an order paid
+// otherwise (written paid: nothing to pay) is 409 wrong_state.
+func (h *HTTP) paidAlready(c *gin.Context, id int64) {
+	ctx := c.Request.Context()
+	var ps []Payment
+	err := h.ledger.db.WithContext(ctx).Where("order_id = ? AND status = ?", id, StatusSucceeded).Order("id").Limit(1).Find(&ps).Error
+	var o order.Order
+	if err == nil && len(ps) == 1 {
+		o, err = h.readOrder(ctx, id)
+	}
+	switch {
+	case err != nil:
+		h.log.Error("read paid order failed", "order_id", id, "err", err)
+		apierr.Unavailable(c, "unavailable", "the payment cannot be read right now")
+	case len(ps) == 0:
+		apierr.Abort(c, http.StatusConflict, "wrong_state", "the order has nothing to pay")
+	default:
+		c.JSON(http.StatusOK, PayAnswer{Order: order.ViewOf(o, h.cfg.Now()), Payment: ViewOf(ps[0])})
+	}
 }
 
 func (h *HTTP) readOrder(ctx context.Context, id int64) (order.Order, error) {

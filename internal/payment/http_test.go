@@ -43,10 +43,13 @@ func TestPayDev(t *testing.T) {
 		if ps := e.payments(t, id); len(ps) != 1 || ps[0].Status != StatusSucceeded {
 			t.Fatalf("payments %+v, want one succeeded", ps)
 		}
-		w := s.pay(t, buyer, id)
-		refused(t, w, http.StatusConflict, "wrong_state")
-		if !strings.Contains(w.Body.String(), "paid") {
-			t.Fatalf("wrong state answer %s does not name the state", w.Body.String())
+		// Pressing Pay again answers the first payment, and pays nothing.
+		again := answer[PayAnswer](t, s.pay(t, buyer, id), http.StatusOK)
+		if again.Order.Status != order.StatusPaid || again.Payment.Status != StatusSucceeded || again.Payment.PaymentID != ps0(t, e, id).ID {
+			t.Fatalf("pay again: %+v", again)
+		}
+		if ps := e.payments(t, id); len(ps) != 1 {
+			t.Fatalf("payments %+v after paying again, want one", ps)
 		}
 		if n := len(e.payments(t, id)); n != 1 {
 			t.Fatalf("%d payments after paying twice, want 1", n)
@@ -165,7 +168,9 @@ func TestPayWebhook(t *testing.T) {
 		if ps := e.payments(t, id); ps[0].Status != StatusSucceeded || ps[0].SucceededAt == nil {
 			t.Fatalf("payment %+v, want succeeded", ps[0])
 		}
-		refused(t, s.pay(t, buyer, id), http.StatusConflict, "wrong_state")
+		if again := answer[PayAnswer](t, s.pay(t, buyer, id), http.StatusOK); again.Payment.Status != StatusSucceeded || len(e.payments(t, id)) != 1 {
+			t.Fatalf("pay a paid order again: %+v, payments %+v", again, e.payments(t, id))
+		}
 		if obs.succeeded.Load() != 1 {
 			t.Fatalf("observer heard %d successes, want 1", obs.succeeded.Load())
 		}
@@ -394,5 +399,53 @@ func TestPaidTwice(t *testing.T) {
 		if o := e.getOrder(t, id); o.Status != order.StatusPaid || ps[0].Status != StatusSucceeded || ps[1].Status != StatusNeedsRefund {
 			t.Fatalf("order %s, payments %s and %s; want paid, succeeded and needs_refund", o.Status, ps[0].Status, ps[1].Status)
 		}
+	})
+}
+
+// ps0 is the order's first payment.
+func ps0(t testing.TB, e env, orderID int64) Payment {
+	t.Helper()
+	ps := e.payments(t, orderID)
+	if len(ps) == 0 {
+		t.Fatalf("order %d has no payment", orderID)
+	}
+	return ps[0]
+}
+
+// TestPayPressedAtOnce: 50 presses of Pay on one order with the dev
+// provider, released at once. Every press answers 200 with the order paid
+// and the one payment that paid it: none answers 503 or pays twice.
+func TestPayPressedAtOnce(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, e env) {
+		s := e.service(t, Config{Provider: ProviderDev})
+		id := e.order(t, buyer, time.Now().Add(time.Hour))
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		codes := make([]int, 50)
+		refs := make([]string, 50)
+		for i := range codes {
+			wg.Go(func() {
+				<-start
+				w := s.pay(t, buyer, id)
+				codes[i] = w.Code
+				var a PayAnswer
+				if err := json.Unmarshal(w.Body.Bytes(), &a); err == nil && a.Order.Status == order.StatusPaid {
+					refs[i] = a.Payment.Reference
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		ps := e.payments(t, id)
+		if len(ps) != 1 || ps[0].Status != StatusSucceeded {
+			t.Fatalf("payments %+v, want one succeeded", ps)
+		}
+		for i := range codes {
+			if codes[i] != http.StatusOK || refs[i] != ps[0].Reference {
+				t.Fatalf("press %d answered %d with payment %q, want 200 with %q", i, codes[i], refs[i], ps[0].Reference)
+			}
+		}
+		e.conserved(t)
 	})
 }
