@@ -180,9 +180,14 @@ func TestCheckLifecycle(t *testing.T) {
 			sql(t, g, "INSERT INTO payments ("+pcols+") VALUES (6, 901, 'dev', 'r6', 500, 'succeeded', ?, ?, ?, NULL)", now, now, now),
 			sql(t, g, "DELETE FROM payments WHERE id = 6"),
 			[]string{"I10: payment 6 succeeded but its order 901 is awaiting_payment"}},
-		{"a refund needed for an order still paid",
-			sql(t, g, "UPDATE payments SET status = 'needs_refund' WHERE id = 1"), sql(t, g, "UPDATE payments SET status = 'succeeded' WHERE id = 1"),
-			[]string{"I10: payment 1 needs a refund but its order 902 is paid, not cancelled"}},
+		{"an order paid by two payments",
+			sql(t, g, "INSERT INTO payments ("+pcols+") VALUES (7, 902, 'dev', 'r7', 500, 'succeeded', ?, ?, ?, NULL)", now, now, now),
+			sql(t, g, "DELETE FROM payments WHERE id = 7"),
+			[]string{"I10: payments 1 and 7 both paid order 902"}},
+		{"a refund needed for an order still awaiting payment",
+			sql(t, g, "INSERT INTO payments ("+pcols+") VALUES (8, 901, 'dev', 'r8', 500, 'needs_refund', ?, ?, ?, NULL)", now, now, now),
+			sql(t, g, "DELETE FROM payments WHERE id = 8"),
+			[]string{"I10: payment 8 is needs_refund but its order 901 is awaiting_payment"}},
 	} {
 		c.break_()
 		check(in, c.want...)

@@ -11,6 +11,7 @@
 package verify
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -553,22 +554,28 @@ func (s *sale) unitsReturned() {
 }
 
 // paymentsMatch checks I10: a succeeded payment belongs to a paid, used or
-// refunded order, so a payment of a cancelled order never stays succeeded:
-// money that arrived after the cancellation is needs_refund, then
-// refunded (a payment created and never made stays created). A payment
-// needing a refund belongs to a cancelled order; a refunded one to a
-// cancelled or refunded order.
+// refunded order, and an order has at most one: a payment of a cancelled
+// order never stays succeeded (money that arrived after the cancellation
+// is needs_refund, then refunded), and a second payment of a paid order is
+// needs_refund too. So a payment needing a refund, or refunded, belongs to
+// an order that could not take it: one that ended, or one another payment
+// paid; never to an order still awaiting payment. A payment created and
+// never made stays created.
 func (s *sale) paymentsMatch() {
 	c := named{s: s}
+	succeeded := map[int64]int64{}
 	for _, p := range s.payments {
 		state := s.stateOfOrder[p.OrderID]
 		switch {
 		case p.Status == "succeeded" && state != Paid && state != Used && state != Refunded:
 			c.add("I10: payment %d succeeded but its order %d is %s", p.ID, p.OrderID, state)
-		case p.Status == "needs_refund" && state != Cancelled:
-			c.add("I10: payment %d needs a refund but its order %d is %s, not cancelled", p.ID, p.OrderID, state)
-		case p.Status == "refunded" && state != Cancelled && state != Refunded:
-			c.add("I10: payment %d was refunded but its order %d is %s", p.ID, p.OrderID, state)
+		case p.Status == "succeeded" && succeeded[p.OrderID] != 0:
+			c.add("I10: payments %d and %d both paid order %d", succeeded[p.OrderID], p.ID, p.OrderID)
+		case (p.Status == "needs_refund" || p.Status == "refunded") && (state == AwaitingPayment || state == ""):
+			c.add("I10: payment %d is %s but its order %d is %s", p.ID, p.Status, p.OrderID, cmp.Or(state, "not written"))
+		}
+		if p.Status == "succeeded" && succeeded[p.OrderID] == 0 {
+			succeeded[p.OrderID] = p.ID
 		}
 	}
 	c.total("I10: ... %d payments at odds with their order in all")
