@@ -171,16 +171,16 @@ func NewLifecycle(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, cfg
 
 // Do makes the action on order id and returns the order as it is now, and
 // whether this call moved it (with ErrWrongState or ErrNotDue, the order
-// as it is). A move that gives the unit back returns it
-// to Redis too; when Redis cannot take it now (down, or the shard being
-// rebuilt), the order is moved all the same and the error says so
-// (errors.Is(err, ErrUnitNotBack)): the sweeper gives the unit back later.
+// as it is). A move that gives the unit back returns it to Redis too; when
+// Redis cannot take it now (down, or the shard being rebuilt), the order
+// is moved all the same and the error says so (errors.Is(err,
+// ErrUnitNotBack)): the sweeper gives the unit back later.
 func (l *Lifecycle) Do(ctx context.Context, a Action, id int64) (Order, bool, error) {
 	var (
 		o     Order
 		moved bool
+		err   error
 	)
-	var err error
 	// A deadlock or lock wait timeout (a writer's batch meeting this
 	// order's row) rolled everything back: try again, a few times.
 	for attempt := 0; attempt < 3; attempt++ {
