@@ -80,16 +80,21 @@ func (w drainWatch) run(ctx context.Context) (DrainResult, error) {
 	}
 	fmt.Fprintf(cfg.Log, "watching voucher %d: %d of %d orders in MySQL; start the worker now\n", cfg.VoucherID, first, cfg.Expect)
 	var began time.Time
-	lastLog := watch
+	lastLog, lastNone := watch, watch
 	for {
 		n, err := w.orders(ctx)
 		if err != nil {
 			return DrainResult{}, err
 		}
 		now := time.Now()
-		if began.IsZero() && n > first {
-			// The first batch landed; count from the state before it.
-			began = now
+		switch {
+		case began.IsZero() && n > first:
+			// The first batch landed since the last look that saw none:
+			// count from that look (at most one poll early), so a drain
+			// that lands whole between two looks still has a time.
+			began = lastNone
+		case began.IsZero():
+			lastNone = now
 		}
 		done, err := w.done(ctx, n)
 		if err != nil {
