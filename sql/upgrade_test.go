@@ -1,9 +1,8 @@
-package schema_test
+package schema
 
 import (
 	"context"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 
 	"seckill/internal/db"
 	"seckill/internal/testenv"
-	schema "seckill/sql"
 )
 
 // TestUpgradeKeepsOrders applies the migrations before the order
@@ -38,7 +36,7 @@ func TestUpgradeKeepsOrders(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db.Close(g)
-			ms, err := schema.Migrations(dialect)
+			ms, err := Migrations(dialect)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,7 +52,7 @@ func TestUpgradeKeepsOrders(t *testing.T) {
 				if m.Version > 3 {
 					break
 				}
-				for _, stmt := range split(m.SQL) {
+				for _, stmt := range statements(m.SQL) {
 					exec(stmt)
 				}
 				exec("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", m.Version, m.Name, now)
@@ -63,7 +61,7 @@ func TestUpgradeKeepsOrders(t *testing.T) {
 				now.Add(-time.Hour), now.Add(time.Hour), now, now)
 			exec("INSERT INTO orders (id, user_id, voucher_id, accepted_at, created_at) VALUES (11, 101, 1, ?, ?), (12, 102, 1, ?, ?)", now, now, now, now)
 
-			applied, err := schema.Apply(context.Background(), g)
+			applied, err := Apply(context.Background(), g)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,23 +106,4 @@ func TestUpgradeKeepsOrders(t *testing.T) {
 			}
 		})
 	}
-}
-
-// split cuts a migration file into statements as the service does:
-// comment lines dropped, a statement ends with ';' at the end of a line.
-func split(src string) []string {
-	var out []string
-	var cur strings.Builder
-	for line := range strings.Lines(src) {
-		trimmed := strings.TrimSpace(line)
-		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
-			continue
-		}
-		cur.WriteString(line)
-		if strings.HasSuffix(trimmed, ";") {
-			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
-			cur.Reset()
-		}
-	}
-	return out
 }

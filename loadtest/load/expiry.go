@@ -1,10 +1,8 @@
 package load
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +14,6 @@ import (
 
 	"gorm.io/gorm"
 
-	"seckill/internal/auth"
 	"seckill/internal/db"
 )
 
@@ -286,7 +283,7 @@ func (e expiryRun) burst(ctx context.Context, round int, kind string) (Burst, er
 	if err := lc.defaults(); err != nil {
 		return b, err
 	}
-	vid, err := createPricedVoucher(ctx, e.client, lc, cfg.Units, b.Price)
+	vid, err := createVoucher(ctx, e.client, lc, "expiry load test", cfg.Units, b.Price)
 	if err != nil {
 		return b, err
 	}
@@ -496,56 +493,4 @@ func expiryStatsOf(rows []struct{ BackUS, CancelUS, WindowUS int64 }, spreadUS, 
 	}
 	st.back = back
 	return st
-}
-
-// voucherFaceValue is what the load test's vouchers are worth, in cents.
-const voucherFaceValue = 100
-
-// createPricedVoucher puts a voucher of stock units on sale now, for an
-// hour, at price cents (0: nothing to pay).
-func createPricedVoucher(ctx context.Context, client *http.Client, cfg Config, stock int, price int64) (int64, error) {
-	admin := cfg.AdminToken
-	if admin == "" {
-		signer, err := auth.NewSigner([]byte(cfg.Secret))
-		if err != nil {
-			return 0, err
-		}
-		if admin, err = signer.Mint(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour); err != nil {
-			return 0, err
-		}
-	}
-	now := time.Now().UTC()
-	body, _ := json.Marshal(map[string]any{
-		"title": "expiry load test " + now.Format(time.RFC3339), "face_value": voucherFaceValue, "price": price, "stock": stock,
-		"begin_at": now.Add(-time.Minute).Format(time.RFC3339), "end_at": now.Add(time.Hour).Format(time.RFC3339),
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/api/v1/vouchers", bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+admin)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("create voucher: %w", err)
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Voucher struct {
-			ID    int64 `json:"id"`
-			Price int64 `json:"price"`
-		} `json:"voucher"`
-		RedisReady bool `json:"redis_ready"`
-	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != http.StatusCreated {
-		return 0, fmt.Errorf("create voucher: status %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	if !out.RedisReady {
-		return 0, fmt.Errorf("create voucher %d: its Redis state was not written (redis_ready false)", out.Voucher.ID)
-	}
-	if out.Voucher.Price != price {
-		return 0, fmt.Errorf("create voucher %d: price %d asked, %d made (a service without prices?)", out.Voucher.ID, price, out.Voucher.Price)
-	}
-	return out.Voucher.ID, nil
 }

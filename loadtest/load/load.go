@@ -258,8 +258,20 @@ func newClient(concurrency int, timeout time.Duration) *http.Client {
 	}
 }
 
-// CreateVoucher puts a voucher with the given stock on sale now, for an hour.
+// CreateVoucher puts a free voucher with the given stock on sale now, for
+// an hour.
 func CreateVoucher(ctx context.Context, client *http.Client, cfg Config, stock int) (int64, error) {
+	return createVoucher(ctx, client, cfg, "load test", stock, 0)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// voucherFaceValue is what the load test's vouchers are worth, in cents.
+const voucherFaceValue = 100
+
+// createVoucher puts a voucher of stock units, titled title, on sale now, for an
+// hour, at price cents (0: nothing to pay).
+func createVoucher(ctx context.Context, client *http.Client, cfg Config, title string, stock int, price int64) (int64, error) {
 	admin := cfg.AdminToken
 	if admin == "" {
 		signer, err := auth.NewSigner([]byte(cfg.Secret))
@@ -272,7 +284,7 @@ func CreateVoucher(ctx context.Context, client *http.Client, cfg Config, stock i
 	}
 	now := time.Now().UTC()
 	body, _ := json.Marshal(map[string]any{
-		"title": "load test " + now.Format(time.RFC3339), "face_value": 100, "stock": stock,
+		"title": title + " " + now.Format(time.RFC3339), "face_value": voucherFaceValue, "price": price, "stock": stock,
 		"begin_at": now.Add(-time.Minute).Format(time.RFC3339), "end_at": now.Add(time.Hour).Format(time.RFC3339),
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/api/v1/vouchers", bytes.NewReader(body))
@@ -288,11 +300,10 @@ func CreateVoucher(ctx context.Context, client *http.Client, cfg Config, stock i
 	defer resp.Body.Close()
 	var out struct {
 		Voucher struct {
-			ID int64 `json:"id"`
+			ID    int64 `json:"id"`
+			Price int64 `json:"price"`
 		} `json:"voucher"`
-		RedisReady bool   `json:"redis_ready"`
-		Code       string `json:"code"`
-		Message    string `json:"message"`
+		RedisReady bool `json:"redis_ready"`
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != http.StatusCreated {
@@ -301,7 +312,8 @@ func CreateVoucher(ctx context.Context, client *http.Client, cfg Config, stock i
 	if !out.RedisReady {
 		return 0, fmt.Errorf("create voucher %d: its Redis state was not written (redis_ready false)", out.Voucher.ID)
 	}
+	if out.Voucher.Price != price {
+		return 0, fmt.Errorf("create voucher %d: price %d asked, %d made (a service without prices?)", out.Voucher.ID, price, out.Voucher.Price)
+	}
 	return out.Voucher.ID, nil
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
