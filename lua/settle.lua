@@ -27,19 +27,29 @@
 -- ARGV[3i-2], ARGV[3i-1], ARGV[3i] for order i: user id, order id,
 --   voucher id
 --
--- Returns 1 when settled (every buyer now recorded, or recorded before),
--- 0 when the shard is not ready.
+-- Returns {0} when the shard is not ready (nothing settled), else {1, a_1,
+-- ..., a_n}: what was done for order i, so the caller can undo it for an
+-- order that was cancelled meanwhile (its unit given back before this
+-- ran):
+--   0 nothing: the entry named the order already, or names another order
+--     no longer pending
+--   1 the buyer recorded and the unit taken
+--   2 the buyer recorded, no unit left to take
+--   3 the entry taken over from the buyer's later pending order
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
+  return {0}
 end
+local did = {1}
 for i = 1, #ARGV / 3 do
   local user, order, voucher = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
   local state, buyers = KEYS[2 * i + 1], KEYS[2 * i + 2]
   redis.call('HDEL', KEYS[2], order)
   local held = redis.call('HGET', buyers, user)
+  did[i + 1] = 0
   if not held then
     redis.call('HSET', buyers, user, order)
+    did[i + 1] = 2
     -- At 0 the unit was sold again after Redis lost this order (a failover
     -- lost writes the replica never had): the database took it for this
     -- order, so it will refuse one of the later ones as out of stock, whose
@@ -47,9 +57,11 @@ for i = 1, #ARGV / 3 do
     -- will, and never goes below.
     if tonumber(redis.call('HGET', state, 'stock') or '0') > 0 then
       redis.call('HINCRBY', state, 'stock', -1)
+      did[i + 1] = 1
     end
   elseif held ~= order and redis.call('HGET', KEYS[2], held) == user .. ':' .. voucher then
     redis.call('HSET', buyers, user, order)
+    did[i + 1] = 3
   end
 end
-return 1
+return did

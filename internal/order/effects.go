@@ -28,26 +28,40 @@ func (w *Writer) afterCommit(ctx context.Context, work []*item) error {
 		}
 		return err
 	}
-	if err := w.settle(ctx, work); err != nil {
+	did, err := w.settle(ctx, work)
+	if err != nil {
 		return err
 	}
-	if err := w.giveBackEnded(ctx, work); err != nil {
+	if err := w.undoEnded(ctx, did); err != nil {
 		return err
 	}
 	return w.scheduleWritten(ctx, work)
 }
 
-// giveBackEnded gives back in Redis the units of settled orders that were
-// cancelled or refunded between their commit and their settling: settle
-// found no buyer entry (the move had given the unit back) and took the
-// unit again. Read after the settle, every such move is seen; the script
-// gives back only while the entry names the order, so a give-back of the
-// move's own that runs later finds nothing to do.
-func (w *Writer) giveBackEnded(ctx context.Context, items []*item) error {
-	var ids []int64
-	for _, it := range items {
-		if it.v.effects().settle {
-			ids = append(ids, it.ord.OrderID)
+// settled is what settle.lua did for one order (its header lists them).
+type settled uint8
+
+const (
+	settledNothing  settled = iota // the entry named the order already, or another order no longer pending
+	settledTook                    // the buyer recorded and the unit taken
+	settledNoUnit                  // the buyer recorded, no unit left to take
+	settledTakeover                // the entry taken over from the buyer's later pending order
+)
+
+// undoEnded undoes in Redis what settle did for orders cancelled or
+// refunded between their commit and their settling: the move gave the
+// unit back (or will: then settle found the entry and did nothing), and
+// settle, finding no entry, recorded the buyer again. Read after the
+// settle, every such move is seen. A unit settle took goes back with the
+// entry; an entry it recorded without a unit is dropped alone (the unit
+// was sold again meanwhile); both only while the entry names the order.
+// An entry it took over from the buyer's later order cannot be handed
+// back here: that is logged, and the next rebuild or reconcile sees it.
+func (w *Writer) undoEnded(ctx context.Context, did map[int64]settled) error {
+	ids := make([]int64, 0, len(did))
+	for id, d := range did {
+		if d != settledNothing {
+			ids = append(ids, id)
 		}
 	}
 	if len(ids) == 0 {
@@ -59,16 +73,28 @@ func (w *Writer) giveBackEnded(ctx context.Context, items []*item) error {
 		return fmt.Errorf("find orders ended since written: %w", err)
 	}
 	for _, o := range ended {
+		restock := "0"
+		switch did[o.ID] {
+		case settledTook:
+			restock = "1"
+		case settledTakeover:
+			w.log.Warn("an order cancelled while being written took over its buyer's later order in redis; reconcile the voucher",
+				"order_id", o.ID, "voucher_id", o.VoucherID)
+			continue
+		}
 		shard := w.keys.Shard(o.VoucherID)
 		keys := []string{w.keys.Ready(shard), w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(shard)}
-		n, err := w.release.Run(ctx, w.rdb, keys, o.UserID, o.ID, "1").Int()
+		n, err := w.release.Run(ctx, w.rdb, keys, o.UserID, o.ID, restock).Int()
 		if err == nil && n < 0 {
 			err = errNotReady
 		}
 		if err != nil {
-			return fmt.Errorf("give back unit of order %d ended since written: %w", o.ID, err)
+			if !errors.Is(err, errNotReady) {
+				w.cfg.Observer.RedisError("give_back")
+			}
+			return fmt.Errorf("undo settling of order %d ended since written: %w", o.ID, err)
 		}
-		if n == 1 {
+		if n == 1 && restock == "1" {
 			w.cfg.Events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
 		}
 	}
@@ -161,20 +187,21 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 // While a shard is being rebuilt it cannot settle, and the batch is tried
 // again. Once settled, the orders are announced (Events.Written): an
 // instance that remembers a buyer's order asks Redis again, which names
-// the written one after a takeover.
-func (w *Writer) settle(ctx context.Context, items []*item) error {
+// the written one after a takeover. It returns what it did for each order
+// (undoEnded needs it).
+func (w *Writer) settle(ctx context.Context, items []*item) (map[int64]settled, error) {
 	type call struct {
 		keys []string
 		args []any
 	}
 	calls := map[int]*call{}
-	var settled []voucher.Message
+	var written []voucher.Message
 	for _, it := range items {
 		if !it.v.effects().settle {
 			continue
 		}
 		o := it.ord
-		settled = append(settled, o)
+		written = append(written, o)
 		shard := w.keys.Shard(o.VoucherID)
 		c := calls[shard]
 		if c == nil {
@@ -184,15 +211,22 @@ func (w *Writer) settle(ctx context.Context, items []*item) error {
 		c.keys = append(c.keys, w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID))
 		c.args = append(c.args, o.UserID, o.OrderID, o.VoucherID)
 	}
+	did := make(map[int64]settled, len(written))
 	for shard, c := range calls {
-		n, err := w.settleScript.Run(ctx, w.rdb, c.keys, c.args...).Int()
+		res, err := w.settleScript.Run(ctx, w.rdb, c.keys, c.args...).Int64Slice()
 		if err != nil {
-			return fmt.Errorf("settle %d orders of shard %d in redis: %w", len(c.args)/3, shard, err)
+			return nil, fmt.Errorf("settle %d orders of shard %d in redis: %w", len(c.args)/3, shard, err)
 		}
-		if n != 1 {
-			return fmt.Errorf("settle orders of shard %d in redis: %w", shard, errNotReady)
+		if len(res) == 0 || res[0] != 1 {
+			return nil, fmt.Errorf("settle orders of shard %d in redis: %w", shard, errNotReady)
+		}
+		if len(res) != 1+len(c.args)/3 {
+			return nil, fmt.Errorf("settle %d orders of shard %d in redis: %d answers", len(c.args)/3, shard, len(res)-1)
+		}
+		for i, d := range res[1:] {
+			did[c.args[3*i+1].(int64)] = settled(d)
 		}
 	}
-	w.cfg.Events.Written(ctx, settled)
-	return nil
+	w.cfg.Events.Written(ctx, written)
+	return did, nil
 }

@@ -3,6 +3,8 @@ package order
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,6 +113,78 @@ func TestCancelledBetweenCommitAndSettle(t *testing.T) {
 		}
 		if s := e.sale(t, p.voucher, p.user); s != (sale{stock: was.stock, redisStock: was.redisStock + 1}) {
 			t.Fatalf("sale %+v, want the unit back on sale in both (was %+v, reserved in Redis only)", s, was)
+		}
+	})
+}
+
+// TestCancelledAndResoldBetweenCommitAndSettle: the last unit's order is
+// cancelled after the writer committed it and before it settled, and
+// another buyer takes the unit back on sale at once. Settle finds no
+// buyer entry and no unit: it records the buyer alone, and the writer
+// drops that entry without giving a unit it never took: Redis keeps the
+// new buyer's reservation and no unit appears from nowhere.
+func TestCancelledAndResoldBetweenCommitAndSettle(t *testing.T) {
+	t.Parallel()
+	eachLifeDB(t, 1990, 1, func(t *testing.T, e lifeEnv) {
+		ctx := context.Background()
+		p := e.reserve(t, e.v.ID)
+		var (
+			cancelled []error
+			next      purchase
+		)
+		e.w.cfg.AfterCommit = func() {
+			if len(cancelled) > 0 {
+				return // the second order's batch
+			}
+			_, _, err := e.life.Do(ctx, Cancel, p.order)
+			cancelled = append(cancelled, err)
+			next = e.reserve(t, e.v.ID)
+		}
+		e.write(t, p)
+		if len(cancelled) != 1 || cancelled[0] != nil {
+			t.Fatalf("cancel in the hook: %v", cancelled)
+		}
+		first := e.sale(t, p.voucher, p.user)
+		if first.redisStock != 0 || first.entry != "" || first.stock != 1 {
+			t.Fatalf("after the first order's cancellation: %+v, want Redis stock 0 (resold), no entry, the database's unit back", first)
+		}
+		if s := e.sale(t, next.voucher, next.user); s.entry != strconv.FormatInt(next.order, 10) {
+			t.Fatalf("the second buyer's entry: %+v", s)
+		}
+		e.write(t, next)
+		if s := e.sale(t, next.voucher, next.user); s.stock != 0 || s.redisStock != 0 {
+			t.Fatalf("after the second order: %+v, want 0 and 0", s)
+		}
+	})
+}
+
+// TestExpireAllOneBadOrder: a batch of overdue orders of two vouchers, one
+// of whose stock was set to its total by hand (its unit cannot come back).
+// The batch's transaction fails; the orders of the other voucher are
+// expired one by one all the same, and the error names the bad one.
+func TestExpireAllOneBadOrder(t *testing.T) {
+	t.Parallel()
+	eachLifeDB(t, 1990, 3, func(t *testing.T, e lifeEnv) {
+		ctx := context.Background()
+		bad := e.newVoucher(t, 1990, 1)
+		good := []purchase{e.buy(t), e.buy(t)}
+		broken := e.reserve(t, bad.ID)
+		e.write(t, broken)
+		if err := e.db.Exec("UPDATE vouchers SET stock = total_stock WHERE id = ?", bad.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		late := e.lifecycleAhead(2 * lifeWindow)
+		orders, err := late.ExpireAll(ctx, []int64{good[0].order, broken.order, good[1].order})
+		if err == nil || !strings.Contains(err.Error(), strconv.FormatInt(broken.order, 10)) {
+			t.Fatalf("expire all: %v, want an error naming order %d", err, broken.order)
+		}
+		for _, p := range good {
+			if o := e.order(t, p.order); o.Status != StatusCancelled || o.UnitBackAt == nil || orders[p.order] == nil {
+				t.Fatalf("good order %d: %s", p.order, describe(o))
+			}
+		}
+		if o := e.order(t, broken.order); o.Status != StatusAwaitingPayment {
+			t.Fatalf("the bad voucher's order: %s", describe(o))
 		}
 	})
 }

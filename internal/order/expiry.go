@@ -137,14 +137,18 @@ func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome,
 	if err != nil {
 		return nil, err
 	}
-	now := e.life.now()
+	// An order still awaiting payment was not due when the transaction
+	// looked (early, or clocks differ): scheduled again at its deadline,
+	// which the poller hands back at once if it has passed since.
 	var early []deadline
 	for _, id := range ids {
 		o, ok := orders[id]
 		switch {
 		case !ok:
 			e.log.Warn("expiry of an order not in the database dropped", "order_id", id)
-		case o.Status == StatusAwaitingPayment && o.PayDeadline != nil && o.PayDeadline.After(now):
+		case o.Status == StatusAwaitingPayment && o.PayDeadline == nil:
+			e.log.Warn("expiry of an order with no pay deadline dropped", "order_id", id)
+		case o.Status == StatusAwaitingPayment:
 			early = append(early, deadline{o.ID, o.UserID, o.VoucherID, *o.PayDeadline})
 		}
 	}

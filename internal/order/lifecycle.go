@@ -316,33 +316,39 @@ func (l *Lifecycle) giveBackAll(ctx context.Context, orders []*Order) error {
 		ids    []int64
 		failed error
 	)
+	now := l.now().UTC()
 	for i, c := range cmds {
 		n, err := c.Int()
+		o := orders[i]
 		switch {
 		case err != nil:
 			l.obs.RedisError("unit_back")
-			failed = cmp.Or(failed, fmt.Errorf("give back unit of order %d: %w: %w", orders[i].ID, ErrUnitNotBack, err))
+			failed = cmp.Or(failed, fmt.Errorf("give back unit of order %d: %w: %w", o.ID, ErrUnitNotBack, err))
 		case n < 0:
-			failed = cmp.Or(failed, fmt.Errorf("give back unit of order %d: %w: %w", orders[i].ID, ErrUnitNotBack, errNotReady))
+			failed = cmp.Or(failed, fmt.Errorf("give back unit of order %d: %w: %w", o.ID, ErrUnitNotBack, errNotReady))
 		default:
-			back = append(back, orders[i])
-			ids = append(ids, orders[i].ID)
+			// 0: not held any more (given back by another caller, or the
+			// shard was rebuilt from the database without it).
+			back = append(back, o)
+			ids = append(ids, o.ID)
+			if n == 1 {
+				if o.Status == StatusCancelled && o.CancelReason != nil && *o.CancelReason == CancelExpired && o.PayDeadline != nil {
+					l.obs.UnitBack(now.Sub(*o.PayDeadline))
+				}
+				l.events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
+			}
 		}
 	}
 	if len(back) == 0 {
 		return failed
 	}
-	now := l.now().UTC()
 	if err := l.db.WithContext(ctx).Model(&Order{}).Where("id IN ? AND unit_back_at IS NULL", ids).Update("unit_back_at", now).Error; err != nil {
+		// The units are on sale; the sweeper records it (a no-op give-back).
 		l.obs.MySQLError("unit_back")
-		return fmt.Errorf("record units of %d orders back: %w", len(ids), err)
+		return cmp.Or(failed, fmt.Errorf("record units of %d orders back: %w: %w", len(ids), ErrUnitNotBack, err))
 	}
 	for _, o := range back {
 		o.UnitBackAt = &now
-		if o.Status == StatusCancelled && o.CancelReason != nil && *o.CancelReason == CancelExpired && o.PayDeadline != nil {
-			l.obs.UnitBack(now.Sub(*o.PayDeadline))
-		}
-		l.events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
 	}
 	return failed
 }
@@ -371,6 +377,13 @@ func (l *Lifecycle) ExpireAll(ctx context.Context, ids []int64) (map[int64]*Orde
 			break
 		}
 	}
+	if err != nil && len(ids) > 1 && !db.IsRetryable(err) && ctx.Err() == nil {
+		// One order the batch cannot move (its voucher's stock edited by
+		// hand, say) must not hold up the others: one at a time, each in
+		// its own transaction.
+		l.log.Warn("expiring a batch failed; expiring its orders one by one", "orders", len(ids), "err", err)
+		return l.expireEach(ctx, ids)
+	}
 	if err != nil {
 		l.obs.MySQLError(t.name)
 		return nil, err
@@ -388,6 +401,27 @@ func (l *Lifecycle) ExpireAll(ctx context.Context, ids []int64) (map[int64]*Orde
 		}
 	}
 	return out, l.giveBackAll(ctx, ended)
+}
+
+// expireEach is ExpireAll one order at a time: the orders that can be
+// moved are, and the error names those that could not.
+func (l *Lifecycle) expireEach(ctx context.Context, ids []int64) (map[int64]*Order, error) {
+	out := make(map[int64]*Order, len(ids))
+	var errs []error
+	for _, id := range ids {
+		o, _, err := l.Do(ctx, Expire, id)
+		switch {
+		case err == nil, errors.Is(err, ErrWrongState), errors.Is(err, ErrNotDue), errors.Is(err, ErrUnitNotBack):
+			out[id] = &o
+			if errors.Is(err, ErrUnitNotBack) {
+				errs = append(errs, err)
+			}
+		case errors.Is(err, ErrNotFound):
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // expireTx is ExpireAll's transaction: the Expire row of transitions
