@@ -8,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"seckill/internal/mq"
 )
 
 // TestExpireAllRaces: 20 overdue orders of one voucher; 100 goroutines
@@ -185,6 +188,54 @@ func TestExpireAllOneBadOrder(t *testing.T) {
 		}
 		if o := e.order(t, broken.order); o.Status != StatusAwaitingPayment {
 			t.Fatalf("the bad voucher's order: %s", describe(o))
+		}
+	})
+}
+
+// TestRedeliverySchedulesTheDeadlineAgain: a worker committed an unpaid
+// order and stopped before scheduling its deadline (here: the member
+// removed); the message delivered again is found written and schedules
+// the deadline again, due at once, and the expirer then puts it at the
+// order's real deadline instead of expiring it.
+func TestRedeliverySchedulesTheDeadlineAgain(t *testing.T) {
+	t.Parallel()
+	eachLifeDB(t, 1990, 2, func(t *testing.T, e lifeEnv) {
+		ctx := context.Background()
+		p := e.buy(t)
+		q := e.exp.Queue(e.keys.Shard(p.voucher))
+		member := deadline{order: p.order, user: p.user, voucher: p.voucher}.member()
+		if err := e.rdb.ZRem(ctx, q.Key(), member).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := time.Now()
+		e.write(t, p)
+		score, err := e.rdb.ZScore(ctx, q.Key(), member).Result()
+		if err != nil {
+			t.Fatalf("the deadline after the redelivery: %v", err)
+		}
+		if due := time.UnixMilli(int64(score)); due.Before(before.Add(-time.Second)) || due.After(time.Now()) {
+			t.Fatalf("scheduled again for %v, want about now", due)
+		}
+		// The expirer reads the real deadline and schedules it there.
+		n, err := q.Forward(ctx, time.Now(), 10)
+		if err != nil || n != 1 {
+			t.Fatalf("forward: %d, %v", n, err)
+		}
+		msgs, err := e.rdb.XRange(ctx, q.Stream(), "-", "+").Result()
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("expiry stream: %v, %v", msgs, err)
+		}
+		m := mq.Message{Stream: q.Stream(), ID: msgs[0].ID, Values: msgs[0].Values}
+		if _, err := NewExpirer(e.life, e.exp, quietLog).Handle(ctx, []mq.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+		o := e.order(t, p.order)
+		if o.Status != StatusAwaitingPayment {
+			t.Fatalf("order expired early: %s", describe(o))
+		}
+		score, err = e.rdb.ZScore(ctx, q.Key(), member).Result()
+		if err != nil || time.UnixMilli(int64(score)).Sub(*o.PayDeadline).Abs() > time.Millisecond {
+			t.Fatalf("deadline scheduled at %v, %v; want the order's %v", time.UnixMilli(int64(score)), err, o.PayDeadline)
 		}
 	})
 }
