@@ -86,7 +86,7 @@ func TestUnpaidOrdersGoBackOnSale(t *testing.T) {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
 			env := map[string]string{
-				"SECKILL_LOG_LEVEL": "warn", "SECKILL_PAY_WINDOW": "3s", "SECKILL_EXPIRY_SWEEP": "1s",
+				"SECKILL_LOG_LEVEL": "warn", "SECKILL_PAY_WINDOW": "10s", "SECKILL_EXPIRY_SWEEP": "1s",
 				"SECKILL_PAY_PROVIDER": "dev", "SECKILL_RATE_LIMIT": "off",
 			}
 			dir := t.TempDir()
