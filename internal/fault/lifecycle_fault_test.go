@@ -29,7 +29,7 @@ const (
 func TestLifecycleRedisRestartedEmpty(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, false)
-	c.withLifecycle(5 * time.Second)
+	c.withLifecycle(10 * time.Second)
 	a := c.start("a", nil)
 	vid := c.createPriced(a.base, lifeStock)
 	s := newSale()
@@ -112,7 +112,7 @@ func TestLifecycleRedisRestartedEmpty(t *testing.T) {
 func TestLifecycleExpirerKilled(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, true)
-	c.withLifecycle(4 * time.Second)
+	c.withLifecycle(8 * time.Second)
 	c.env["SECKILL_RECLAIM_IDLE"] = "2s"
 	a := c.start("a", nil)
 	b := c.start("b", nil)

@@ -17,7 +17,7 @@ func TestLifecycleUnpaidResold(t *testing.T) {
 	t.Run("two_instances", func(t *testing.T) {
 		t.Parallel()
 		c := newCluster(t, true)
-		c.withLifecycle(4 * time.Second)
+		c.withLifecycle(8 * time.Second)
 		a := c.start("a", nil)
 		b := c.start("b", nil)
 		unpaidResold(c, []string{a.base, b.base})
@@ -25,7 +25,7 @@ func TestLifecycleUnpaidResold(t *testing.T) {
 	t.Run("embedded", func(t *testing.T) {
 		t.Parallel()
 		c := newEmbedded(t)
-		c.env["SECKILL_PAY_WINDOW"] = "4s"
+		c.env["SECKILL_PAY_WINDOW"] = "8s"
 		c.env["SECKILL_EXPIRY_SWEEP"] = sweepInterval.String()
 		a := c.startEmbedded("embedded")
 		unpaidResold(c, []string{a.base})
