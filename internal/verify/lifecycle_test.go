@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/db"
+	lifecycle "seckill/internal/order"
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
 	schema "seckill/sql"
@@ -77,6 +78,7 @@ func TestCheckLifecycle(t *testing.T) {
 	}
 	accepted := map[int64]int64{901: 1, 902: 2, 903: 3, 904: 4, 905: 5, 906: 4}
 	in := Input{VoucherID: v.ID, Accepted: accepted}
+	expiryStream, expiryQueue := lifecycle.ExpiryKeys(keys, keys.Shard(v.ID))
 	check := func(in Input, want ...string) Report {
 		t.Helper()
 		r, err := Check(ctx, g, rdb, keys, in)
@@ -167,6 +169,12 @@ func TestCheckLifecycle(t *testing.T) {
 		{"a cancellation whose buyer entry Redis still names",
 			redisDo(t, rdb, "HSET", keys.Buyers(v.ID), "4", "904"), redisDo(t, rdb, "HSET", keys.Buyers(v.ID), "4", "906"),
 			[]string{"I9: cancelled order 904 (user 4) still holds Redis's buyer entry of user 4", `I5: Redis names order "904" for user 4, the database live order 906`}},
+		{"a pay deadline due and left in the delay queue",
+			redisDo(t, rdb, "ZADD", expiryQueue, "1", `["order_id","901"]`), redisDo(t, rdb, "ZREM", expiryQueue, `["order_id","901"]`),
+			[]string{"I6: pay deadlines not drained: 0 held by the expirers, 0 on their stream, 1 due in the delay queue"}},
+		{"a pay deadline on the expiry stream, not handled",
+			redisDo(t, rdb, "XADD", expiryStream, "1-1", "order_id", "901"), redisDo(t, rdb, "XDEL", expiryStream, "1-1"),
+			[]string{"I6: pay deadlines not drained: 0 held by the expirers, 1 on their stream, 0 due in the delay queue"}},
 		{"a unit given back twice in Redis",
 			redisDo(t, rdb, "HINCRBY", keys.State(v.ID), "stock", "1"), redisDo(t, rdb, "HINCRBY", keys.State(v.ID), "stock", "-1"),
 			[]string{"I5: Redis stock 2 != total stock 5 - live orders 4"}},

@@ -22,6 +22,7 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/mq"
+	lifecycle "seckill/internal/order"
 	"seckill/internal/voucher"
 )
 
@@ -77,7 +78,11 @@ type Report struct {
 	Pending      int64
 	StreamLength int64
 	Delayed      int64
-	Violations   []string
+	// ExpiryPending, ExpiryLength and ExpiryOverdue are the voucher's
+	// shard's pay deadlines: entries held by the expirers, entries not
+	// yet handled, and deadlines due but still in the delay queue.
+	ExpiryPending, ExpiryLength, ExpiryOverdue int64
+	Violations                                 []string
 }
 
 // OK reports whether no invariant is violated.
@@ -319,6 +324,32 @@ func (s *sale) readRedis(ctx context.Context, rdb redis.UniversalClient, keys vo
 	if s.indexed, err = rdb.HLen(ctx, keys.Pending(shard)).Result(); err != nil {
 		return fmt.Errorf("read pending-order index: %w", err)
 	}
+	return s.readExpiries(ctx, rdb, keys, shard)
+}
+
+// readExpiries reads the shard's pay deadlines: what the expirers hold,
+// what waits on their stream, and what is due in the delay queue. A
+// stream or group not there yet (no priced order so far) holds nothing.
+func (s *sale) readExpiries(ctx context.Context, rdb redis.UniversalClient, keys voucher.Keys, shard int) error {
+	stream, queue := lifecycle.ExpiryKeys(keys, shard)
+	p, err := rdb.XPending(ctx, stream, lifecycle.ExpiryGroup).Result()
+	switch {
+	case mq.IsNoGroup(err):
+	case err != nil:
+		return fmt.Errorf("read expiries pending: %w", err)
+	default:
+		s.r.ExpiryPending = p.Count
+	}
+	if s.r.ExpiryLength, err = rdb.XLen(ctx, stream).Result(); err != nil {
+		return fmt.Errorf("read expiry stream length: %w", err)
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("read redis time: %w", err)
+	}
+	if s.r.ExpiryOverdue, err = rdb.ZCount(ctx, queue, "-inf", strconv.FormatInt(now.UnixMilli(), 10)).Result(); err != nil {
+		return fmt.Errorf("read expiry queue: %w", err)
+	}
 	return nil
 }
 
@@ -450,6 +481,10 @@ func (s *sale) drained() {
 	}
 	if s.indexed != 0 {
 		s.violation("I6: %d orders left in the shard's pending-order index", s.indexed)
+	}
+	if s.r.ExpiryPending+s.r.ExpiryLength+s.r.ExpiryOverdue != 0 {
+		s.violation("I6: pay deadlines not drained: %d held by the expirers, %d on their stream, %d due in the delay queue",
+			s.r.ExpiryPending, s.r.ExpiryLength, s.r.ExpiryOverdue)
 	}
 }
 
