@@ -2,11 +2,8 @@ package schema
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"gorm.io/gorm"
 
 	"seckill/internal/db"
 	"seckill/internal/testenv"
@@ -23,19 +20,7 @@ func TestUpgradeKeepsOrders(t *testing.T) {
 	for _, dialect := range []string{"mysql", "sqlite"} {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
-			var (
-				g   *gorm.DB
-				err error
-			)
-			if dialect == "sqlite" {
-				g, err = db.OpenSQLite(filepath.Join(t.TempDir(), "s.db"))
-			} else {
-				g, err = db.OpenMySQL(testenv.MySQLDSN(t), 2)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close(g)
+			g := testenv.DB(t, dialect)
 			ms, err := Migrations(dialect)
 			if err != nil {
 				t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 
 	"gorm.io/gorm"
 
-	"seckill/internal/db"
 	"seckill/internal/testenv"
 	schema "seckill/sql"
 )
@@ -55,17 +53,11 @@ func (o *outbox) last(t testing.TB, phone string) string {
 
 func mustDB(t testing.TB, mysql bool) *gorm.DB {
 	t.Helper()
-	var g *gorm.DB
-	var err error
+	dialect := "sqlite"
 	if mysql {
-		g, err = db.OpenMySQL(testenv.MySQLDSN(t), 8)
-	} else {
-		g, err = db.OpenSQLite(filepath.Join(t.TempDir(), "t.db"))
+		dialect = "mysql"
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close(g) })
+	g := testenv.DB(t, dialect)
 	if _, err := schema.Apply(context.Background(), g); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
-	"seckill/internal/db"
 	"seckill/internal/mq"
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
@@ -35,27 +33,10 @@ const maxPlaceholders = 5_000
 // (embedded mode) and on MariaDB. Redis and the database agree afterwards.
 func TestWorkerLargestBatch(t *testing.T) {
 	t.Parallel()
-	open := map[string]func(t *testing.T) *gorm.DB{
-		"sqlite": func(t *testing.T) *gorm.DB {
-			g, err := db.OpenSQLite(filepath.Join(t.TempDir(), "seckill.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return g
-		},
-		"mariadb": func(t *testing.T) *gorm.DB {
-			g, err := db.OpenMySQL(testenv.MySQLDSN(t), 8)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return g
-		},
-	}
 	for _, name := range []string{"sqlite", "mariadb"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			g := open[name](t)
-			t.Cleanup(func() { db.Close(g) })
+			g := testenv.DB(t, name)
 			if _, err := schema.Apply(context.Background(), g); err != nil {
 				t.Fatal(err)
 			}

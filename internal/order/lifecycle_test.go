@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
-	"seckill/internal/db"
 	"seckill/internal/mq"
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
@@ -79,19 +77,7 @@ func eachLifeDB(t *testing.T, price int64, stock int, f func(t *testing.T, e lif
 
 func newLifeEnv(t *testing.T, dialect string, price int64, stock int) lifeEnv {
 	t.Helper()
-	var (
-		g   *gorm.DB
-		err error
-	)
-	if dialect == "sqlite" {
-		g, err = db.OpenSQLite(filepath.Join(t.TempDir(), "seckill.db"))
-	} else {
-		g, err = db.OpenMySQL(testenv.MySQLDSN(t), 16)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close(g) })
+	g := testenv.DB(t, dialect)
 	ctx := context.Background()
 	if _, err := schema.Apply(ctx, g); err != nil {
 		t.Fatal(err)

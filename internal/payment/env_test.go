@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -17,7 +16,6 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/auth"
-	"seckill/internal/db"
 	"seckill/internal/order"
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
@@ -60,19 +58,7 @@ func eachDB(t *testing.T, f func(t *testing.T, e env)) {
 
 func newEnv(t *testing.T, dialect string) env {
 	t.Helper()
-	var (
-		g   *gorm.DB
-		err error
-	)
-	if dialect == "sqlite" {
-		g, err = db.OpenSQLite(filepath.Join(t.TempDir(), "seckill.db"))
-	} else {
-		g, err = db.OpenMySQL(testenv.MySQLDSN(t), 16)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close(g) })
+	g := testenv.DB(t, dialect)
 	ctx := context.Background()
 	if _, err := schema.Apply(ctx, g); err != nil {
 		t.Fatal(err)
