@@ -383,6 +383,12 @@ func newSampler(cfg config, c *core) *metrics.Sampler {
 	return metrics.NewSampler(c.rdb, c.m, metrics.SamplerConfig{Group: orderGroup, Shards: sampled, Every: cfg.MetricsEvery}, c.log)
 }
 
+// pollIdle is the longest a delay-queue poller sleeps while nothing in its
+// queue is due sooner. What this instance schedules wakes its poller in
+// time; what another instance schedules waits up to this much more, when
+// that instance's own poller is gone.
+const pollIdle = time.Second
+
 // buildWorker builds the writer, the consumers of every shard stream and
 // each shard's delay-queue poller, with the hooks of the crash point.
 func (s *instance) buildWorker(cfg config, c *core, locks *order.Locks) {
@@ -403,7 +409,7 @@ func (s *instance) buildWorker(cfg config, c *core, locks *order.Locks) {
 			Stream: due.Stream(), Group: order.ExpiryGroup, Consumer: name,
 			Batch: 100, Block: cfg.Block, Grace: cfg.Shutdown / 2, ReclaimIdle: cfg.ReclaimIdle,
 		}, expirer, c.log))
-		s.background = append(s.background, mq.NewPoller(due, mq.PollerConfig{}, c.log))
+		s.background = append(s.background, mq.NewPoller(due, mq.PollerConfig{Idle: pollIdle}, c.log))
 	}
 	s.background = append(s.background, order.NewSweeper(c.db, c.life, order.SweeperConfig{Every: cfg.Pay.Sweep, Observer: c.m}, c.log))
 	for shard := range c.keys.Shards() {
@@ -417,7 +423,7 @@ func (s *instance) buildWorker(cfg config, c *core, locks *order.Locks) {
 				ReclaimIdle: cfg.ReclaimIdle, Delay: delay, Observer: c.m, AfterRead: crash.afterRead,
 			}, writer, c.log))
 		}
-		s.background = append(s.background, mq.NewPoller(delay, mq.PollerConfig{}, c.log))
+		s.background = append(s.background, mq.NewPoller(delay, mq.PollerConfig{Idle: pollIdle}, c.log))
 	}
 	s.workerStarted = []any{"consumer", name, "shards", c.keys.Shards(), "lock_nodes", max(len(cfg.LockNodes), 1)}
 }

@@ -499,6 +499,10 @@ func (c *Consumer) delay(ctx context.Context, msgs []Message) (int, error) {
 	pipe := c.rdb.Pipeline()
 	now := time.Now()
 	cmds := make([]*redis.Cmd, len(msgs))
+	soonest := now.Add(c.cfg.RetryBackoff(msgs[0].Attempt))
+	// This instance's poller sleeps while idle: it is told when the first
+	// of these is due, whatever became of the calls.
+	defer func() { c.cfg.Delay.Nudge(soonest) }()
 	for i, m := range msgs {
 		fields := make(map[string]string, len(m.Values)+1)
 		for k, v := range m.Values {
@@ -506,6 +510,9 @@ func (c *Consumer) delay(ctx context.Context, msgs []Message) (int, error) {
 		}
 		fields[AttemptField] = strconv.Itoa(m.Attempt + 1)
 		due := now.Add(c.cfg.RetryBackoff(m.Attempt))
+		if due.Before(soonest) {
+			soonest = due
+		}
 		cmds[i] = c.retry.Eval(ctx, pipe, []string{c.cfg.Stream, c.cfg.Delay.Key()},
 			c.cfg.Group, m.ID, due.UnixMilli(), Payload(fields), c.cfg.Consumer)
 	}

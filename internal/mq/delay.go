@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,11 +25,18 @@ type DelayQueue struct {
 	key     string
 	stream  string
 	forward *redis.Script
+
+	// nudged wakes this instance's Poller when a member was scheduled
+	// here (see Nudge); soonest is the earliest due time nudged since the
+	// Poller last looked (unix ms, 0 for none).
+	nudged  chan struct{}
+	mu      sync.Mutex
+	soonest int64
 }
 
 // NewDelayQueue returns the delay queue in key that feeds stream.
 func NewDelayQueue(rdb redis.UniversalClient, key, stream string) *DelayQueue {
-	return &DelayQueue{rdb: rdb, key: key, stream: stream, forward: lua.Forward()}
+	return &DelayQueue{rdb: rdb, key: key, stream: stream, forward: lua.Forward(), nudged: make(chan struct{}, 1)}
 }
 
 // Key is the sorted set's key.
@@ -72,16 +81,66 @@ func (q *DelayQueue) Schedule(ctx context.Context, payload string, due time.Time
 	if err := q.rdb.ZAdd(ctx, q.key, redis.Z{Score: float64(due.UnixMilli()), Member: payload}).Err(); err != nil {
 		return fmt.Errorf("schedule on %s: %w", q.key, err)
 	}
+	q.Nudge(due)
 	return nil
+}
+
+// Nudge tells the Poller of this instance that a member due at due was
+// scheduled: an idle Poller sleeps up to PollerConfig.Idle, and polls by
+// due (no sooner than PollerConfig.Every after its last poll) instead.
+// Whatever schedules on the queue outside Schedule calls it after the
+// write. Members scheduled by other instances are found on the next poll.
+func (q *DelayQueue) Nudge(due time.Time) {
+	ms := due.UnixMilli()
+	q.mu.Lock()
+	if q.soonest == 0 || ms < q.soonest {
+		q.soonest = ms
+	}
+	q.mu.Unlock()
+	select {
+	case q.nudged <- struct{}{}:
+	default:
+	}
+}
+
+// takeNudge returns and forgets the earliest due time nudged.
+func (q *DelayQueue) takeNudge() (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ms := q.soonest
+	q.soonest = 0
+	return time.UnixMilli(ms), ms != 0
 }
 
 // Forward moves up to limit members due at now onto the stream, atomically.
 func (q *DelayQueue) Forward(ctx context.Context, now time.Time, limit int) (int, error) {
-	n, err := q.forward.Run(ctx, q.rdb, []string{q.key, q.stream}, now.UnixMilli(), limit).Int()
-	if err != nil {
-		return 0, fmt.Errorf("forward %s: %w", q.key, err)
+	n, _, err := q.forwardNext(ctx, now, limit)
+	return n, err
+}
+
+// forwardNext is Forward that also reports, when nothing was due, the due
+// time of the first member (zero when the queue is empty or members moved).
+func (q *DelayQueue) forwardNext(ctx context.Context, now time.Time, limit int) (int, time.Time, error) {
+	reply, err := q.forward.Run(ctx, q.rdb, []string{q.key, q.stream}, now.UnixMilli(), limit).Slice()
+	if err == nil && len(reply) != 2 {
+		err = fmt.Errorf("reply %v", reply)
 	}
-	return n, nil
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("forward %s: %w", q.key, err)
+	}
+	n, ok := reply[0].(int64)
+	next, _ := reply[1].(string)
+	if !ok {
+		return 0, time.Time{}, fmt.Errorf("forward %s: reply %v", q.key, reply)
+	}
+	if next == "" {
+		return int(n), time.Time{}, nil
+	}
+	ms, err := strconv.ParseFloat(next, 64)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("forward %s: next due %q: %w", q.key, next, err)
+	}
+	return int(n), time.UnixMilli(int64(ms)), nil
 }
 
 // Stats is what operators watch: how many members wait, and how long the
@@ -110,13 +169,23 @@ func (q *DelayQueue) Stats(ctx context.Context, now time.Time) (Stats, error) {
 
 // PollerConfig tunes a Poller.
 type PollerConfig struct {
-	Every time.Duration    // how often to look for due members, default 100ms
+	// Every is how often to look for due members while some are due or
+	// soon will be, and the least time between two looks; default 100ms.
+	Every time.Duration
+	// Idle is the longest a Poller sleeps when nothing is due sooner (an
+	// empty queue, or the first member due later): a member scheduled on
+	// another instance, which cannot nudge this one, waits up to Idle
+	// more. 0 or at most Every: look every Every, idle or not.
+	Idle  time.Duration
 	Batch int              // most members moved per call, default 500
 	Now   func() time.Time // the clock, default time.Now
 }
 
 // Poller moves due members of one delay queue back onto its stream. Every
-// instance runs one per queue; the script makes that safe.
+// instance runs one per queue; the script makes that safe. It looks every
+// Every while members are due; otherwise it sleeps until the first member
+// is due, or Idle, whichever comes first, and is woken sooner by a
+// member scheduled on this instance (DelayQueue.Nudge).
 type Poller struct {
 	q   *DelayQueue
 	cfg PollerConfig
@@ -126,6 +195,7 @@ type Poller struct {
 // NewPoller returns a Poller for q.
 func NewPoller(q *DelayQueue, cfg PollerConfig, log *slog.Logger) *Poller {
 	cfg.Every = cmp.Or(cfg.Every, 100*time.Millisecond)
+	cfg.Idle = max(cfg.Idle, cfg.Every)
 	cfg.Batch = cmp.Or(cfg.Batch, 500)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -135,33 +205,73 @@ func NewPoller(q *DelayQueue, cfg PollerConfig, log *slog.Logger) *Poller {
 
 // Run polls until ctx is done.
 func (p *Poller) Run(ctx context.Context) error {
-	t := time.NewTicker(p.cfg.Every)
-	defer t.Stop()
+	timer := time.NewTimer(p.cfg.Every)
+	defer timer.Stop()
+	wake := time.Now().Add(p.cfg.Every) // when the timer fires
+	var last time.Time                  // the last look
 	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-p.q.nudged:
+			due, ok := p.q.takeNudge()
+			if !ok {
+				continue
+			}
+			// Due in the poller's own time: the two clocks differ only
+			// under tests' clocks.
+			at := time.Now().Add(due.Sub(p.cfg.Now()))
+			at = later(at, last.Add(p.cfg.Every))
+			if at.Before(wake) {
+				wake = at
+				timer.Reset(time.Until(at))
+			}
+			continue
+		case <-timer.C:
 		}
+		last = time.Now()
 		// Drain what is due now in bounded calls, without waiting for the
-		// next tick while full batches come back.
+		// next look while full batches come back.
+		var now, next time.Time
+		moved := 0
 		for {
-			n, err := p.q.Forward(ctx, p.cfg.Now(), p.cfg.Batch)
+			now = p.cfg.Now()
+			n, due, err := p.q.forwardNext(ctx, now, p.cfg.Batch)
 			if err != nil {
 				if !failing && ctx.Err() == nil {
 					p.log.Warn("delay queue poller failing; retrying", "err", err)
 					failing = true
 				}
+				moved = -1 // look again soon
 				break
 			}
 			if failing {
 				p.log.Info("delay queue poller recovered")
 				failing = false
 			}
+			moved += n
+			next = due
 			if n < p.cfg.Batch || ctx.Err() != nil {
 				break
 			}
 		}
+		wait := p.cfg.Idle
+		switch {
+		case moved != 0:
+			wait = p.cfg.Every
+		case !next.IsZero():
+			wait = min(max(next.Sub(now), p.cfg.Every), p.cfg.Idle)
+		}
+		wake = time.Now().Add(wait)
+		timer.Reset(wait)
 	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -139,12 +139,62 @@ func drained(rdb *redis.Client, stream, key string) func() bool {
 	}
 }
 
+// TestPollerIdle: an idle poller looks at its queue when the first member
+// is due, not every Every: a member scheduled elsewhere (no nudge) due in
+// 300ms is moved after at most three looks (polling every 5ms would take
+// about 60), and one scheduled on this instance is moved at once although
+// the poller would otherwise sleep a minute.
+func TestPollerIdle(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	stream, key := names(t)
+	q := NewDelayQueue(rdb, key, stream)
+	var looks atomic.Int64 // the poller reads its clock once per look
+	now := func() time.Time { looks.Add(1); return time.Now() }
+	elsewhere := time.Now().Add(300 * time.Millisecond)
+	if err := rdb.ZAdd(ctx, key, redis.Z{Score: float64(elsewhere.UnixMilli()), Member: Payload(map[string]string{"n": "0"})}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_ = NewPoller(q, PollerConfig{Every: 5 * time.Millisecond, Idle: time.Minute, Now: now}, quiet).Run(pctx)
+	}()
+	moved := func(n int64) func() bool {
+		return func() bool { l, err := rdb.XLen(ctx, stream).Result(); return err == nil && l == n }
+	}
+	testenv.WaitFor(t, 10*time.Second, "the member scheduled elsewhere moved", moved(1))
+	if n := looks.Load(); n > 3 {
+		t.Fatalf("%d looks at the queue to move one member due in 300ms; want at most 3", n)
+	}
+	if err := q.Schedule(ctx, Payload(map[string]string{"n": "1"}), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the member scheduled here moved", moved(2))
+	// The nudge reads the clock once too.
+	if n := looks.Load(); n > 7 {
+		t.Fatalf("%d readings of the clock in all; want at most 7", n)
+	}
+}
+
 // TestConsumerRetryThroughDelayQueue: a Retry outcome sends the message
 // through the delay queue and back with its attempt count raised.
 func TestConsumerRetryThroughDelayQueue(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t)
 	stream, key := names(t)
+	q := NewDelayQueue(rdb, key, stream)
+	// The poller sleeps a minute while idle, and is idle (it found the
+	// queue empty) before the first message comes: only the consumer's
+	// nudge brings each retry back in time.
+	var looks atomic.Int64
+	now := func() time.Time { looks.Add(1); return time.Now() }
+	p := NewPoller(q, PollerConfig{Every: 5 * time.Millisecond, Idle: time.Minute, Now: now}, quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	testenv.WaitFor(t, 10*time.Second, "the poller found the queue empty", func() bool { return looks.Load() > 0 })
 	addMessages(t, rdb, stream, 5)
 	var mu sync.Mutex
 	attempts := map[string][]int{}
@@ -161,15 +211,10 @@ func TestConsumerRetryThroughDelayQueue(t *testing.T) {
 		}
 		return out, nil
 	})
-	q := NewDelayQueue(rdb, key, stream)
 	runConsumer(t, NewConsumer(rdb, ConsumerConfig{
 		Stream: stream, Group: "g", Consumer: "c", Block: 20 * time.Millisecond, Delay: q,
 		RetryBackoff: func(int) time.Duration { return time.Millisecond },
 	}, h, quiet))
-	p := NewPoller(q, PollerConfig{Every: 5 * time.Millisecond}, quiet)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = p.Run(ctx) }()
 	testenv.WaitFor(t, 10*time.Second, "every message handled at attempts 0, 1 and 2", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

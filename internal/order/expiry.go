@@ -65,7 +65,20 @@ func (e *Expiries) schedule(ctx context.Context, ds []deadline) error {
 		q := e.queues[e.keys.Shard(d.voucher)]
 		pipe.ZAdd(ctx, q.Key(), redis.Z{Score: float64(d.due.UnixMilli()), Member: d.member()})
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	_, err := pipe.Exec(ctx)
+	// This instance's pollers sleep while idle: each is told when its
+	// first deadline is due, whatever became of the writes.
+	soonest := make(map[int]time.Time, 1)
+	for _, d := range ds {
+		shard := e.keys.Shard(d.voucher)
+		if s, ok := soonest[shard]; !ok || d.due.Before(s) {
+			soonest[shard] = d.due
+		}
+	}
+	for shard, due := range soonest {
+		e.queues[shard].Nudge(due)
+	}
+	if err != nil {
 		return fmt.Errorf("schedule %d pay deadlines: %w", len(ds), err)
 	}
 	return nil

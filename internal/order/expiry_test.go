@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"seckill/internal/mq"
 	"seckill/internal/testenv"
+	"seckill/internal/voucher"
 )
 
 // readGroup reads up to count new entries of a stream as one consumer of
@@ -405,5 +407,43 @@ func TestSweeperGivesUnitsBack(t *testing.T) {
 				}
 			}
 		}
+	})
+}
+
+// TestExpiriesNudgeThePoller: a deadline this instance schedules wakes its
+// shard's poller, which otherwise sleeps a minute while idle: the deadline
+// due now reaches the expiry stream at once, on each of two shards.
+func TestExpiriesNudgeThePoller(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	keys := voucher.NewKeys(testenv.Prefix(t), 2)
+	exp := NewExpiries(rdb, keys)
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { stop(); wg.Wait() })
+	var looks atomic.Int64 // a poller reads its clock once per look
+	now := func() time.Time { looks.Add(1); return time.Now() }
+	for shard := range keys.Shards() {
+		p := mq.NewPoller(exp.Queue(shard), mq.PollerConfig{Every: 5 * time.Millisecond, Idle: time.Minute, Now: now}, quietLog)
+		wg.Go(func() { _ = p.Run(runCtx) })
+	}
+	testenv.WaitFor(t, 10*time.Second, "both pollers found their queue empty", func() bool { return looks.Load() >= 2 })
+	var ds []deadline
+	for v := int64(1); len(ds) < 2; v++ {
+		if keys.Shard(v) == len(ds) {
+			ds = append(ds, deadline{order: 100 + v, user: 7, voucher: v, due: time.Now()})
+		}
+	}
+	if err := exp.schedule(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "both deadlines on their expiry streams", func() bool {
+		for shard := range keys.Shards() {
+			if n, err := rdb.XLen(ctx, exp.Queue(shard).Stream()).Result(); err != nil || n != 1 {
+				return false
+			}
+		}
+		return true
 	})
 }
