@@ -422,8 +422,11 @@ type stampedeResult struct {
 	PerRequest       float64          `json:"redis_commands_per_request"`
 	PerRequestFiring float64          `json:"redis_commands_per_request_firing"`
 	ByCommand        map[string]int64 `json:"redis_calls_by_command"`
-	Processes        []procMem        `json:"processes"`
-	LoadAverage      []string         `json:"load_average"` // before and after
+	// ByRedis splits Commands by --count-redis URL: the sale's Redis and
+	// the lock Redis are separate processes, each with its own core.
+	ByRedis     map[string]int64 `json:"redis_commands_by_redis"`
+	Processes   []procMem        `json:"processes"`
+	LoadAverage []string         `json:"load_average"` // before and after
 }
 
 // statusKiB reads a "Name:  N kB" field of /proc/<pid>/status.
@@ -522,9 +525,18 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 	}
 
 	out := stampedeResult{LoadAverage: []string{loadAverage()}}
-	before, err := snapshot(ctx, counted)
-	if err != nil {
-		return err
+	// Each URL alone first, to know which masters are whose.
+	var before []nodeStat
+	owner := map[string]string{} // master address -> URL
+	for _, u := range counted {
+		nodes, err := snapshot(ctx, []string{u})
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			owner[n.Addr] = u
+		}
+		before = append(before, nodes...)
 	}
 	var fired []nodeStat
 	var firedErr error
@@ -581,7 +593,13 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 		return n, by
 	}
 	out.CommandsFiring, _ = sum(diffStats(before, fired))
-	out.Commands, out.ByCommand = sum(diffStats(before, after))
+	diff := diffStats(before, after)
+	out.Commands, out.ByCommand = sum(diff)
+	out.ByRedis = map[string]int64{}
+	for _, node := range diff {
+		n, _ := sum([]nodeStat{node})
+		out.ByRedis[owner[node.Addr]] += n
+	}
 	requests := float64(res.Summary.Requests)
 	out.PerRequestFiring = float64(out.CommandsFiring) / requests
 	out.PerRequest = float64(out.Commands) / requests
@@ -596,6 +614,11 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 		parts = append(parts, fmt.Sprintf("%s %d", n, out.ByCommand[n]))
 	}
 	fmt.Fprintf(stdout, "               by command: %s\n", strings.Join(parts, ", "))
+	parts = parts[:0]
+	for _, u := range counted {
+		parts = append(parts, fmt.Sprintf("%s %d (%.4f per request)", u, out.ByRedis[u], float64(out.ByRedis[u])/requests))
+	}
+	fmt.Fprintf(stdout, "               by Redis, with the drain: %s\n", strings.Join(parts, "; "))
 	for _, p := range procs {
 		fmt.Fprintf(stdout, "  memory       pid %d (%s): max sampled RSS %.1f MiB, VmHWM %.1f MiB (peak since it started)\n",
 			p.PID, p.Source, float64(p.MaxRSSKiB)/1024, float64(p.HWMKiB)/1024)
