@@ -1,11 +1,9 @@
 -- purchase.lua: check and reserve one voucher for one buyer, and queue the order.
 --
 -- All checks run before the first write, because Redis does not roll back the
--- writes a script made before an error. The two keys the checks do not read
--- (the stream and the pending index) are not asked for their type on every
--- purchase: their writes come right after the stock is taken and are made
--- with pcall, and a key of another type undoes what was written before it,
--- so the script still writes nothing then.
+-- writes a script made before an error. That includes the type of every key
+-- the script writes: a key of another type would make a later write fail
+-- after the stock was taken and the buyer recorded.
 --
 -- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
 -- KEYS[1] seckill:{<shard>}:ready  shard ready marker (any type; written when the shard's state was loaded)
@@ -31,9 +29,8 @@
 --   {7, ""}                 no state for this voucher (unknown, or not loaded)
 --   {8, key name}           that key (KEYS[2] to KEYS[5]) holds another type than
 --                           the one above; nothing written
--- Anything else raises a script error having written nothing: a stock that is
--- not an integer fails the first write, and a later write that fails undoes
--- the earlier ones first.
+-- Anything else (a stock that is not an integer, say) raises a script error at the
+-- first write, which then does nothing.
 
 -- read runs a read command on a key that must be a hash (or missing): it
 -- returns the reply, or nil when the key holds another type. Other errors
@@ -49,18 +46,10 @@ local function read(...)
   return reply
 end
 
--- failed is true when reply is an error.
-local function failed(reply)
-  return type(reply) == 'table' and reply.err ~= nil
-end
-
--- undone ends the script after a write failed and what came before it was
--- undone: {8, key} when key holds another type, else the error raised.
-local function undone(reply, key)
-  if string.sub(reply.err, 1, 9) == 'WRONGTYPE' then
-    return {8, key}
-  end
-  error(reply)
+-- writable is true when key is missing or holds the type want.
+local function writable(key, want)
+  local t = redis.call('TYPE', key)['ok']
+  return t == 'none' or t == want
 end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -103,29 +92,16 @@ end
 if stock <= 0 then
   return {3, ''}
 end
+if not writable(KEYS[4], 'stream') then
+  return {8, KEYS[4]}
+end
+if not writable(KEYS[5], 'hash') then
+  return {8, KEYS[5]}
+end
 
--- The first write: a stock that is not an integer raises here, having
--- written nothing. KEYS[2] and KEYS[3] are hashes (read above); the
--- pending index and the stream are written next, each undoing what came
--- before it when its key holds another type. The pending field is new (an
--- order id is never reused; an equal field would hold this same value), so
--- removing it restores the index, and a hash left empty disappears as it
--- was. The stream goes last because an entry removed again could leave
--- behind a stream that did not exist.
 redis.call('HINCRBY', KEYS[2], 'stock', -1)
-local added = redis.pcall('HSET', KEYS[5], ARGV[3], ARGV[2] .. ':' .. ARGV[1])
-if failed(added) then
-  redis.call('HINCRBY', KEYS[2], 'stock', 1)
-  return undone(added, KEYS[5])
-end
-local entry = redis.pcall('XADD', KEYS[4], '*',
-  'v', '1', 'order', ARGV[3], 'user', ARGV[2], 'voucher', ARGV[1], 'at', tostring(now_ms))
-if failed(entry) then
-  if added == 1 then
-    redis.call('HDEL', KEYS[5], ARGV[3])
-  end
-  redis.call('HINCRBY', KEYS[2], 'stock', 1)
-  return undone(entry, KEYS[4])
-end
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+redis.call('XADD', KEYS[4], '*',
+  'v', '1', 'order', ARGV[3], 'user', ARGV[2], 'voucher', ARGV[1], 'at', tostring(now_ms))
+redis.call('HSET', KEYS[5], ARGV[3], ARGV[2] .. ':' .. ARGV[1])
 return {0, ARGV[3]}
