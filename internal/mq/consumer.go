@@ -499,7 +499,7 @@ func (c *Consumer) delay(ctx context.Context, msgs []Message) (int, error) {
 	pipe := c.rdb.Pipeline()
 	now := time.Now()
 	cmds := make([]*redis.Cmd, len(msgs))
-	soonest := now.Add(c.cfg.RetryBackoff(msgs[0].Attempt))
+	var soonest time.Time
 	// This instance's poller sleeps while idle: it is told when the first
 	// of these is due, whatever became of the calls.
 	defer func() { c.cfg.Delay.Nudge(soonest) }()
@@ -510,7 +510,7 @@ func (c *Consumer) delay(ctx context.Context, msgs []Message) (int, error) {
 		}
 		fields[AttemptField] = strconv.Itoa(m.Attempt + 1)
 		due := now.Add(c.cfg.RetryBackoff(m.Attempt))
-		if due.Before(soonest) {
+		if i == 0 || due.Before(soonest) {
 			soonest = due
 		}
 		cmds[i] = c.retry.Eval(ctx, pipe, []string{c.cfg.Stream, c.cfg.Delay.Key()},
