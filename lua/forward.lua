@@ -21,7 +21,9 @@
 -- due, the due time of the first member (unix ms, as a string), or "" when
 -- the queue is empty or members were moved. One read when nothing is due.
 
--- wrongtype raises the error of a key holding another type, naming it.
+-- wrongtype returns, when reply is the error of a key holding another type,
+-- that error naming the key; nil when reply is no error. Other errors are
+-- raised.
 local function wrongtype(reply, key, want)
   if type(reply) == 'table' and reply.err then
     if string.sub(reply.err, 1, 9) == 'WRONGTYPE' then
