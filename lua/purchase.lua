@@ -26,7 +26,9 @@
 --                           begin on Redis's clock (server time), at least 1
 --   {5, ""}                 the sale has ended (Redis server time)
 --   {6, ""}                 the shard's state is not loaded (Redis lost it or is warming up)
---   {7, ""}                 no state for this voucher (unknown, or not loaded)
+--   {7, ""}                 no state for this voucher (unknown, or not loaded); the
+--                           state is read only after the buyer check: a buyer holding
+--                           an order is answered 1 or 2 without it
 --   {8, key name}           that key (KEYS[2] to KEYS[5]) holds another type than
 --                           the one above; nothing written
 -- Anything else (a stock that is not an integer, say) raises a script error at the
@@ -56,17 +58,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {6, ''}
 end
 
-local state = read('HMGET', KEYS[2], 'stock', 'begin_ms', 'end_ms')
-if state == nil then
-  return {8, KEYS[2]}
-end
-local stock = tonumber(state[1])
-local begin_ms = tonumber(state[2])
-local end_ms = tonumber(state[3])
-if stock == nil or begin_ms == nil or end_ms == nil then
-  return {7, ''}
-end
-
+-- The buyer's order comes first and needs nothing else: a buyer pressing
+-- again (most of what reaches Redis once a sale is sold out) costs no read
+-- of the voucher's state.
 local held = read('HGET', KEYS[3], ARGV[2])
 if held == nil then
   return {8, KEYS[3]}
@@ -79,6 +73,17 @@ if held then
     return {1, held}
   end
   return {2, held}
+end
+
+local state = read('HMGET', KEYS[2], 'stock', 'begin_ms', 'end_ms')
+if state == nil then
+  return {8, KEYS[2]}
+end
+local stock = tonumber(state[1])
+local begin_ms = tonumber(state[2])
+local end_ms = tonumber(state[3])
+if stock == nil or begin_ms == nil or end_ms == nil then
+  return {7, ''}
 end
 
 local t = redis.call('TIME')

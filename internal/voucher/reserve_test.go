@@ -379,3 +379,36 @@ func TestDecodeRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestRepeatPressReadsNoState: a buyer who holds an order is answered
+// from the buyers hash alone, on Redis and on the embedded one: with the
+// voucher's state damaged, their repeat press still names their order,
+// while another buyer is refused for the damaged key.
+func TestRepeatPressReadsNoState(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []struct {
+		name string
+		env  func(t testing.TB) scriptEnv
+	}{{"redis", newScriptEnv}, {"embedded", newEmbeddedScriptEnv}} {
+		t.Run(backend.name, func(t *testing.T) {
+			t.Parallel()
+			e := backend.env(t)
+			ctx := context.Background()
+			const id, user = 4, 9
+			e.put(t, id, 3, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+			if r, err := e.res.Reserve(ctx, id, user, 500); err != nil || r.OrderID != 500 {
+				t.Fatalf("first press: %+v, %v", r, err)
+			}
+			if err := e.rdb.Set(ctx, e.stateOf(id), "junk", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var held *PurchasedError
+			if _, err := e.res.Reserve(ctx, id, user, 501); !errors.As(err, &held) || held.OrderID != 500 {
+				t.Fatalf("repeat press: %v, want already purchased (order 500)", err)
+			}
+			if _, err := e.res.Reserve(ctx, id, user+1, 502); !errors.Is(err, ErrWrongType) {
+				t.Fatalf("another buyer: %v, want ErrWrongType", err)
+			}
+		})
+	}
+}
