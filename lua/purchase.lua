@@ -26,9 +26,8 @@
 --                           begin on Redis's clock (server time), at least 1
 --   {5, ""}                 the sale has ended (Redis server time)
 --   {6, ""}                 the shard's state is not loaded (Redis lost it or is warming up)
---   {7, ""}                 no state for this voucher (unknown, or not loaded); the
---                           state is read only after the buyer check: a buyer holding
---                           an order is answered 1 or 2 without it
+--   {7, ""}                 no state for this voucher (unknown, or not loaded); a buyer
+--                           holding another order is answered 2 before the state is read
 --   {8, key name}           that key (KEYS[2] to KEYS[5]) holds another type than
 --                           the one above; nothing written
 -- Anything else (a stock that is not an integer, say) raises a script error at the
@@ -58,20 +57,16 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {6, ''}
 end
 
--- The buyer's order comes first and needs nothing else: a buyer pressing
--- again (most of what reaches Redis once a sale is sold out) costs no read
--- of the voucher's state.
+-- The buyer's order comes first: a buyer pressing again (most of what
+-- reaches Redis once a sale is sold out) is answered without a read of the
+-- voucher's state, and with no write. A retry of this very order writes
+-- its entry again, so it is answered only after the state is checked, as
+-- every write is.
 local held = read('HGET', KEYS[3], ARGV[2])
 if held == nil then
   return {8, KEYS[3]}
 end
-if held then
-  if held == ARGV[3] then
-    -- Written again, unchanged: the write is replicated, so a WAIT the
-    -- caller sends after this reply covers the first acceptance too.
-    redis.call('HSET', KEYS[3], ARGV[2], held)
-    return {1, held}
-  end
+if held and held ~= ARGV[3] then
   return {2, held}
 end
 
@@ -84,6 +79,13 @@ local begin_ms = tonumber(state[2])
 local end_ms = tonumber(state[3])
 if stock == nil or begin_ms == nil or end_ms == nil then
   return {7, ''}
+end
+
+if held then
+  -- Written again, unchanged: the write is replicated, so a WAIT the
+  -- caller sends after this reply covers the first acceptance too.
+  redis.call('HSET', KEYS[3], ARGV[2], held)
+  return {1, held}
 end
 
 local t = redis.call('TIME')

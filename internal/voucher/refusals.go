@@ -28,9 +28,9 @@ import (
 // more than the bound away on Redis's clock, so no buyer is refused by a
 // stale one at the opening second.
 //
-// Redis checks the buyer's order before the window and the stock, so a
-// buyer who holds one is answered already_purchased even when the voucher
-// is sold out or ended. Locally the same holds for the buyers this
+// Redis checks the buyer's order before the voucher's state, the window
+// and the stock, so a buyer who holds one is answered already_purchased
+// even when the voucher is sold out or ended. Locally the same holds for the buyers this
 // instance knows: those it sold to or heard Redis name, and those every
 // other instance announces. Each accepted purchase is announced on the
 // Events channel, batched (one PUBLISH per flush, at most announceBatch

@@ -383,7 +383,8 @@ func TestDecodeRejects(t *testing.T) {
 // TestRepeatPressReadsNoState: a buyer who holds an order is answered
 // from the buyers hash alone, on Redis and on the embedded one: with the
 // voucher's state damaged, their repeat press still names their order,
-// while another buyer is refused for the damaged key.
+// while another buyer, and a retry of the first press (which writes), are
+// refused for the damaged key.
 func TestRepeatPressReadsNoState(t *testing.T) {
 	t.Parallel()
 	for _, backend := range []struct {
@@ -408,6 +409,15 @@ func TestRepeatPressReadsNoState(t *testing.T) {
 			}
 			if _, err := e.res.Reserve(ctx, id, user+1, 502); !errors.Is(err, ErrWrongType) {
 				t.Fatalf("another buyer: %v, want ErrWrongType", err)
+			}
+			// A retry of the first press itself writes its entry again:
+			// it is refused for the damaged key, writing nothing.
+			before := e.look(t, id)
+			if _, err := e.res.Reserve(ctx, id, user, 500); !errors.Is(err, ErrWrongType) {
+				t.Fatalf("retry of order 500: %v, want ErrWrongType", err)
+			}
+			if after := e.look(t, id); after != before {
+				t.Fatalf("retry of order 500 wrote:\nbefore %s\nafter  %s", before, after)
 			}
 		})
 	}
