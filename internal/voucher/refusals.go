@@ -30,12 +30,13 @@ import (
 //
 // Redis checks the buyer's order before the voucher's state, the window
 // and the stock, so a buyer who holds one is answered already_purchased
-// even when the voucher is sold out or ended. Locally the same holds for the buyers this
-// instance knows: those it sold to or heard Redis name, and those every
-// other instance announces. Each accepted purchase is announced on the
-// Events channel, batched (one PUBLISH per flush, at most announceBatch
-// purchases or announceAfter after the first of them, from Run), and every
-// instance keeps them as if Redis had answered it, under the same cap. A
+// even when the voucher is sold out or ended. Locally the same holds for
+// the buyers this instance knows: those it sold to or heard Redis name,
+// and those every other instance announces. Each accepted purchase is
+// announced on the Events channel, batched (one PUBLISH per flush, at most
+// announceBatch purchases or announceAfter after the first of them, from
+// Run), and every instance keeps them as if Redis had answered it, under
+// the same cap. A
 // buyer whose answer expired, or whose order was written (Events.Written),
 // is asked of Redis again on their next purchase, never answered sold_out
 // or ended from memory.
