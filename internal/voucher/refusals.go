@@ -36,10 +36,9 @@ import (
 // announced on the Events channel, batched (one PUBLISH per flush, at most
 // announceBatch purchases or announceAfter after the first of them, from
 // Run), and every instance keeps them as if Redis had answered it, under
-// the same cap. A
-// buyer whose answer expired, or whose order was written (Events.Written),
-// is asked of Redis again on their next purchase, never answered sold_out
-// or ended from memory.
+// the same cap. A buyer whose answer expired, or whose order was written
+// (Events.Written), is asked of Redis again on their next purchase, never
+// answered sold_out or ended from memory.
 //
 // What remains different from Redis's answers: a buyer still unknown to
 // this instance is answered sold_out or ended while it keeps that refusal
