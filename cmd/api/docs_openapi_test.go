@@ -590,6 +590,15 @@ func TestOpenAPIPaymentGateway(t *testing.T) {
 	unsigned := notify("n-unsigned", ref, 700, now, 401)
 	unsigned.hdr, unsigned.badRequest = nil, true
 	code(do(unsigned), "bad_signature")
+	// A fresh timestamp without a signature, or with an empty one, is
+	// refused at the signature check, not at the timestamp's.
+	noSig := notify("n-nosig", ref, 700, now, 401)
+	delete(noSig.hdr, auth.WebhookSignatureHeader)
+	noSig.badRequest = true
+	code(do(noSig), "bad_signature")
+	emptySig := notify("n-emptysig", ref, 700, now, 401)
+	emptySig.hdr[auth.WebhookSignatureHeader], emptySig.badRequest = "", true
+	code(do(emptySig), "bad_signature")
 	code(do(notify("n-stale", ref, 700, now.Add(-time.Hour), 401)), "stale_notification")
 	code(do(notify("n-nobody", "pay_unknown", 700, now, 404)), "payment_not_found")
 	code(do(notify("n-amount", ref, 699, now, 422)), "amount_mismatch")
