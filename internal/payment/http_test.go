@@ -252,6 +252,41 @@ func TestNotifyTwice(t *testing.T) {
 	})
 }
 
+// TestNotificationIDSeenBefore: a notification whose id was seen before
+// pays nothing, even when it names another payment still open: the id,
+// not the payment's own status, makes it a duplicate.
+func TestNotificationIDSeenBefore(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, e env) {
+		obs := &outcomes{}
+		s := e.service(t, webhookConfig("http://gateway.invalid", obs))
+		first, second := e.order(t, buyer, time.Now().Add(time.Hour)), e.order(t, buyer+1, time.Now().Add(time.Hour))
+		p1, p2 := e.payment(t, first), e.payment(t, second)
+		n := Notification{NotificationID: "seen", Reference: p1.Reference, Amount: p1.Amount, Status: "succeeded"}
+		if st := answer[map[string]string](t, s.notify(t, n, secret, time.Now()), http.StatusOK)["status"]; st != OutcomeSucceeded {
+			t.Fatalf("the first notification answered %q, want succeeded", st)
+		}
+		n.Reference, n.Amount = p2.Reference, p2.Amount
+		if st := answer[map[string]string](t, s.notify(t, n, secret, time.Now()), http.StatusOK)["status"]; st != OutcomeDuplicate {
+			t.Fatalf("the id again, naming another payment, answered %q, want duplicate", st)
+		}
+		if o, p := e.getOrder(t, second), ps0(t, e, second); o.Status != order.StatusAwaitingPayment || p.Status != StatusCreated || p.SucceededAt != nil {
+			t.Fatalf("order %s, payment %s after a repeated id: want awaiting_payment and created", o.Status, p.Status)
+		}
+		if n := e.count(t, "SELECT COUNT(*) FROM payment_notifications WHERE reference = ?", p2.Reference); n != 0 {
+			t.Fatalf("%d notifications recorded for the second payment, want none", n)
+		}
+		if obs.succeeded.Load() != 1 || obs.duplicate.Load() != 1 {
+			t.Fatalf("observer heard %d successes and %d duplicates, want 1 and 1", obs.succeeded.Load(), obs.duplicate.Load())
+		}
+		// Its own notification still pays it.
+		n.NotificationID = "its-own"
+		if st := answer[map[string]string](t, s.notify(t, n, secret, time.Now()), http.StatusOK)["status"]; st != OutcomeSucceeded {
+			t.Fatalf("the second payment's own notification answered %q, want succeeded", st)
+		}
+	})
+}
+
 // TestNotifyRefused: a notification with a bad or missing signature, a
 // stale or future timestamp, bad JSON, an unknown reference or another
 // amount is refused and changes nothing.
