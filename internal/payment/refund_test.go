@@ -138,11 +138,12 @@ func TestRefundOwesThePayment(t *testing.T) {
 }
 
 // TestRefundFreeOrder: an order with nothing to pay has no payment: its
-// refund works all the same and owes nothing.
+// refund works all the same, with payments turned off too, and owes
+// nothing.
 func TestRefundFreeOrder(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, e env) {
-		s := e.service(t, Config{Provider: ProviderDev})
+		s := e.service(t, Config{})
 		id := e.order(t, buyer, time.Now().Add(time.Hour))
 		if err := e.db.Exec("UPDATE orders SET amount = 0 WHERE id = ?", id).Error; err != nil {
 			t.Fatal(err)
