@@ -210,3 +210,43 @@ func TestRefundAtOnce(t *testing.T) {
 		e.conserved(t)
 	})
 }
+
+// TestRefundIsOneTransaction: when the payment cannot be moved to owed
+// (the database refuses the update), the order is not refunded either:
+// the refund answers 503 and leaves the order paid, its unit held, and
+// its payment succeeded; once the database takes it, the refund goes
+// through.
+func TestRefundIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, e env) {
+		s := e.service(t, Config{Provider: ProviderDev})
+		id, p := s.paidOrder(t, buyer)
+		stock := e.stock(t)
+		refuse := map[string]string{
+			"mysql": `CREATE TRIGGER refuse_owed BEFORE UPDATE ON payments FOR EACH ROW
+				IF NEW.status = 'needs_refund' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test'; END IF`,
+			"sqlite": `CREATE TRIGGER refuse_owed BEFORE UPDATE ON payments FOR EACH ROW
+				WHEN NEW.status = 'needs_refund' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`,
+		}[e.db.Dialector.Name()]
+		if err := e.db.Exec(refuse).Error; err != nil {
+			t.Fatal(err)
+		}
+		refused(t, s.refund(t, id), http.StatusServiceUnavailable, "unavailable")
+		if o := e.getOrder(t, id); o.Status != order.StatusPaid || o.Live == nil || o.RefundedAt != nil || e.stock(t) != stock {
+			t.Fatalf("after a refund whose payment could not move: order %s, stock %d (was %d); want paid, its unit held", describeOrder(o), e.stock(t), stock)
+		}
+		if got := ps0(t, e, id); got.Status != StatusSucceeded || got.RefundRequestedAt != nil {
+			t.Fatalf("payment %s, want succeeded", describePayment(got))
+		}
+		if err := e.db.Exec("DROP TRIGGER refuse_owed").Error; err != nil {
+			t.Fatal(err)
+		}
+		if v := answer[order.View](t, s.refund(t, id), http.StatusOK); v.Status != order.StatusRefunded || !v.NeedsRefund {
+			t.Fatalf("refund answered %+v, want refunded with a refund owed", v)
+		}
+		if list := s.refunds(t); len(list) != 1 || list[0].PaymentID != p.ID {
+			t.Fatalf("refunds owed %+v, want payment %d", list, p.ID)
+		}
+		e.conserved(t)
+	})
+}
