@@ -356,9 +356,9 @@ func (h *HTTP) Refund(c *gin.Context) {
 }
 
 // Refunds lists the payments whose money the shop owes back (an admin
-// route), the longest owed first: those that arrived after their order could no
-// longer take them (late, duplicate) and those of refunded orders
-// (order_refunded), until an admin marks them refunded.
+// route), the longest owed first: those that arrived after their order
+// could no longer take them (late, duplicate) and those of refunded
+// orders (order_refunded), until an admin marks them refunded.
 func (h *HTTP) Refunds(c *gin.Context) {
 	limit := 100
 	if s := c.Query("limit"); s != "" {

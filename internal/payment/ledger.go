@@ -175,9 +175,9 @@ func (l *ledger) apply(tx *gorm.DB, v verdict, reason string, p *Payment, o *ord
 			return fmt.Errorf("payment %s: order %d was %s under its lock", p.Reference, o.ID, moved.Status)
 		}
 		*o = moved
-		return succeed.make(tx, p, now, "")
+		return succeed.do(tx, p, now, "")
 	case refunds:
-		return owe.make(tx, p, now, reason)
+		return owe.do(tx, p, now, reason)
 	}
 	return fmt.Errorf("payment %s is %s, its order %d %s: no decision for this", p.Reference, p.Status, o.ID, o.Status)
 }
@@ -202,9 +202,9 @@ var (
 	returned = move{from: StatusNeedsRefund, to: StatusRefunded, stamps: []string{"refunded_at"}}
 )
 
-// make moves p inside tx at now, recording reason when there is one, and
+// do moves p inside tx at now, recording reason when there is one, and
 // reads p back as it is after the move.
-func (m move) make(tx *gorm.DB, p *Payment, now time.Time, reason string) error {
+func (m move) do(tx *gorm.DB, p *Payment, now time.Time, reason string) error {
 	sets := map[string]any{"status": m.to, "updated_at": now}
 	for _, col := range m.stamps {
 		sets[col] = now
@@ -249,7 +249,7 @@ func (l *ledger) refund(ctx context.Context, id int64) (o order.Order, moved, ow
 		now := l.stamp()
 		for i := range ps {
 			if ps[i].Status == StatusSucceeded {
-				if err := oweBack.make(tx, &ps[i], now, ReasonOrderRefunded); err != nil {
+				if err := oweBack.do(tx, &ps[i], now, ReasonOrderRefunded); err != nil {
 					return fmt.Errorf("refund order %d: %w", id, err)
 				}
 			}
@@ -281,7 +281,7 @@ func (l *ledger) markRefunded(ctx context.Context, id int64) (Payment, error) {
 		case StatusRefunded:
 			return nil
 		case StatusNeedsRefund:
-			return returned.make(tx, &p, l.stamp(), "")
+			return returned.do(tx, &p, l.stamp(), "")
 		}
 		return fmt.Errorf("mark payment %d refunded: %w", id, &StateError{Status: p.Status})
 	})
