@@ -399,7 +399,8 @@ func TestOpenAPIAnswers(t *testing.T) {
 
 // checkLifecycle checks what the schema cannot: that each lifecycle answer
 // shows the state the move leads to, with its fields. It remembers the
-// payment id of the pay answer that paid at once.
+// payment id of the first pay answer that paid at once (used's: the
+// refunded order's payment is owed back, no longer succeeded).
 func checkLifecycle(t testing.TB, s exchange, status int, body []byte, paymentID *string) {
 	t.Helper()
 	if status != http.StatusOK {
@@ -430,14 +431,16 @@ func checkLifecycle(t testing.TB, s exchange, status int, body []byte, paymentID
 		if v.Order.Status != "paid" || v.Order.PaidAt == nil || v.Payment.Status != "succeeded" || v.Payment.Amount != 1500 {
 			t.Errorf("pay with the dev provider answered %s", body)
 		}
-		*paymentID = fmt.Sprint(v.Payment.PaymentID)
+		if *paymentID == "" {
+			*paymentID = fmt.Sprint(v.Payment.PaymentID)
+		}
 	case "/api/v1/orders/{id}/redeem":
 		if v.Status != "used" || v.UsedAt == nil {
 			t.Errorf("redeem answered %s", body)
 		}
 	case "/api/v1/orders/{id}/refund":
-		if v.Status != "refunded" || v.RefundedAt == nil {
-			t.Errorf("refund answered %s", body)
+		if v.Status != "refunded" || v.RefundedAt == nil || !v.NeedsRefund {
+			t.Errorf("refund answered %s, want refunded with its money owed back", body)
 		}
 	}
 }
@@ -587,6 +590,15 @@ func TestOpenAPIPaymentGateway(t *testing.T) {
 	unsigned := notify("n-unsigned", ref, 700, now, 401)
 	unsigned.hdr, unsigned.badRequest = nil, true
 	code(do(unsigned), "bad_signature")
+	// A fresh timestamp without a signature, or with an empty one, is
+	// refused at the signature check, not at the timestamp's.
+	noSig := notify("n-nosig", ref, 700, now, 401)
+	delete(noSig.hdr, auth.WebhookSignatureHeader)
+	noSig.badRequest = true
+	code(do(noSig), "bad_signature")
+	emptySig := notify("n-emptysig", ref, 700, now, 401)
+	emptySig.hdr[auth.WebhookSignatureHeader], emptySig.badRequest = "", true
+	code(do(emptySig), "bad_signature")
 	code(do(notify("n-stale", ref, 700, now.Add(-time.Hour), 401)), "stale_notification")
 	code(do(notify("n-nobody", "pay_unknown", 700, now, 404)), "payment_not_found")
 	code(do(notify("n-amount", ref, 699, now, 422)), "amount_mismatch")

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -13,7 +15,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"gorm.io/gorm"
+
 	"seckill/internal/auth"
+	"seckill/internal/payment"
 )
 
 // The fuzz targets run the whole service (run()) on the real Redis and
@@ -198,4 +203,381 @@ func FuzzVoucherCreate(f *testing.F) {
 			t.Fatalf("stored title %q, sent %q", a.body["voucher"].(map[string]any)["title"], title)
 		}
 	})
+}
+
+// payState is what a payment notification may change: every payment's
+// status, every order's state and the notifications recorded.
+func payState(t testing.TB, g *gorm.DB) string {
+	t.Helper()
+	var rows []struct {
+		ID     int64
+		Status string
+	}
+	var b strings.Builder
+	for _, q := range []string{"SELECT id, status FROM payments ORDER BY id", "SELECT id, status FROM orders ORDER BY id"} {
+		if err := g.Raw(q).Scan(&rows).Error; err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%v;", rows)
+	}
+	var n int64
+	if err := g.Table("payment_notifications").Count(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "notifications=%d", n)
+	return b.String()
+}
+
+// headerValue reports whether an HTTP client sends v as a header value
+// (no control bytes but tab), and v as the server reads it (trimmed).
+func headerValue(v string) (string, bool) {
+	for i := range len(v) {
+		if c := v[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return "", false
+		}
+	}
+	return strings.Trim(v, " \t"), true
+}
+
+// FuzzNotify: any timestamp, signature and body posted to the payment
+// gateway's callback. Never a 5xx; every error is JSON with a code; an
+// unsigned, wrongly signed or stale notification is refused with 401
+// before its body is read, whatever the body; a refused notification
+// changes no payment, order or recorded notification; only a fresh,
+// rightly signed notification naming a payment with its amount is taken
+// (200 succeeded, needs_refund or duplicate).
+func FuzzNotify(f *testing.F) {
+	const secret = "fuzz-gateway-secret-0123456789"
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req payment.GatewayRequest
+		body, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(body, &req)
+		_ = json.NewEncoder(w).Encode(payment.GatewayAnswer{PayURL: "https://gateway.example/pay/" + req.Reference})
+	}))
+	f.Cleanup(gw.Close)
+	s := startWeb(f, map[string]string{
+		"SECKILL_RATE_LIMIT": "off", "SECKILL_LOG_LEVEL": "warn",
+		"SECKILL_PAY_PROVIDER": "webhook", "SECKILL_PAY_WEBHOOK_SECRET": secret, "SECKILL_PAY_GATEWAY_URL": gw.URL,
+	})
+	g := s.db(f)
+	const price = 700
+	vid := createPriced(f, s.base, 10, price)
+	// Three payments opened at the gateway, their orders awaiting them.
+	refs := map[string]bool{}
+	var first string
+	for user := range int64(3) {
+		tok := token(f, 500+user, auth.RoleUser)
+		id := buyWritten(f, s.base, vid, tok)
+		status, body := call(f, "POST", s.base+"/api/v1/orders/"+id+"/pay", tok, nil)
+		ref, _ := body["payment"].(map[string]any)["reference"].(string)
+		if status != http.StatusOK || ref == "" {
+			f.Fatalf("pay order %s: %d %v", id, status, body)
+		}
+		refs[ref] = true
+		if first == "" {
+			first = ref
+		}
+	}
+	note := func(id, ref string, amount int64) []byte {
+		return fmt.Appendf(nil, `{"notification_id":%q,"reference":%q,"amount":%d,"status":"succeeded"}`, id, ref, amount)
+	}
+	for ref := range refs {
+		f.Add(uint8(0), "", uint8(0), "", note("n-"+ref, ref, price)) // taken
+	}
+	for i, body := range [][]byte{
+		note("n-x", first, price), note("n-x", first, price+1), note("n-y", "pay_unknown", price), note("", first, price),
+		[]byte(`{"notification_id":"n","reference":"` + first + `","amount":700,"status":"failed"}`),
+		[]byte(`{"notification_id":"n","reference":"` + first + `","amount":-700,"status":"succeeded"}`),
+		[]byte(`{"notification_id":"` + strings.Repeat("n", 65) + `","reference":"` + first + `","amount":700,"status":"succeeded"}`),
+		[]byte(`[`), []byte(`null`), []byte(``), []byte("\xff"), bytes.Repeat([]byte("x"), 65<<10),
+	} {
+		for sig := range uint8(5) {
+			f.Add(uint8(i%4), "", sig, "", body)
+		}
+	}
+	for _, ts := range []string{"", "0", "-1", "+0", "1e9", "9223372036854775807", "9223372036854775808", "０", " 1 ", "1\t"} {
+		f.Add(uint8(3), ts, uint8(0), "", note("n-ts", first, price))
+	}
+	for _, sig := range []string{"", "sha256=", "sha256=" + strings.Repeat("0", 64), "SHA256=", " ", "\t"} {
+		f.Add(uint8(0), "", uint8(4), sig, note("n-sig", first, price))
+	}
+
+	f.Fuzz(func(t *testing.T, tsMode uint8, tsRaw string, sigMode uint8, sigRaw string, body []byte) {
+		now := time.Now()
+		var ts string
+		switch tsMode % 4 {
+		case 0:
+			ts = strconv.FormatInt(now.Unix(), 10)
+		case 1:
+			ts = strconv.FormatInt(now.Add(-10*time.Minute).Unix(), 10)
+		case 2:
+			ts = strconv.FormatInt(now.Add(10*time.Minute).Unix(), 10)
+		case 3:
+			ts = tsRaw
+		}
+		hdr := map[string]string{auth.WebhookTimestampHeader: ts}
+		switch sigMode % 5 {
+		case 0:
+			hdr[auth.WebhookSignatureHeader] = auth.Sign([]byte(secret), ts, body)
+		case 1: // no signature header
+		case 2:
+			hdr[auth.WebhookSignatureHeader] = ""
+		case 3:
+			hdr[auth.WebhookSignatureHeader] = auth.Sign([]byte("not-the-gateway-secret-at-all"), ts, body)
+		case 4:
+			hdr[auth.WebhookSignatureHeader] = sigRaw
+		}
+		// What the server reads: values trimmed; one a client cannot send
+		// is not a case.
+		for _, v := range hdr {
+			if _, ok := headerValue(v); !ok {
+				t.Skip("not a header value")
+			}
+		}
+		sts, _ := headerValue(hdr[auth.WebhookTimestampHeader])
+		ssig, _ := headerValue(hdr[auth.WebhookSignatureHeader])
+		signed := ssig == auth.Sign([]byte(secret), sts, body)
+		sec, perr := strconv.ParseInt(sts, 10, 64)
+		age := now.Sub(time.Unix(sec, 0))
+		fresh := perr == nil && age < 5*time.Minute-5*time.Second && age > -5*time.Minute+5*time.Second
+		stale := perr == nil && (age > 5*time.Minute+5*time.Second || age < -5*time.Minute-5*time.Second)
+
+		before := payState(t, g)
+		a := send(t, "POST", s.base+"/api/v1/payments/notify", body, hdr)
+		after := payState(t, g)
+		if a.status >= 500 || a.body == nil || (a.status >= 400 && a.code() == "") {
+			t.Fatalf("ts %q sig %q body %.200q: %d %s", sts, ssig, body, a.status, a.raw)
+		}
+		if a.status != http.StatusOK && after != before {
+			t.Fatalf("refused (%d %s) but the payments changed:\n%s\n%s", a.status, a.raw, before, after)
+		}
+		switch {
+		case len(body) > 64<<10:
+			if a.status != http.StatusRequestEntityTooLarge {
+				t.Fatalf("a body of %d bytes: %d %s, want 413", len(body), a.status, a.raw)
+			}
+		case !signed:
+			if a.status != http.StatusUnauthorized || a.code() != "bad_signature" {
+				t.Fatalf("ts %q sig %q not signed right: %d %s, want 401 bad_signature", sts, ssig, a.status, a.raw)
+			}
+		case stale:
+			if a.status != http.StatusUnauthorized || a.code() != "stale_notification" {
+				t.Fatalf("ts %q signed but stale: %d %s, want 401 stale_notification", sts, a.status, a.raw)
+			}
+		case fresh && a.status == http.StatusOK:
+			var n payment.Notification
+			if err := json.Unmarshal(body, &n); err != nil || !refs[n.Reference] || n.Amount != price {
+				t.Fatalf("body %.200q taken (%s) but it names no payment with its amount", body, a.raw)
+			}
+			if st := a.body["status"]; st != "succeeded" && st != "needs_refund" && st != "duplicate" {
+				t.Fatalf("taken with status %v", st)
+			}
+		case fresh:
+			if a.status != http.StatusBadRequest && a.status != http.StatusNotFound && a.status != http.StatusUnprocessableEntity {
+				t.Fatalf("signed, fresh body %.200q: %d %s, want 200, 400, 404 or 422", body, a.status, a.raw)
+			}
+		}
+	})
+}
+
+// lifeRoutes are the lifecycle routes the fuzzer drives, and whether only
+// an admin may call them.
+var lifeRoutes = []struct {
+	name  string
+	admin bool
+}{{"pay", false}, {"cancel", false}, {"redeem", true}, {"refund", true}}
+
+// lifeModel is the documented lifecycle, written apart from the code: the
+// state an order in from ends in after the route, or "" when the route is
+// refused (409 wrong_state). A repeat of a move answers the order as it is.
+func lifeModel(route, from string) string {
+	moves := map[string]map[string]string{
+		"pay":    {"awaiting_payment": "paid", "paid": "paid", "used": "used"},
+		"cancel": {"awaiting_payment": "cancelled", "cancelled": "cancelled"},
+		"redeem": {"paid": "used", "used": "used"},
+		"refund": {"paid": "refunded", "refunded": "refunded"},
+	}
+	return moves[route][from]
+}
+
+// FuzzLifecycle: the lifecycle routes (pay, cancel, redeem, refund) with
+// any id, caller and body, on orders of a priced sale paid with the dev
+// provider. Never a 5xx; every error JSON with a code; 401 for a bad
+// token, 403 for a buyer on an admin route, 400 for an id that is not a
+// positive number, 404 for an unknown id or someone else's order; on an
+// order, exactly the documented move (or 409 wrong_state and nothing
+// changed). After each call the order's payments fit its state (one
+// succeeded when paid or used, one owed back (order_refunded) when
+// refunded, none otherwise) and the sale's units add up.
+func FuzzLifecycle(f *testing.F) {
+	s := startWeb(f, map[string]string{"SECKILL_RATE_LIMIT": "off", "SECKILL_LOG_LEVEL": "warn", "SECKILL_PAY_PROVIDER": "dev"})
+	g := s.db(f)
+	vid := createPriced(f, s.base, 1000, 900)
+	signer, err := auth.NewSigner([]byte(testSecret))
+	if err != nil {
+		f.Fatal(err)
+	}
+	other, _ := auth.NewSigner([]byte("not-the-secret-not-the-secret-xx"))
+	mint := func(sg *auth.Signer, user int64, role string) string {
+		tok, err := sg.Mint(auth.Identity{UserID: user, Role: role}, time.Hour)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return tok
+	}
+	admin := mint(signer, 1, auth.RoleAdmin)
+
+	// slots are orders the fuzzer acts on; one that ended (cancelled,
+	// refunded) is bought again by a new buyer.
+	type slot struct {
+		id, state string
+		buyer     int64
+		tok       string
+	}
+	const slots = 4
+	var ss [slots]slot
+	nextBuyer := int64(10_000)
+	fresh := func(t testing.TB, k int) {
+		nextBuyer++
+		tok := mint(signer, nextBuyer, auth.RoleUser)
+		ss[k] = slot{id: buyWritten(t, s.base, vid, tok), state: "awaiting_payment", buyer: nextBuyer, tok: tok}
+	}
+	for k := range slots {
+		fresh(f, k)
+	}
+
+	for route := range uint8(len(lifeRoutes)) {
+		for who := range uint8(5) {
+			f.Add(route, who, int8(route), "", []byte(nil))
+		}
+		for _, id := range []string{"0", "-1", "abc", "9223372036854775807", "9223372036854775808", "", "/", "..", "%", "1/2", " 1", "１", "1e3", "0x1f", "123"} {
+			f.Add(route, uint8(2), int8(-1), id, []byte(nil))
+			f.Add(route, uint8(0), int8(-1), id, []byte(`{"status":"paid"}`))
+		}
+		f.Add(route, uint8(2), int8(0), "", []byte(`{"amount":0,"order_id":"1"}`))
+		f.Add(route, uint8(0), int8(1), "", bytes.Repeat([]byte("x"), 70<<10))
+	}
+	// A walk through the lifecycle on slot 2: pay, redeem, refund (used:
+	// refused), and slot 3: pay, refund, pay (refunded: refused).
+	for _, step := range [][2]uint8{{0, 0}, {2, 2}, {3, 2}, {1, 0}} {
+		f.Add(step[0], step[1], int8(2), "", []byte(nil))
+	}
+	for _, step := range [][2]uint8{{0, 0}, {3, 2}, {3, 2}, {0, 0}} {
+		f.Add(step[0], step[1], int8(3), "", []byte(nil))
+	}
+
+	f.Fuzz(func(t *testing.T, route, who uint8, slotPick int8, id string, body []byte) {
+		r := lifeRoutes[int(route)%len(lifeRoutes)]
+		var sl *slot
+		if slotPick >= 0 {
+			sl = &ss[int(slotPick)%slots]
+			id = sl.id
+		}
+		// who: the order's buyer, another buyer, an admin, no token, a
+		// token not signed by the service.
+		var tok string
+		switch who % 5 {
+		case 0:
+			tok = mint(signer, 20_000, auth.RoleUser)
+			if sl != nil {
+				tok = sl.tok
+			}
+		case 1:
+			tok = mint(signer, 30_000, auth.RoleUser)
+		case 2:
+			tok = admin
+		case 4:
+			tok = mint(other, 20_000, auth.RoleAdmin)
+		}
+		hdr := map[string]string{"Content-Type": "application/json"}
+		if tok != "" {
+			hdr["Authorization"] = "Bearer " + tok
+		}
+		a := send(t, "POST", s.base+"/api/v1/orders/"+url.PathEscape(id)+"/"+r.name, body, hdr)
+		if a.status >= 500 || a.body == nil || (a.status >= 400 && a.code() == "") {
+			t.Fatalf("%s of %q: %d %s", r.name, id, a.status, a.raw)
+		}
+		routed := id != "" && !strings.Contains(id, "/") && id != "." && id != ".."
+		n, perr := strconv.ParseInt(id, 10, 64)
+		want, code := 0, ""
+		switch {
+		case !routed:
+			if a.status == http.StatusOK {
+				t.Fatalf("%s of %q off the route answered 200", r.name, id)
+			}
+			return
+		case who%5 == 3 || who%5 == 4:
+			want, code = http.StatusUnauthorized, "unauthorized"
+		case r.admin && who%5 != 2:
+			want, code = http.StatusForbidden, "forbidden"
+		case perr != nil || n <= 0:
+			want, code = http.StatusBadRequest, "bad_request"
+		case sl == nil || who%5 == 1:
+			want, code = http.StatusNotFound, "order_not_found"
+		case lifeModel(r.name, sl.state) == "":
+			want, code = http.StatusConflict, "wrong_state"
+		default:
+			want = http.StatusOK
+		}
+		if a.status != want || (code != "" && a.code() != code) {
+			t.Fatalf("%s of %q (%v) by %d: %d %s, want %d %s", r.name, id, sl, who%5, a.status, a.raw, want, code)
+		}
+		if sl == nil {
+			return
+		}
+		if want == http.StatusOK {
+			sl.state = lifeModel(r.name, sl.state)
+			got := a.body["status"]
+			if o, ok := a.body["order"].(map[string]any); ok { // pay answers the order and its payment
+				got = o["status"]
+			}
+			if got != sl.state {
+				t.Fatalf("%s of order %s answered %v, want %s", r.name, id, got, sl.state)
+			}
+		}
+		checkOrderPayments(t, g, sl.id, sl.state)
+		var total, stock, live int64
+		if err := g.Raw("SELECT total_stock, stock FROM vouchers WHERE id = ?", vid).Row().Scan(&total, &stock); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND live = 1", vid).Scan(&live).Error; err != nil {
+			t.Fatal(err)
+		}
+		if total != stock+live {
+			t.Fatalf("total stock %d, stock %d + live orders %d", total, stock, live)
+		}
+		if sl.state == "cancelled" || sl.state == "refunded" {
+			fresh(t, int(slotPick)%slots)
+		}
+	})
+}
+
+// checkOrderPayments checks that an order is in state, and its payments
+// fit it: paid or used, one succeeded; refunded, one owed back for the
+// refund; awaiting payment or cancelled (never paid), none.
+func checkOrderPayments(t testing.TB, g *gorm.DB, id, state string) {
+	t.Helper()
+	var got string
+	if err := g.Raw("SELECT status FROM orders WHERE id = ?", id).Scan(&got).Error; err != nil {
+		t.Fatal(err)
+	}
+	var ps []struct {
+		Status       string
+		RefundReason *string
+	}
+	if err := g.Raw("SELECT status, refund_reason FROM payments WHERE order_id = ?", id).Scan(&ps).Error; err != nil {
+		t.Fatal(err)
+	}
+	ok := got == state
+	switch state {
+	case "paid", "used":
+		ok = ok && len(ps) == 1 && ps[0].Status == payment.StatusSucceeded
+	case "refunded":
+		ok = ok && len(ps) == 1 && ps[0].Status == payment.StatusNeedsRefund && ps[0].RefundReason != nil && *ps[0].RefundReason == payment.ReasonOrderRefunded
+	default:
+		ok = ok && len(ps) == 0
+	}
+	if !ok {
+		t.Fatalf("order %s is %s with payments %+v, want %s with payments to fit", id, got, ps, state)
+	}
 }

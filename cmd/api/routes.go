@@ -93,7 +93,7 @@ func addRoutes(r *gin.Engine, d deps) {
 	api.POST("/orders/:id/cancel", d.orders.Cancel)
 	api.POST("/orders/:id/pay", d.payments.Pay)
 	api.POST("/orders/:id/redeem", auth.RequireAdmin(), d.orders.Redeem)
-	api.POST("/orders/:id/refund", auth.RequireAdmin(), d.orders.Refund)
+	api.POST("/orders/:id/refund", auth.RequireAdmin(), d.payments.Refund)
 	api.GET("/admin/refunds", auth.RequireAdmin(), d.payments.Refunds)
 	api.POST("/admin/payments/:id/refunded", auth.RequireAdmin(), d.payments.MarkRefunded)
 	// The payment gateway's callback: no token, its signature is checked.

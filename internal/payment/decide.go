@@ -28,37 +28,40 @@ const anyState = "*"
 //
 //	payment       order                       verdict   outcome
 //	created       awaiting_payment            pays      order paid, payment succeeded
-//	created       cancelled, refunded         refunds   payment needs_refund (order not revived)
-//	created       paid, used                  refunds   payment needs_refund (paid twice)
+//	created       cancelled                   refunds   payment needs_refund, late (order not revived)
+//	created       paid, used, refunded        refunds   payment needs_refund, duplicate (paid twice)
 //	succeeded     *                           settled   nothing changes
 //	needs_refund  *                           settled   nothing changes
 //	refunded      *                           settled   nothing changes
 //
-// A paid or used order with a payment still created was paid by another
-// payment: a succeeded payment is never left created.
+// A paid, used or refunded order with a payment still created was paid by
+// another payment: a succeeded payment is never left created.
 var decisions = []struct {
 	payment, order string
 	verdict        verdict
+	// reason is the refund_reason a refunds verdict records.
+	reason string
 }{
-	{StatusCreated, order.StatusAwaitingPayment, pays},
-	{StatusCreated, order.StatusCancelled, refunds},
-	{StatusCreated, order.StatusRefunded, refunds},
-	{StatusCreated, order.StatusPaid, refunds},
-	{StatusCreated, order.StatusUsed, refunds},
-	{StatusSucceeded, anyState, settled},
-	{StatusNeedsRefund, anyState, settled},
-	{StatusRefunded, anyState, settled},
+	{StatusCreated, order.StatusAwaitingPayment, pays, ""},
+	{StatusCreated, order.StatusCancelled, refunds, ReasonLate},
+	{StatusCreated, order.StatusPaid, refunds, ReasonDuplicate},
+	{StatusCreated, order.StatusUsed, refunds, ReasonDuplicate},
+	{StatusCreated, order.StatusRefunded, refunds, ReasonDuplicate},
+	{StatusSucceeded, anyState, settled, ""},
+	{StatusNeedsRefund, anyState, settled, ""},
+	{StatusRefunded, anyState, settled, ""},
 }
 
 // decide returns the verdict of money arriving for a payment in this
-// status whose order is in this state.
-func decide(payment, orderStatus string) verdict {
+// status whose order is in this state, and for refunds why the money
+// goes back.
+func decide(payment, orderStatus string) (verdict, string) {
 	for _, d := range decisions {
 		if d.payment == payment && (d.order == anyState || d.order == orderStatus) {
-			return d.verdict
+			return d.verdict, d.reason
 		}
 	}
-	return broken
+	return broken, ""
 }
 
 // outcome names a verdict for the notify answer and the metrics.

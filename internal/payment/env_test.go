@@ -172,6 +172,7 @@ func (e env) service(t testing.TB, cfg Config) service {
 	api := r.Group("/api/v1")
 	api.POST("/payments/notify", h.Notify)
 	api.POST("/orders/:id/pay", e.signer.Middleware(), h.Pay)
+	api.POST("/orders/:id/refund", e.signer.Middleware(), auth.RequireAdmin(), h.Refund)
 	admin := api.Group("/admin", e.signer.Middleware(), auth.RequireAdmin())
 	admin.GET("/refunds", h.Refunds)
 	admin.POST("/payments/:id/refunded", h.MarkRefunded)
@@ -259,6 +260,16 @@ func webhookConfig(url string, obs Observer) Config {
 // outcomes counts what the observer heard.
 type outcomes struct {
 	succeeded, needsRefund, duplicate, refused atomic.Int64
+	paid, refunded                             atomic.Int64
+}
+
+func (o *outcomes) Moved(move string) {
+	switch move {
+	case order.Pay.String():
+		o.paid.Add(1)
+	case order.Refund.String():
+		o.refunded.Add(1)
+	}
 }
 
 func (o *outcomes) Payment(outcome string) {

@@ -67,15 +67,24 @@ type View struct {
 	PayURL      string     `json:"pay_url,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	SucceededAt *time.Time `json:"succeeded_at,omitempty"`
-	RefundedAt  *time.Time `json:"refunded_at,omitempty"`
+	// RefundRequestedAt and RefundReason: since when and why the money
+	// is owed back (late, duplicate, order_refunded).
+	RefundRequestedAt *time.Time `json:"refund_requested_at,omitempty"`
+	RefundReason      string     `json:"refund_reason,omitempty"`
+	RefundedAt        *time.Time `json:"refunded_at,omitempty"`
 }
 
 // ViewOf is a payment as the API shows it.
 func ViewOf(p Payment) View {
-	return View{
+	v := View{
 		PaymentID: p.ID, OrderID: p.OrderID, Provider: p.Provider, Reference: p.Reference, Amount: p.Amount,
-		Status: p.Status, CreatedAt: p.CreatedAt.UTC(), SucceededAt: utc(p.SucceededAt), RefundedAt: utc(p.RefundedAt),
+		Status: p.Status, CreatedAt: p.CreatedAt.UTC(), SucceededAt: utc(p.SucceededAt),
+		RefundRequestedAt: utc(p.RefundRequestedAt), RefundedAt: utc(p.RefundedAt),
 	}
+	if p.RefundReason != nil {
+		v.RefundReason = *p.RefundReason
+	}
+	return v
 }
 
 func utc(t *time.Time) *time.Time {
@@ -108,24 +117,8 @@ func (h *HTTP) Pay(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	p, _, err := h.ledger.open(ctx, h.provider.Name(), id)
-	var wrong *order.StateError
-	switch {
-	case errors.As(err, &wrong) && (wrong.Status == order.StatusPaid || wrong.Status == order.StatusUsed):
-		// Paid already (a second press of Pay): the answer of the first.
-		h.paidAlready(c, id)
-		return
-	case errors.As(err, &wrong):
-		apierr.Abort(c, http.StatusConflict, "wrong_state", "cannot pay an order that is "+wrong.Status)
-		return
-	case errors.Is(err, ErrDeadlinePassed):
-		apierr.Abort(c, http.StatusConflict, "wrong_state", "the order's pay deadline has passed")
-		return
-	case errors.Is(err, order.ErrNotFound):
-		apierr.Abort(c, http.StatusNotFound, "order_not_found", "no order has this id")
-		return
-	case err != nil:
-		h.log.Error("open payment failed", "order_id", id, "err", err)
-		apierr.Unavailable(c, "unavailable", "the payment cannot be made right now")
+	if err != nil {
+		h.notOpened(c, id, err)
 		return
 	}
 	co, err := h.provider.Start(ctx, p)
@@ -135,29 +128,10 @@ func (h *HTTP) Pay(c *gin.Context) {
 		apierr.Unavailable(c, "payment_unavailable", "the payment gateway cannot take the payment now; try again in a moment")
 		return
 	}
-	var o order.Order
-	if co.Succeeded {
-		// The money came with the call: settled as a notification of the
-		// payment itself would be.
-		var v verdict
-		opened := p.ID
-		v, p, o, err = h.ledger.settle(ctx, notice{provider: p.Provider, id: p.Reference, reference: p.Reference, amount: p.Amount})
-		if err == nil && v == settled {
-			// A Pay at the same moment settled it: answer as it is now
-			// (settle answers no payment for a duplicate).
-			p, err = h.ledger.get(ctx, opened)
-			if err == nil {
-				o, err = h.readOrder(ctx, id)
-			}
-		}
-		if err == nil {
-			h.obs.Payment(v.outcome())
-		}
-	} else {
-		o, err = h.readOrder(ctx, id)
-	}
+	opened := p.ID
+	p, o, err := h.collect(ctx, id, p, co)
 	if err != nil {
-		h.log.Error("settle payment failed", "order_id", id, "payment_id", p.ID, "err", err)
+		h.log.Error("settle payment failed", "order_id", id, "payment_id", opened, "err", err)
 		apierr.Unavailable(c, "unavailable", "the payment cannot be made right now")
 		return
 	}
@@ -168,6 +142,60 @@ func (h *HTTP) Pay(c *gin.Context) {
 		pv.PayURL = co.PayURL
 	}
 	c.JSON(http.StatusOK, PayAnswer{Order: view, Payment: pv})
+}
+
+// notOpened answers a Pay whose payment could not be opened: a second
+// press of Pay on an order paid already answers as the first; an order in
+// another state, or past its deadline, is 409 wrong_state.
+func (h *HTTP) notOpened(c *gin.Context, id int64, err error) {
+	var wrong *order.StateError
+	switch {
+	case errors.As(err, &wrong) && (wrong.Status == order.StatusPaid || wrong.Status == order.StatusUsed):
+		h.paidAlready(c, id)
+	case errors.As(err, &wrong):
+		apierr.Abort(c, http.StatusConflict, "wrong_state", "cannot pay an order that is "+wrong.Status)
+	case errors.Is(err, ErrDeadlinePassed):
+		apierr.Abort(c, http.StatusConflict, "wrong_state", "the order's pay deadline has passed")
+	case errors.Is(err, order.ErrNotFound):
+		apierr.Abort(c, http.StatusNotFound, "order_not_found", "no order has this id")
+	default:
+		h.log.Error("open payment failed", "order_id", id, "err", err)
+		apierr.Unavailable(c, "unavailable", "the payment cannot be made right now")
+	}
+}
+
+// collect settles the money a provider took with the call (dev) as a
+// notification of the payment itself would, and returns the payment and
+// the order as they are after it; for a gateway, which takes the money
+// later, the payment as opened and the order as it is.
+func (h *HTTP) collect(ctx context.Context, id int64, p Payment, co Checkout) (Payment, order.Order, error) {
+	if !co.Succeeded {
+		o, err := h.readOrder(ctx, id)
+		return p, o, err
+	}
+	opened := p.ID
+	v, p, o, err := h.ledger.settle(ctx, notice{provider: p.Provider, id: p.Reference, reference: p.Reference, amount: p.Amount})
+	if err != nil {
+		return p, o, err
+	}
+	h.heard(v)
+	if v == settled {
+		// A Pay at the same moment settled it: answer as it is now
+		// (settle answers no payment for a duplicate).
+		if p, err = h.ledger.get(ctx, opened); err != nil {
+			return p, o, err
+		}
+		o, err = h.readOrder(ctx, id)
+	}
+	return p, o, err
+}
+
+// heard tells the observer what money arriving did.
+func (h *HTTP) heard(v verdict) {
+	h.obs.Payment(v.outcome())
+	if v == pays {
+		h.obs.Moved(order.Pay.String())
+	}
 }
 
 // paidAlready answers a Pay of an order a payment paid before with that
@@ -253,7 +281,7 @@ func (h *HTTP) Notify(c *gin.Context) {
 		apierr.Unavailable(c, "unavailable", "the notification cannot be taken right now; deliver it again later")
 		return
 	}
-	h.obs.Payment(v.outcome())
+	h.heard(v)
 	if v == refunds {
 		h.log.Warn("payment arrived for an order that cannot take it: needs a refund", "payment_id", p.ID, "order_id", p.OrderID, "reference", p.Reference)
 	}
@@ -292,8 +320,45 @@ func parseNotification(body []byte) (Notification, bool) {
 	return n, ok
 }
 
-// Refunds lists payments that arrived after their order could no longer
-// take them (an admin route): the shop owes the money back.
+// Refund is an admin refunding a paid order before use (an admin route):
+// the order moves to refunded and its unit goes back on sale, and the
+// payment that paid it is owed back to the buyer (needs_refund, listed by
+// Refunds until an admin marks it refunded), in one transaction. A repeat
+// answers the same; an order in another state is 409 wrong_state.
+func (h *HTTP) Refund(c *gin.Context) {
+	id, ok := h.orders.Written(c)
+	if !ok {
+		return
+	}
+	o, moved, owed, err := h.ledger.refund(c.Request.Context(), id)
+	var wrong *order.StateError
+	switch {
+	case errors.As(err, &wrong):
+		apierr.Abort(c, http.StatusConflict, "wrong_state", "cannot refund an order that is "+wrong.Status)
+		return
+	case errors.Is(err, order.ErrNotFound):
+		apierr.Abort(c, http.StatusNotFound, "order_not_found", "no order has this id")
+		return
+	case errors.Is(err, order.ErrUnitNotBack):
+		// The refund is committed; the sweeper puts the unit back on sale.
+		h.log.Warn("order refunded, its unit not back on sale yet", "order_id", id, "err", err)
+	case err != nil:
+		h.log.Error("refund failed", "order_id", id, "err", err)
+		apierr.Unavailable(c, "unavailable", "the order cannot be changed right now")
+		return
+	}
+	if moved {
+		h.obs.Moved(order.Refund.String())
+	}
+	view := order.ViewOf(o, h.cfg.Now())
+	view.NeedsRefund = owed
+	c.JSON(http.StatusOK, view)
+}
+
+// Refunds lists the payments whose money the shop owes back (an admin
+// route), the longest owed first: those that arrived after their order
+// could no longer take them (late, duplicate) and those of refunded
+// orders (order_refunded), until an admin marks them refunded.
 func (h *HTTP) Refunds(c *gin.Context) {
 	limit := 100
 	if s := c.Query("limit"); s != "" {
@@ -317,8 +382,9 @@ func (h *HTTP) Refunds(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"payments": out})
 }
 
-// MarkRefunded records that the shop gave back a payment needing a
-// refund (an admin route); a repeat answers the same.
+// MarkRefunded records that the shop gave back the money of a payment
+// needing a refund (an admin route): it leaves the Refunds list. A repeat
+// answers the same.
 func (h *HTTP) MarkRefunded(c *gin.Context) {
 	id, ok := apierr.PathID(c, "id")
 	if !ok {

@@ -252,6 +252,41 @@ func TestNotifyTwice(t *testing.T) {
 	})
 }
 
+// TestNotificationIDSeenBefore: a notification whose id was seen before
+// pays nothing, even when it names another payment still open: the id,
+// not the payment's own status, makes it a duplicate.
+func TestNotificationIDSeenBefore(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, e env) {
+		obs := &outcomes{}
+		s := e.service(t, webhookConfig("http://gateway.invalid", obs))
+		first, second := e.order(t, buyer, time.Now().Add(time.Hour)), e.order(t, buyer+1, time.Now().Add(time.Hour))
+		p1, p2 := e.payment(t, first), e.payment(t, second)
+		n := Notification{NotificationID: "seen", Reference: p1.Reference, Amount: p1.Amount, Status: "succeeded"}
+		if st := answer[map[string]string](t, s.notify(t, n, secret, time.Now()), http.StatusOK)["status"]; st != OutcomeSucceeded {
+			t.Fatalf("the first notification answered %q, want succeeded", st)
+		}
+		n.Reference, n.Amount = p2.Reference, p2.Amount
+		if st := answer[map[string]string](t, s.notify(t, n, secret, time.Now()), http.StatusOK)["status"]; st != OutcomeDuplicate {
+			t.Fatalf("the id again, naming another payment, answered %q, want duplicate", st)
+		}
+		if o, p := e.getOrder(t, second), ps0(t, e, second); o.Status != order.StatusAwaitingPayment || p.Status != StatusCreated || p.SucceededAt != nil {
+			t.Fatalf("order %s, payment %s after a repeated id: want awaiting_payment and created", o.Status, p.Status)
+		}
+		if n := e.count(t, "SELECT COUNT(*) FROM payment_notifications WHERE reference = ?", p2.Reference); n != 0 {
+			t.Fatalf("%d notifications recorded for the second payment, want none", n)
+		}
+		if obs.succeeded.Load() != 1 || obs.duplicate.Load() != 1 {
+			t.Fatalf("observer heard %d successes and %d duplicates, want 1 and 1", obs.succeeded.Load(), obs.duplicate.Load())
+		}
+		// Its own notification still pays it.
+		n.NotificationID = "its-own"
+		if st := answer[map[string]string](t, s.notify(t, n, secret, time.Now()), http.StatusOK)["status"]; st != OutcomeSucceeded {
+			t.Fatalf("the second payment's own notification answered %q, want succeeded", st)
+		}
+	})
+}
+
 // TestNotifyRefused: a notification with a bad or missing signature, a
 // stale or future timestamp, bad JSON, an unknown reference or another
 // amount is refused and changes nothing.
@@ -266,9 +301,24 @@ func TestNotifyRefused(t *testing.T) {
 		body, _ := json.Marshal(good)
 		now := time.Now()
 
-		unsigned := httptest.NewRequest(http.MethodPost, "/api/v1/payments/notify", strings.NewReader(string(body)))
-		forged := httptest.NewRequest(http.MethodPost, "/api/v1/payments/notify", strings.NewReader(string(body)))
 		stamp := strconv.FormatInt(now.Unix(), 10)
+		// with is the good body with these headers (a header "" is left
+		// out; one holding " " is sent empty).
+		with := func(ts, sig string) *httptest.ResponseRecorder {
+			req := httptest.NewRequest(http.MethodPost, "/api/v1/payments/notify", strings.NewReader(string(body)))
+			for h, v := range map[string]string{auth.WebhookTimestampHeader: ts, auth.WebhookSignatureHeader: sig} {
+				switch v {
+				case "":
+				case " ":
+					req.Header[h] = []string{""}
+				default:
+					req.Header.Set(h, v)
+				}
+			}
+			return s.do(t, req)
+		}
+		sig := auth.Sign(secret, stamp, body)
+		forged := httptest.NewRequest(http.MethodPost, "/api/v1/payments/notify", strings.NewReader(string(body)))
 		forged.Header.Set(auth.WebhookTimestampHeader, stamp)
 		forged.Header.Set(auth.WebhookSignatureHeader, auth.Sign(secret, strconv.FormatInt(now.Unix()+1, 10), body))
 		mismatch := good
@@ -281,7 +331,14 @@ func TestNotifyRefused(t *testing.T) {
 			status int
 			code   string
 		}{
-			{"unsigned", s.do(t, unsigned), http.StatusUnauthorized, "bad_signature"},
+			{"no headers", with("", ""), http.StatusUnauthorized, "bad_signature"},
+			// A fresh timestamp: these reach the signature check.
+			{"no signature", with(stamp, ""), http.StatusUnauthorized, "bad_signature"},
+			{"empty signature", with(stamp, " "), http.StatusUnauthorized, "bad_signature"},
+			{"signature of nothing", with(stamp, "sha256="), http.StatusUnauthorized, "bad_signature"},
+			{"garbage signature", with(stamp, "sha256="+strings.Repeat("0", 64)), http.StatusUnauthorized, "bad_signature"},
+			{"signature cut short", with(stamp, sig[:len(sig)-1]), http.StatusUnauthorized, "bad_signature"},
+			{"signed, no timestamp", with("", sig), http.StatusUnauthorized, "bad_signature"},
 			{"signed with another timestamp", s.do(t, forged), http.StatusUnauthorized, "bad_signature"},
 			{"signed with another secret", s.notify(t, good, []byte("not-the-gateway-secret-at-all!!!"), now), http.StatusUnauthorized, "bad_signature"},
 			{"stale", s.notify(t, good, secret, now.Add(-6*time.Minute)), http.StatusUnauthorized, "stale_notification"},
@@ -303,11 +360,12 @@ func TestNotifyRefused(t *testing.T) {
 		if n := e.count(t, "SELECT COUNT(*) FROM payment_notifications"); n != 0 {
 			t.Fatalf("%d notifications recorded, want none", n)
 		}
-		if obs.refused.Load() != 10 {
-			t.Fatalf("observer heard %d refusals, want 10", obs.refused.Load())
+		if obs.refused.Load() != 16 {
+			t.Fatalf("observer heard %d refusals, want 16", obs.refused.Load())
 		}
-		// The refusals did not use up the notification: delivered right, it pays.
-		if st := answer[map[string]string](t, s.notify(t, good, secret, now), http.StatusOK)["status"]; st != OutcomeSucceeded {
+		// The refusals did not use up the notification: delivered right,
+		// with the headers the cases above left out or spoilt, it pays.
+		if st := answer[map[string]string](t, with(stamp, sig), http.StatusOK)["status"]; st != OutcomeSucceeded {
 			t.Fatalf("the good notification answered %q, want succeeded", st)
 		}
 	})

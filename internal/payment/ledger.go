@@ -149,8 +149,9 @@ func (l *ledger) settle(ctx context.Context, n notice) (verdict, Payment, order.
 		if o, err = lockOrder(tx, p.OrderID); err != nil {
 			return fmt.Errorf("payment %s: %w", n.reference, err)
 		}
-		v = decide(p.Status, o.Status)
-		return l.apply(tx, v, &p, &o, now)
+		var reason string
+		v, reason = decide(p.Status, o.Status)
+		return l.apply(tx, v, reason, &p, &o, now)
 	})
 	if errors.Is(err, errDuplicate) {
 		return settled, Payment{}, order.Order{}, nil
@@ -158,9 +159,10 @@ func (l *ledger) settle(ctx context.Context, n notice) (verdict, Payment, order.
 	return v, p, o, err
 }
 
-// apply makes a verdict's effects inside the transaction.
-func (l *ledger) apply(tx *gorm.DB, v verdict, p *Payment, o *order.Order, now time.Time) error {
-	var to string
+// apply makes a verdict's effects inside the transaction: pays moves the
+// order to paid and the payment to succeeded; refunds records the money
+// as owed (reason says why).
+func (l *ledger) apply(tx *gorm.DB, v verdict, reason string, p *Payment, o *order.Order, now time.Time) error {
 	switch v {
 	case settled:
 		return nil
@@ -173,22 +175,92 @@ func (l *ledger) apply(tx *gorm.DB, v verdict, p *Payment, o *order.Order, now t
 			return fmt.Errorf("payment %s: order %d was %s under its lock", p.Reference, o.ID, moved.Status)
 		}
 		*o = moved
-		to = StatusSucceeded
+		return succeed.do(tx, p, now, "")
 	case refunds:
-		to = StatusNeedsRefund
-	default:
-		return fmt.Errorf("payment %s is %s, its order %d %s: no decision for this", p.Reference, p.Status, o.ID, o.Status)
+		return owe.do(tx, p, now, reason)
 	}
-	res := tx.Model(&Payment{}).Where("id = ? AND status = ?", p.ID, StatusCreated).
-		Updates(map[string]any{"status": to, "succeeded_at": now, "updated_at": now})
+	return fmt.Errorf("payment %s is %s, its order %d %s: no decision for this", p.Reference, p.Status, o.ID, o.Status)
+}
+
+// move is one guarded change of a payment's status, a row of the table in
+// payment.go: the update names the status it moves from, so a payment
+// that changed under its lock is caught, never overwritten.
+type move struct {
+	from, to string
+	// stamps are the columns set to the time of the move.
+	stamps []string
+}
+
+var (
+	// succeed: the money came and paid its order.
+	succeed = move{from: StatusCreated, to: StatusSucceeded, stamps: []string{"succeeded_at"}}
+	// owe: the money came and its order cannot take it (late, duplicate).
+	owe = move{from: StatusCreated, to: StatusNeedsRefund, stamps: []string{"succeeded_at", "refund_requested_at"}}
+	// oweBack: an admin refunded the order the payment paid.
+	oweBack = move{from: StatusSucceeded, to: StatusNeedsRefund, stamps: []string{"refund_requested_at"}}
+	// returned: an admin gave the money back.
+	returned = move{from: StatusNeedsRefund, to: StatusRefunded, stamps: []string{"refunded_at"}}
+)
+
+// do moves p inside tx at now, recording reason when there is one, and
+// reads p back as it is after the move.
+func (m move) do(tx *gorm.DB, p *Payment, now time.Time, reason string) error {
+	sets := map[string]any{"status": m.to, "updated_at": now}
+	for _, col := range m.stamps {
+		sets[col] = now
+	}
+	if reason != "" {
+		sets["refund_reason"] = reason
+	}
+	res := tx.Model(&Payment{}).Where("id = ? AND status = ?", p.ID, m.from).Updates(sets)
 	if res.Error != nil {
-		return fmt.Errorf("payment %s to %s: %w", p.Reference, to, res.Error)
+		return fmt.Errorf("payment %d to %s: %w", p.ID, m.to, res.Error)
 	}
 	if res.RowsAffected != 1 {
-		return fmt.Errorf("payment %s to %s: changed under its lock", p.Reference, to)
+		return fmt.Errorf("payment %d to %s: changed under its lock", p.ID, m.to)
 	}
-	p.Status, p.SucceededAt, p.UpdatedAt = to, &now, now
+	if err := tx.Where("id = ?", p.ID).Take(p).Error; err != nil {
+		return fmt.Errorf("read payment %d after it moved to %s: %w", p.ID, m.to, err)
+	}
 	return nil
+}
+
+// refund refunds order id (order.Refund) and, in the same transaction,
+// moves the payment that paid it to needs_refund (order_refunded): the
+// shop owes the buyer the money until an admin marks it returned. A
+// repeat changes nothing; an order with nothing to pay has no payment and
+// owes nothing. The unit goes back on sale after the commit (an error
+// wrapping order.ErrUnitNotBack when Redis cannot take it now: the
+// sweeper does it later). It returns the order as it is after the refund,
+// whether this call moved it, and whether a payment of it is owed back.
+func (l *ledger) refund(ctx context.Context, id int64) (o order.Order, moved, owed bool, err error) {
+	err = l.inTx(ctx, func(tx *gorm.DB) error {
+		o, moved, owed = order.Order{}, false, false
+		// The payments first, then the order: the order settle locks
+		// them in.
+		var ps []Payment
+		if err := forUpdate(tx).Where("order_id = ?", id).Order("id").Find(&ps).Error; err != nil {
+			return fmt.Errorf("lock payments of order %d: %w", id, err)
+		}
+		var err error
+		if o, moved, err = l.life.DoTx(tx, order.Refund, id); err != nil {
+			return err
+		}
+		now := l.stamp()
+		for i := range ps {
+			if ps[i].Status == StatusSucceeded {
+				if err := oweBack.do(tx, &ps[i], now, ReasonOrderRefunded); err != nil {
+					return fmt.Errorf("refund order %d: %w", id, err)
+				}
+			}
+			owed = owed || ps[i].Status == StatusNeedsRefund
+		}
+		return nil
+	})
+	if err != nil {
+		return o, false, false, err
+	}
+	return o, moved, owed, l.life.GiveBack(ctx, &o)
 }
 
 // markRefunded records that an admin gave back the money of a payment
@@ -209,28 +281,18 @@ func (l *ledger) markRefunded(ctx context.Context, id int64) (Payment, error) {
 		case StatusRefunded:
 			return nil
 		case StatusNeedsRefund:
-		default:
-			return fmt.Errorf("mark payment %d refunded: %w", id, &StateError{Status: p.Status})
+			return returned.do(tx, &p, l.stamp(), "")
 		}
-		now := l.stamp()
-		res := tx.Model(&Payment{}).Where("id = ? AND status = ?", id, StatusNeedsRefund).
-			Updates(map[string]any{"status": StatusRefunded, "refunded_at": now, "updated_at": now})
-		if res.Error != nil {
-			return fmt.Errorf("mark payment %d refunded: %w", id, res.Error)
-		}
-		if res.RowsAffected != 1 {
-			return fmt.Errorf("mark payment %d refunded: changed under its lock", id)
-		}
-		p.Status, p.RefundedAt, p.UpdatedAt = StatusRefunded, &now, now
-		return nil
+		return fmt.Errorf("mark payment %d refunded: %w", id, &StateError{Status: p.Status})
 	})
 	return p, err
 }
 
-// needingRefund lists payments needing a refund, oldest first.
+// needingRefund lists the payments whose money must go back to the buyer
+// (late, duplicate, or of a refunded order), the longest owed first.
 func (l *ledger) needingRefund(ctx context.Context, limit int) ([]Payment, error) {
 	var ps []Payment
-	if err := l.db.WithContext(ctx).Where("status = ?", StatusNeedsRefund).Order("id").Limit(limit).Find(&ps).Error; err != nil {
+	if err := l.db.WithContext(ctx).Where("status = ?", StatusNeedsRefund).Order("refund_requested_at, id").Limit(limit).Find(&ps).Error; err != nil {
 		return nil, fmt.Errorf("payments needing a refund: %w", err)
 	}
 	return ps, nil

@@ -15,12 +15,33 @@ import (
 	"time"
 )
 
-// Statuses of a payment (sql/*/0004_order_lifecycle.sql).
+// Statuses of a payment (sql/*/0004_order_lifecycle.sql), and what moves
+// a payment from one to the next (moves, in ledger.go):
+//
+//	from          to            when                                      records
+//	-             created       the buyer presses Pay                     created_at
+//	created       succeeded     the money comes and pays its order        succeeded_at
+//	created       needs_refund  the money comes and its order cannot      succeeded_at, refund_requested_at,
+//	                            take it (late, duplicate)                 refund_reason
+//	succeeded     needs_refund  an admin refunds the order it paid        refund_requested_at,
+//	                            (order_refunded)                          refund_reason
+//	needs_refund  refunded      an admin marks the money returned         refunded_at
+//
+// So every payment whose money must go back to its buyer is needs_refund,
+// whatever the cause, and Refunds lists them in one place.
 const (
 	StatusCreated     = "created"      // waiting for the gateway's notification
 	StatusSucceeded   = "succeeded"    // the money came and paid its order
-	StatusNeedsRefund = "needs_refund" // the money came and its order could not take it
+	StatusNeedsRefund = "needs_refund" // the money came and must go back (RefundReason says why)
 	StatusRefunded    = "refunded"     // an admin gave the money back
+)
+
+// Why a payment's money must go back (the refund_reason column,
+// sql/*/0005_payment_refunds.sql).
+const (
+	ReasonLate          = "late"           // it came after its order was cancelled
+	ReasonDuplicate     = "duplicate"      // it came for an order another payment paid
+	ReasonOrderRefunded = "order_refunded" // an admin refunded the order it paid
 )
 
 // Providers, as Config.Provider and the payments.provider column name them.
@@ -51,7 +72,11 @@ type Payment struct {
 	UpdatedAt time.Time `gorm:"column:updated_at"`
 	// SucceededAt is when the money came (succeeded or needs_refund).
 	SucceededAt *time.Time `gorm:"column:succeeded_at"`
-	RefundedAt  *time.Time `gorm:"column:refunded_at"`
+	// RefundRequestedAt is when the money became owed to the buyer, and
+	// RefundReason why (needs_refund, then refunded).
+	RefundRequestedAt *time.Time `gorm:"column:refund_requested_at"`
+	RefundReason      *string    `gorm:"column:refund_reason"`
+	RefundedAt        *time.Time `gorm:"column:refunded_at"`
 }
 
 // TableName is the table of sql/*/0004_order_lifecycle.sql.
@@ -95,11 +120,15 @@ type Observer interface {
 	// Payment: a notification (or the dev provider's success) ended with
 	// this outcome: succeeded, needs_refund, duplicate or refused.
 	Payment(outcome string)
+	// Moved: an order made this move (pay, refund) now, in a payment's
+	// transaction, named as order.Action.String says.
+	Moved(move string)
 }
 
 type nopObserver struct{}
 
 func (nopObserver) Payment(string) {}
+func (nopObserver) Moved(string)   {}
 
 // Config sets up the payment handlers.
 type Config struct {
