@@ -72,10 +72,11 @@ func (s clusterSale) rebuilds(t testing.TB, reason string) float64 {
 	return n
 }
 
-// ready reads /readyz of an instance.
-func ready(t testing.TB, base string) (int, map[string]any) {
+// ready reads the detailed readiness of an instance, on its admin
+// listener (the public /readyz says only ready or not).
+func ready(t testing.TB, admin string) (int, map[string]any) {
 	t.Helper()
-	return call(t, "GET", base+"/readyz", "", nil)
+	return call(t, "GET", admin+"/admin/readyz", token(t, 1, auth.RoleAdmin), nil)
 }
 
 // TestSaleOnCluster: the whole sale on a real Redis Cluster (three masters,
@@ -97,7 +98,7 @@ func TestSaleOnCluster(t *testing.T) {
 	if len(masters) != 3 {
 		t.Fatalf("3 shards sit on masters %v, want 3 different ones", masters)
 	}
-	st, body := ready(t, s.a.base)
+	st, body := ready(t, s.a.admin)
 	checks, _ := body["checks"].(map[string]any)
 	if st != 200 || checks["cluster"] != "ok" || checks["shards"] != "loaded" {
 		t.Fatalf("/readyz: %d %v", st, body)
@@ -244,7 +245,7 @@ func TestQuietClusterRebuildsNothing(t *testing.T) {
 	defer tick.Stop()
 	for i := 0; time.Now().Before(deadline); i++ {
 		<-tick.C
-		base := []string{s.a.base, s.b.base}[i%2]
+		base, admin := []string{s.a.base, s.b.base}[i%2], []string{s.a.admin, s.b.admin}[i%2]
 		u := user.Add(1)
 		st, body := call(t, "POST", fmt.Sprintf("%s/api/v1/vouchers/%d/orders", base, vids[i%3]), token(t, u, auth.RoleUser), nil)
 		code, _ := body["code"].(string)
@@ -254,7 +255,7 @@ func TestQuietClusterRebuildsNothing(t *testing.T) {
 			codes["accepted"]++
 		}
 		if i%20 == 0 {
-			if st, body := ready(t, base); st != 200 {
+			if st, body := ready(t, admin); st != 200 {
 				b, _ := json.Marshal(body)
 				t.Errorf("/readyz on a quiet cluster: %d %s", st, b)
 			}

@@ -41,9 +41,12 @@ func TestWorkerServesProbes(t *testing.T) {
 	if st, body := get(t, o.base+"/healthz", ""); st != 200 {
 		t.Errorf("/healthz answered %d %s", st, body)
 	}
-	st, body := get(t, o.base+"/readyz", "")
-	if st != 200 || !strings.Contains(body, `"redis":"up"`) || !strings.Contains(body, `"database":"up"`) || !strings.Contains(body, `"migrations":"current"`) {
+	if st, body := get(t, o.base+"/readyz", ""); st != 200 || body != `{"ready":true}` {
 		t.Errorf("/readyz answered %d %s", st, body)
+	}
+	st, body := get(t, o.admin+"/admin/readyz", token(t, 1, auth.RoleAdmin))
+	if st != 200 || !strings.Contains(body, `"redis":"up"`) || !strings.Contains(body, `"database":"up"`) || !strings.Contains(body, `"migrations":"current"`) {
+		t.Errorf("/admin/readyz answered %d %s", st, body)
 	}
 	if st, mfs := scrape(t, o.base+"/metrics"); st != 200 || mfs["seckill_http_requests_total"] == nil || mfs["go_goroutines"] == nil {
 		t.Errorf("/metrics answered %d with %d families", st, len(mfs))
@@ -101,10 +104,18 @@ func TestWorkerReadyzFollowsRedis(t *testing.T) {
 			rs.Resume(t)
 		}
 	}()
-	testenv.WaitFor(t, 20*time.Second, "readyz says redis is down", func() bool {
-		st, body := ready()
-		return st == 503 && strings.Contains(body, `"redis":"down"`) && strings.Contains(body, `"database":"up"`)
+	testenv.WaitFor(t, 20*time.Second, "readyz says not ready", func() bool {
+		st, _ := ready()
+		return st == 503
 	})
+	// The public answer names nothing; the admin listener names the master.
+	if st, body := ready(); st != 503 || body != `{"ready":false}` {
+		t.Errorf("public /readyz with Redis paused answered %d %s, want only {\"ready\":false}", st, body)
+	}
+	st, body := get(t, o.admin+"/admin/readyz", token(t, 1, auth.RoleAdmin))
+	if st != 503 || !strings.Contains(body, `"redis":"down"`) || !strings.Contains(body, `"database":"up"`) || !strings.Contains(body, rs.Addr) {
+		t.Errorf("/admin/readyz with Redis paused answered %d %s, want redis down naming %s", st, body, rs.Addr)
+	}
 	if st, _ := get(t, o.base+"/healthz", ""); st != 200 {
 		t.Errorf("/healthz answered %d while Redis is paused, want 200 (live)", st)
 	}

@@ -270,7 +270,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		vstate:   voucher.NewState(rdb, keys),
 		ostore:   order.NewStore(db),
 		reserver: newReserver(cfg, rdb, keys),
-		health:   &health{rdb: rdb, db: db, keys: keys},
+		health:   &health{rdb: rdb, db: db, keys: keys, log: log},
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
 	c.life = order.NewLifecycle(db, rdb, keys, order.LifecycleConfig{Events: c.events, Observer: m}, log)
@@ -335,7 +335,7 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 		s.buildWorker(cfg, c, locks)
 	}
 	if lns.admin != nil {
-		s.admin = adminEngine(c.log, c.m, signer, &admin{dead: order.NewDeadLetters(c.db, c.reserver), warmer: c.warmer})
+		s.admin = adminEngine(c.log, c.m, signer, &admin{dead: order.NewDeadLetters(c.db, c.reserver), warmer: c.warmer, health: c.health})
 	}
 	if !cfg.serveAPI() {
 		s.main = workerEngine(c.log, c.m, c.health)
