@@ -178,7 +178,7 @@ func TestSaleOnCluster(t *testing.T) {
 	var out bytes.Buffer
 	testenv.WaitFor(t, 30*time.Second, "the dead letter listed by api dlq list", func() bool {
 		out.Reset()
-		if err := run(context.Background(), []string{"api", "dlq", "list"}, s.getenv, &out); err != nil {
+		if err := run(context.Background(), []string{"api", "dlq", "list"}, s.getenv, &out, &out); err != nil {
 			t.Fatalf("api dlq list: %v", err)
 		}
 		return strings.Contains(out.String(), "undecodable")
@@ -186,17 +186,28 @@ func TestSaleOnCluster(t *testing.T) {
 
 	// reconcile and shards read the cluster.
 	out.Reset()
-	if err := run(context.Background(), []string{"api", "reconcile"}, s.getenv, &out); err != nil {
+	if err := run(context.Background(), []string{"api", "reconcile"}, s.getenv, &out, &out); err != nil {
 		t.Fatalf("api reconcile: %v\n%s", err, out.String())
 	}
+	// shards prints its result alone on stdout, as JSON (api shards | jq).
 	out.Reset()
-	if err := run(context.Background(), []string{"api", "shards"}, s.getenv, &out); err != nil {
-		t.Fatalf("api shards: %v", err)
+	var logs bytes.Buffer
+	if err := run(context.Background(), []string{"api", "shards"}, s.getenv, &out, &logs); err != nil {
+		t.Fatalf("api shards: %v\n%s", err, &logs)
 	}
-	for shard := range 3 {
-		master := s.cl.MasterOf(t, s.keys.Stream(shard)).Addr
-		if !strings.Contains(out.String(), master) {
-			t.Fatalf("api shards does not say shard %d lives on %s:\n%s", shard, master, out.String())
+	var placed struct {
+		Shards []struct {
+			Shard  int    `json:"shard"`
+			Master string `json:"master"`
+		} `json:"shards"`
+		Masters int `json:"masters"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &placed); err != nil || len(placed.Shards) != 3 || placed.Masters != 3 {
+		t.Fatalf("api shards printed %q (%v), want JSON of 3 shards on 3 masters", &out, err)
+	}
+	for _, p := range placed.Shards {
+		if master := s.cl.MasterOf(t, s.keys.Stream(p.Shard)).Addr; p.Master != master {
+			t.Fatalf("api shards says shard %d lives on %s, not %s:\n%s", p.Shard, p.Master, master, out.String())
 		}
 	}
 

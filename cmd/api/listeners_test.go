@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -136,7 +137,7 @@ func runUntil(t testing.TB, env map[string]string, within time.Duration) (logs s
 	defer cancel()
 	var out testenv.Buffer
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"api"}, func(k string) string { return env[k] }, &out) }()
+	go func() { done <- run(ctx, []string{"api"}, func(k string) string { return env[k] }, &out, &out) }()
 	select {
 	case err := <-done:
 		return out.String(), err
@@ -272,7 +273,7 @@ func TestServiceCreatesDatabase(t *testing.T) {
 		getenv := func(k string) string { return env[k] }
 
 		var out bytes.Buffer
-		err := run(context.Background(), []string{"api", "dlq", "list"}, getenv, &out)
+		err := run(context.Background(), []string{"api", "dlq", "list"}, getenv, &out, &out)
 		if err == nil || !strings.Contains(err.Error(), "Unknown database") || !strings.Contains(err.Error(), "api migrate") {
 			t.Errorf("dlq list on a missing database: %v, want unknown database and how to create it", err)
 		}
@@ -280,14 +281,23 @@ func TestServiceCreatesDatabase(t *testing.T) {
 			t.Fatal("dlq list created the database")
 		}
 		out.Reset()
-		if err := run(context.Background(), []string{"api", "migrate"}, getenv, &out); err != nil {
-			t.Fatalf("migrate: %v\n%s", err, &out)
+		var stderr bytes.Buffer
+		if err := run(context.Background(), []string{"api", "migrate"}, getenv, &out, &stderr); err != nil {
+			t.Fatalf("migrate: %v\n%s%s", err, &out, &stderr)
 		}
-		if !exists() || !strings.Contains(out.String(), "schema at version") || !strings.Contains(out.String(), "token --user 1 --admin") {
-			t.Errorf("migrate printed %q (want the schema version and how the first admin gets in); database exists: %v", &out, exists())
+		// The result alone on stdout, as JSON; the advice on stderr.
+		var result struct {
+			Applied       []int `json:"applied"`
+			SchemaVersion int   `json:"schema_version"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &result); err != nil || result.SchemaVersion == 0 || len(result.Applied) == 0 {
+			t.Errorf("migrate printed %q on stdout (%v), want JSON with the versions applied and the schema's", &out, err)
+		}
+		if !exists() || !strings.Contains(stderr.String(), "token --user 1 --admin") {
+			t.Errorf("migrate printed %q on stderr (want how the first admin gets in); database exists: %v", &stderr, exists())
 		}
 		out.Reset()
-		if err := run(context.Background(), []string{"api", "dlq", "list"}, getenv, &out); err != nil {
+		if err := run(context.Background(), []string{"api", "dlq", "list"}, getenv, &out, &out); err != nil {
 			t.Errorf("dlq list on the created database: %v", err)
 		}
 	})
