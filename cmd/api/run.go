@@ -147,7 +147,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		return err
 	}
 
+	if err := checkShardCount(ctx, cfg, rdb, saleKeys(cfg, rdb), log); err != nil {
+		return err
+	}
 	c := newCore(ctx, cfg, rdb, db, log)
+	warnUnpayable(ctx, cfg, c)
 	if firstStart {
 		if err := announceAdmin(cfg, signer, stdout); err != nil {
 			return err
@@ -328,6 +332,9 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	s.background = append([]runner{ids}, s.background...)
 	vouchers := voucher.NewHTTP(c.vstore, c.vstate, c.reserver, ids, c.log)
 	vouchers.Observe(c.m)
+	if cfg.Pay.Provider == "off" {
+		vouchers.RefusePriced("set SECKILL_PAY_PROVIDER=webhook (with SECKILL_PAY_GATEWAY_URL and SECKILL_PAY_WEBHOOK_SECRET) to take payments")
+	}
 	if cfg.LocalRefusals > 0 {
 		refusals := voucher.NewRefusals(c.rdb, c.keys, voucher.RefusalsConfig{TTL: cfg.LocalRefusals, Events: c.events}, c.log)
 		vouchers.Refuse(refusals)
