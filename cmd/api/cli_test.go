@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -163,6 +164,12 @@ func TestCLIVersion(t *testing.T) {
 	err, stdout, stderr := cliRun(map[string]string{"SECKILL_SHARDS": "x"}, "version")
 	if err != nil || stderr != "" || strings.Count(stdout, "\n") != 1 || !strings.Contains(stdout, " revision ") || !strings.Contains(stdout, "go1.") {
 		t.Fatalf("api version: err %v, stdout %q, stderr %q", err, stdout, stderr)
+	}
+	// What a build from a git checkout records.
+	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "seckill", Version: "v0.0.0-20261201120000-0123456789ab+dirty"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.time", Value: "2026-12-01T12:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	if got, want := versionLine(bi, true), "seckill v0.0.0-20261201120000-0123456789ab+dirty revision 0123456789abcdef+modified 2026-12-01T12:00:00Z go1.26.0"; got != want {
+		t.Errorf("version line %q, want %q", got, want)
 	}
 }
 
