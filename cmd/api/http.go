@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
@@ -106,6 +108,8 @@ type health struct {
 	db   *gorm.DB
 	keys voucher.Keys
 	log  *slog.Logger
+	// checks is seckill_ready_check{check}, set at each probe; nil: none.
+	checks *prometheus.GaugeVec
 
 	mu   sync.Mutex // held while a probe runs: concurrent callers wait for it
 	last readiness
@@ -159,8 +163,36 @@ func (h *health) current(ctx context.Context) readiness {
 	}
 	r := h.probe(context.WithoutCancel(ctx))
 	h.logChange(r)
+	h.measure(r)
 	h.last = r
 	return r
+}
+
+// passing are the values of a check that passes.
+var passing = []any{"up", "ok", "loaded", "current"}
+
+// measure sets seckill_ready_check from the probe.
+func (h *health) measure(r readiness) {
+	if h.checks == nil {
+		return
+	}
+	for check, v := range r.checks {
+		g := 0.0
+		if slices.Contains(passing, v) {
+			g = 1
+		}
+		h.checks.WithLabelValues(check).Set(g)
+	}
+}
+
+// readyChecks registers seckill_ready_check on reg.
+func readyChecks(reg prometheus.Registerer) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "seckill", Name: "ready_check",
+		Help: "1 while a readiness check passes, 0 while it fails (redis, cluster, shards, database, migrations), as of the last /readyz probe.",
+	}, []string{"check"})
+	reg.MustRegister(g)
+	return g
 }
 
 // logChange logs the readiness when it changed, with what failed.

@@ -50,6 +50,17 @@ func TestReadyzNamesTheShardNotLoaded(t *testing.T) {
 		!strings.Contains(body, `"redis":"up"`) || !strings.Contains(body, `"database":"up"`) {
 		t.Fatalf("/admin/readyz answered %d %s, want 503 naming shard 1", st, body)
 	}
+	// The metrics say which check fails.
+	_, mfs := scrape(t, o.admin+"/metrics")
+	checks := map[string]float64{}
+	if mf := mfs["seckill_ready_check"]; mf != nil {
+		for _, m := range mf.GetMetric() {
+			checks[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	if checks["shards"] != 0 || checks["redis"] != 1 || checks["database"] != 1 || len(checks) != 4 {
+		t.Errorf("seckill_ready_check: %v, want shards 0 and redis, database, migrations 1", checks)
+	}
 	if st, _ := get(t, o.admin+"/admin/readyz", ""); st != 401 {
 		t.Errorf("/admin/readyz without a token answered %d, want 401", st)
 	}

@@ -240,7 +240,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		vstate:   voucher.NewState(rdb, keys),
 		ostore:   order.NewStore(db),
 		reserver: newReserver(cfg, rdb, keys),
-		health:   &health{rdb: rdb, db: db, keys: keys, log: log},
+		health:   &health{rdb: rdb, db: db, keys: keys, log: log, checks: readyChecks(m.Registry())},
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
 	c.life = order.NewLifecycle(db, rdb, keys, order.LifecycleConfig{Events: c.events, Observer: m}, log)
