@@ -215,7 +215,7 @@ func (h *health) probe(ctx context.Context) readiness {
 	// must not make the database look down.
 	rctx, rcancel := context.WithTimeout(ctx, time.Second)
 	defer rcancel()
-	r := readiness{checks: gin.H{}, detail: gin.H{}, at: time.Now()}
+	r := readiness{checks: gin.H{}, detail: gin.H{}}
 	rr := checkRedis(rctx, h.rdb, h.keys.Ready, h.keys.Shards())
 	rr.report(r.checks, r.detail, redisconn.IsCluster(h.rdb))
 	r.ok = rr.ok()
@@ -232,5 +232,8 @@ func (h *health) probe(ctx context.Context) readiness {
 	} else {
 		r.checks["migrations"] = "current"
 	}
+	// Stamped when done: a probe that waited on timeouts still answers
+	// for a full readyFor.
+	r.at = time.Now()
 	return r
 }
