@@ -71,7 +71,9 @@ var errUsage = errors.New("bad command line (usage above)")
 // service and the commands log to stderr; stdout carries results, the
 // first start's admin token and the console's login codes.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	args = args[1:]
+	if len(args) > 0 {
+		args = args[1:] // the program's name
+	}
 	if len(args) == 0 {
 		args = []string{"serve"}
 	}
