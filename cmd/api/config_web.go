@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"seckill/internal/auth"
@@ -81,7 +82,7 @@ var webSettings = []setting{
 	{name: "SECKILL_LOGIN_OUTBOX",
 		doc:   "the file SECKILL_LOGIN_SENDER=file appends codes to",
 		field: func(c *config) value { return text{&c.Web.LoginOutbox, nil} }},
-	{name: "SECKILL_LOGIN_WEBHOOK_URL",
+	{name: "SECKILL_LOGIN_WEBHOOK_URL", show: redactURLs,
 		doc:   "where SECKILL_LOGIN_SENDER=webhook posts each code (http or https)",
 		field: func(c *config) value { return text{&c.Web.WebhookURL, nil} }},
 	{name: "SECKILL_LOGIN_WEBHOOK_SECRET", secret: true,
@@ -104,7 +105,7 @@ var webSettings = []setting{
 	{name: "SECKILL_LOGIN_MAX_TRIES", def: "5",
 		doc:   "wrong tries that lock a code",
 		field: func(c *config) value { return integer{&c.Web.MaxTries, 1, 20} }},
-	{name: "SECKILL_ADMIN_PHONES", def: "",
+	{name: "SECKILL_ADMIN_PHONES", def: "", show: countPhones,
 		doc:   "comma-separated E.164 phones that log in with the admin role",
 		field: func(c *config) value { return list{&c.Web.AdminPhones, phone} }},
 }
@@ -150,4 +151,12 @@ func phone(p string) error {
 // webhook is the configuration of SECKILL_LOGIN_SENDER=webhook.
 func (w webConfig) webhook() auth.WebhookConfig {
 	return auth.WebhookConfig{URL: w.WebhookURL, Secret: []byte(w.WebhookSecret), Timeout: w.WebhookTimeout}
+}
+
+// countPhones logs how many admin phones there are, never the numbers.
+func countPhones(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return fmt.Sprintf("%d phones", strings.Count(s, ",")+1)
 }

@@ -46,6 +46,7 @@ func TestConfigLogLine(t *testing.T) {
 		return map[string]string{
 			"SECKILL_MYSQL_DSN": "seckill:hunter2pass@tcp(db:3306)/seckill", "SECKILL_TOKEN_SECRET": testSecret,
 			"SECKILL_REDIS_URL": "redis://:redispass@r:6379/0", "SECKILL_LOCK_NODES": "redis://:lockpass@l:6379/0",
+			"SECKILL_ADMIN_PHONES": "+8613900000000,+15550000001",
 		}[k]
 	})
 	if err != nil {
@@ -54,12 +55,12 @@ func TestConfigLogLine(t *testing.T) {
 	var b bytes.Buffer
 	slog.New(slog.NewJSONHandler(&b, nil)).Info("starting", "config", cfg)
 	line := b.String()
-	for _, want := range []string{`"pay_window":"15m0s"`, `"shutdown_timeout":"15s"`, `"token_ttl":"24h0m0s"`, `"token_secret_set":true`, `"pay_provider":"off"`} {
+	for _, want := range []string{`"pay_window":"15m0s"`, `"shutdown_timeout":"15s"`, `"token_ttl":"24h0m0s"`, `"token_secret_set":true`, `"pay_provider":"off"`, `"admin_phones":"2 phones"`} {
 		if !strings.Contains(line, want) {
 			t.Errorf("the start-up line lacks %s:\n%s", want, line)
 		}
 	}
-	for _, secret := range []string{testSecret, "hunter2pass", "redispass", "lockpass"} {
+	for _, secret := range []string{testSecret, "hunter2pass", "redispass", "lockpass", "+8613900000000", "+15550000001"} {
 		if strings.Contains(line, secret) {
 			t.Errorf("the start-up line shows %q:\n%s", secret, line)
 		}
