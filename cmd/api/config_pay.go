@@ -35,7 +35,7 @@ var paySettings = []setting{
 		doc:   "how often each worker expires overdue unpaid orders and puts back on sale the units Redis did not take back yet",
 		field: func(c *config) value { return positive(&c.Pay.Sweep) }},
 	{name: "SECKILL_PAY_PROVIDER", def: "dev", withDSN: "off",
-		doc:   "dev (paying succeeds at once), webhook (a payment gateway) or off (paying answers 503)",
+		doc:   "dev (paying succeeds at once), webhook (a payment gateway) or off (paying answers 503, priced vouchers are refused)",
 		field: func(c *config) value { return oneOf{&c.Pay.Provider, []string{"dev", "webhook", "off"}} }},
 	{name: "SECKILL_PAY_GATEWAY_URL", show: redactURLs,
 		doc:   "where SECKILL_PAY_PROVIDER=webhook creates payments (http or https)",
