@@ -21,6 +21,8 @@ import (
 type admin struct {
 	dead   *order.DeadLetters
 	warmer *voucher.Warmer
+	// health is the instance's readiness; /admin/readyz shows what failed.
+	health *health
 }
 
 // addAdminRoutes lists the admin listener's surface.
@@ -29,6 +31,7 @@ func addAdminRoutes(r *gin.Engine, signer *auth.Signer, a *admin) {
 	ops.GET("/dlq", a.listDLQ)
 	ops.POST("/dlq/:id/replay", a.replay)
 	ops.GET("/reconcile", a.reconcile)
+	ops.GET("/readyz", a.readyz)
 
 	// Profiles of the running process, behind the admin token like the
 	// rest: they show the command line, memory contents by allocation site,
@@ -105,3 +108,7 @@ func (a *admin) reconcile(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, gin.H{"consistent": len(diffs) == 0, "differences": diffs})
 }
+
+// readyz is the readiness probe with its details: each check, and what
+// failed (masters that do not answer, cluster states, shards not loaded).
+func (a *admin) readyz(c *gin.Context) { a.health.detailed(c) }

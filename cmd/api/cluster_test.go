@@ -72,10 +72,11 @@ func (s clusterSale) rebuilds(t testing.TB, reason string) float64 {
 	return n
 }
 
-// ready reads /readyz of an instance.
-func ready(t testing.TB, base string) (int, map[string]any) {
+// ready reads the detailed readiness of an instance, on its admin
+// listener (the public /readyz says only ready or not).
+func ready(t testing.TB, admin string) (int, map[string]any) {
 	t.Helper()
-	return call(t, "GET", base+"/readyz", "", nil)
+	return call(t, "GET", admin+"/admin/readyz", token(t, 1, auth.RoleAdmin), nil)
 }
 
 // TestSaleOnCluster: the whole sale on a real Redis Cluster (three masters,
@@ -97,7 +98,7 @@ func TestSaleOnCluster(t *testing.T) {
 	if len(masters) != 3 {
 		t.Fatalf("3 shards sit on masters %v, want 3 different ones", masters)
 	}
-	st, body := ready(t, s.a.base)
+	st, body := ready(t, s.a.admin)
 	checks, _ := body["checks"].(map[string]any)
 	if st != 200 || checks["cluster"] != "ok" || checks["shards"] != "loaded" {
 		t.Fatalf("/readyz: %d %v", st, body)
@@ -177,7 +178,7 @@ func TestSaleOnCluster(t *testing.T) {
 	var out bytes.Buffer
 	testenv.WaitFor(t, 30*time.Second, "the dead letter listed by api dlq list", func() bool {
 		out.Reset()
-		if err := run(context.Background(), []string{"api", "dlq", "list"}, s.getenv, &out); err != nil {
+		if err := run(context.Background(), []string{"api", "dlq", "list"}, s.getenv, &out, &out); err != nil {
 			t.Fatalf("api dlq list: %v", err)
 		}
 		return strings.Contains(out.String(), "undecodable")
@@ -185,17 +186,28 @@ func TestSaleOnCluster(t *testing.T) {
 
 	// reconcile and shards read the cluster.
 	out.Reset()
-	if err := run(context.Background(), []string{"api", "reconcile"}, s.getenv, &out); err != nil {
+	if err := run(context.Background(), []string{"api", "reconcile"}, s.getenv, &out, &out); err != nil {
 		t.Fatalf("api reconcile: %v\n%s", err, out.String())
 	}
+	// shards prints its result alone on stdout, as JSON (api shards | jq).
 	out.Reset()
-	if err := run(context.Background(), []string{"api", "shards"}, s.getenv, &out); err != nil {
-		t.Fatalf("api shards: %v", err)
+	var logs bytes.Buffer
+	if err := run(context.Background(), []string{"api", "shards"}, s.getenv, &out, &logs); err != nil {
+		t.Fatalf("api shards: %v\n%s", err, &logs)
 	}
-	for shard := range 3 {
-		master := s.cl.MasterOf(t, s.keys.Stream(shard)).Addr
-		if !strings.Contains(out.String(), master) {
-			t.Fatalf("api shards does not say shard %d lives on %s:\n%s", shard, master, out.String())
+	var placed struct {
+		Shards []struct {
+			Shard  int    `json:"shard"`
+			Master string `json:"master"`
+		} `json:"shards"`
+		Masters int `json:"masters"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &placed); err != nil || len(placed.Shards) != 3 || placed.Masters != 3 {
+		t.Fatalf("api shards printed %q (%v), want JSON of 3 shards on 3 masters", &out, err)
+	}
+	for _, p := range placed.Shards {
+		if master := s.cl.MasterOf(t, s.keys.Stream(p.Shard)).Addr; p.Master != master {
+			t.Fatalf("api shards says shard %d lives on %s, not %s:\n%s", p.Shard, p.Master, master, out.String())
 		}
 	}
 
@@ -244,7 +256,7 @@ func TestQuietClusterRebuildsNothing(t *testing.T) {
 	defer tick.Stop()
 	for i := 0; time.Now().Before(deadline); i++ {
 		<-tick.C
-		base := []string{s.a.base, s.b.base}[i%2]
+		base, admin := []string{s.a.base, s.b.base}[i%2], []string{s.a.admin, s.b.admin}[i%2]
 		u := user.Add(1)
 		st, body := call(t, "POST", fmt.Sprintf("%s/api/v1/vouchers/%d/orders", base, vids[i%3]), token(t, u, auth.RoleUser), nil)
 		code, _ := body["code"].(string)
@@ -254,7 +266,7 @@ func TestQuietClusterRebuildsNothing(t *testing.T) {
 			codes["accepted"]++
 		}
 		if i%20 == 0 {
-			if st, body := ready(t, base); st != 200 {
+			if st, body := ready(t, admin); st != 200 {
 				b, _ := json.Marshal(body)
 				t.Errorf("/readyz on a quiet cluster: %d %s", st, b)
 			}

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -84,153 +82,189 @@ func (c config) embeddedDB() bool    { return c.MySQLDSN == "" }
 // machine that runs one of those the default would be taken.
 const defaultAdminAddr = "127.0.0.1:8079"
 
+// coreSettings are the service's settings; paySettings (config_pay.go) and
+// webSettings (config_web.go) follow them in the table.
+var coreSettings = []setting{
+	// The embedded mode hands out free payments and prints login codes:
+	// it listens on loopback unless told otherwise.
+	{name: "SECKILL_ADDR", def: "127.0.0.1:8080", withDSN: ":8080",
+		doc:   "HTTP listen address: API, web page, /healthz, /readyz, /metrics",
+		field: func(c *config) value { return text{&c.Addr, hostPort} }},
+	{name: "SECKILL_REDIS_URL", unset: "(embedded)", show: redactURL,
+		doc:   "redis://[:password@]host:6379/0 or redis-cluster://host:port?addr=host2:port2; empty: in-process Redis",
+		field: func(c *config) value { return text{&c.RedisURL, redisURL} }},
+	{name: "SECKILL_REDIS_WAIT_REPLICAS", def: "0",
+		doc:   "replicas that must have an accepted purchase before it is answered (WAIT); 0: do not wait",
+		field: func(c *config) value { return integer{&c.WaitReplicas, 0, 16} }},
+	{name: "SECKILL_REDIS_WAIT_TIMEOUT", def: "100ms",
+		doc:   "how long an accepted purchase waits for them; then 503 not_replicated",
+		field: func(c *config) value { return duration{p: &c.WaitTimeout, lo: time.Millisecond} }},
+	{name: "SECKILL_REDIS_COALESCE", def: "128",
+		doc:   "most purchase scripts sent to Redis in one pipeline; 0: one round trip each",
+		field: func(c *config) value { return integer{&c.Coalesce, 0, 1024} }},
+	{name: "SECKILL_EMBEDDED_REDIS_ADDR", def: "127.0.0.1:0",
+		doc:   "where the in-process Redis listens (for redis-cli)",
+		field: func(c *config) value { return text{&c.EmbeddedRedisAddr, nil} }},
+	{name: "SECKILL_MYSQL_DSN", unset: "(embedded)", show: redactDSN,
+		doc:   "user:pass@tcp(host:3306)/seckill; empty: SQLite in the data dir",
+		field: func(c *config) value { return text{&c.MySQLDSN, nil} }},
+	{name: "SECKILL_DATA_DIR", def: "seckill-data",
+		doc:   "embedded mode's files: database, token secret, admin token",
+		field: func(c *config) value { return text{&c.DataDir, nil} }},
+	{name: "SECKILL_TOKEN_SECRET", unset: "(data dir)", secret: true,
+		doc:   "HS256 secret, at least 32 bytes, the same on every instance; required with SECKILL_MYSQL_DSN",
+		field: func(c *config) value { return text{&c.Secret, nil} }},
+	{name: "SECKILL_TOKEN_TTL", def: "24h",
+		doc:   "lifetime of minted and login tokens",
+		field: func(c *config) value { return positive(&c.TokenTTL) }},
+	{name: "SECKILL_ROLE", def: "all",
+		doc:   "all, api (HTTP only) or worker (order worker only)",
+		field: func(c *config) value { return oneOf{&c.Role, []string{"all", "api", "worker"}} }},
+	{name: "SECKILL_SHARDS", def: "1",
+		doc:   "stream shards (on a Redis Cluster a multiple of the masters); recorded with the data: another count waits until its streams are drained",
+		field: func(c *config) value { return integer{&c.Shards, 1, 1024} }},
+	{name: "SECKILL_KEY_PREFIX", def: "seckill",
+		doc:   "prefix of every Redis key",
+		field: func(c *config) value { return text{&c.KeyPrefix, keyPrefix} }},
+	{name: "SECKILL_WORKER_BATCH", def: "200",
+		doc:   "stream entries per read and per transaction",
+		field: func(c *config) value { return integer{&c.Batch, 1, 2_000} }},
+	{name: "SECKILL_WORKER_BLOCK", def: "1s",
+		doc:   "how long one stream read waits",
+		field: func(c *config) value { return positive(&c.Block) }},
+	{name: "SECKILL_WORKER_CONSUMERS", def: "4",
+		doc:   "consumers per shard in one instance: batches written at once",
+		field: func(c *config) value { return integer{&c.Consumers, 1, 64} }},
+	{name: "SECKILL_SHUTDOWN_TIMEOUT", def: "15s",
+		doc:   "bound on draining HTTP and the batch in flight on SIGTERM/SIGINT",
+		field: func(c *config) value { return positive(&c.Shutdown) }},
+	{name: "SECKILL_LOCAL_REFUSALS_TTL", def: "200ms",
+		doc: "how old a refusal an instance may answer from memory, without Redis; off: every purchase goes to Redis",
+		field: func(c *config) value {
+			return duration{p: &c.LocalRefusals, lo: time.Millisecond, hi: 5 * time.Second, off: true}
+		}},
+	{name: "SECKILL_WARM_INTERVAL", def: "5s",
+		doc:   "how often missing voucher state is reloaded from the database",
+		field: func(c *config) value { return positive(&c.Warm) }},
+	{name: "SECKILL_REDIS_POOL", def: "256",
+		doc:   "Redis connections per instance",
+		field: func(c *config) value { return integer{&c.RedisPool, 1, 10_000} }},
+	{name: "SECKILL_LOCK_NODES", unset: "(the main Redis)", show: redactURLs,
+		doc:   "comma-separated redis:// URLs of independent buyer-lock nodes; a majority must grant a lock",
+		field: func(c *config) value { return list{&c.LockNodes, nil} }},
+	{name: "SECKILL_LOCK_TTL", def: "10s",
+		doc:   "expiry of a buyer lock; the worker extends it while it writes",
+		field: func(c *config) value { return positive(&c.LockTTL) }},
+	{name: "SECKILL_RECLAIM_IDLE", def: "30s",
+		doc:   "stream entries pending this long with a consumer are taken over by another",
+		field: func(c *config) value { return positive(&c.ReclaimIdle) }},
+	{name: "SECKILL_MAX_DELIVERIES", def: "5",
+		doc:   "a message delivered more often is dead-lettered",
+		field: func(c *config) value { return integer{&c.MaxDeliveries, 1, 1000} }},
+	{name: "SECKILL_MAX_ATTEMPTS", def: "8",
+		doc:   "a message whose buyer lock was held on this many tries is dead-lettered",
+		field: func(c *config) value { return integer{&c.MaxAttempts, 1, 1000} }},
+	{name: "SECKILL_ADMIN_ADDR", def: defaultAdminAddr,
+		doc:   "admin listener: dead letters, reconcile, readiness details, pprof, /metrics; off disables it",
+		field: func(c *config) value { return text{&c.AdminAddr, hostPortOrOff} }},
+	{name: "SECKILL_METRICS_INTERVAL", def: "5s",
+		doc:   "how often stream length, pending, lag and delay-queue gauges are read from Redis",
+		field: func(c *config) value { return positive(&c.MetricsEvery) }},
+	{name: "SECKILL_LOG_LEVEL", def: "info",
+		doc:   "debug, info, warn or error",
+		field: func(c *config) value { return level{&c.LogLevel} }},
+	{name: "SECKILL_LOG_FORMAT", def: "json",
+		doc:   "json or text",
+		field: func(c *config) value { return oneOf{&c.LogFormat, []string{"json", "text"}} }},
+	{name: "SECKILL_CRASH_POINT", def: "",
+		doc:   "fault tests only: after_commit_before_ack or hang_after_read",
+		field: func(c *config) value { return text{&c.CrashPoint, crashPointSetting} }},
+}
+
+// loadConfig reads every setting of the table from getenv, then checks
+// those that depend on one another.
 func loadConfig(getenv func(string) string) (config, error) {
-	var errs []string
-	str := func(name, def string) string { return cmp.Or(strings.TrimSpace(getenv(name)), def) }
-	num := func(name string, def, lo, hi int) int {
-		s := getenv(name)
-		if s == "" {
-			return def
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < lo || n > hi {
-			errs = append(errs, fmt.Sprintf("%s must be an integer from %d to %d", name, lo, hi))
-		}
-		return n
-	}
-	dur := func(name string, def time.Duration) time.Duration {
-		s := getenv(name)
-		if s == "" {
-			return def
-		}
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			errs = append(errs, name+" must be a positive duration such as 5s")
-		}
-		return d
-	}
-	c := config{
-		Addr:              str("SECKILL_ADDR", ":8080"),
-		RedisURL:          str("SECKILL_REDIS_URL", ""),
-		MySQLDSN:          str("SECKILL_MYSQL_DSN", ""),
-		EmbeddedRedisAddr: str("SECKILL_EMBEDDED_REDIS_ADDR", "127.0.0.1:0"),
-		DataDir:           str("SECKILL_DATA_DIR", "seckill-data"),
-		Secret:            getenv("SECKILL_TOKEN_SECRET"),
-		TokenTTL:          dur("SECKILL_TOKEN_TTL", 24*time.Hour),
-		Role:              str("SECKILL_ROLE", "all"),
-		Shards:            num("SECKILL_SHARDS", 1, 1, 1024),
-		KeyPrefix:         str("SECKILL_KEY_PREFIX", "seckill"),
-		Batch:             num("SECKILL_WORKER_BATCH", 200, 1, 2_000),
-		Block:             dur("SECKILL_WORKER_BLOCK", time.Second),
-		Consumers:         num("SECKILL_WORKER_CONSUMERS", 4, 1, 64),
-		Shutdown:          dur("SECKILL_SHUTDOWN_TIMEOUT", 15*time.Second),
-		Warm:              dur("SECKILL_WARM_INTERVAL", 5*time.Second),
-		RedisPool:         num("SECKILL_REDIS_POOL", 256, 1, 10_000),
-		WaitReplicas:      num("SECKILL_REDIS_WAIT_REPLICAS", 0, 0, 16),
-		WaitTimeout:       dur("SECKILL_REDIS_WAIT_TIMEOUT", 100*time.Millisecond),
-		Coalesce:          num("SECKILL_REDIS_COALESCE", 128, 0, 1024),
-		LogFormat:         str("SECKILL_LOG_FORMAT", "json"),
-		CrashPoint:        str("SECKILL_CRASH_POINT", ""),
-		LockTTL:           dur("SECKILL_LOCK_TTL", 10*time.Second),
-		ReclaimIdle:       dur("SECKILL_RECLAIM_IDLE", 30*time.Second),
-		MaxDeliveries:     num("SECKILL_MAX_DELIVERIES", 5, 1, 1000),
-		MaxAttempts:       num("SECKILL_MAX_ATTEMPTS", 8, 1, 1000),
-		AdminAddr:         str("SECKILL_ADMIN_ADDR", defaultAdminAddr),
-		MetricsEvery:      dur("SECKILL_METRICS_INTERVAL", 5*time.Second),
-	}
+	var c config
+	errs := loadSettings(settings(), getenv, &c)
 	c.AddrGiven = strings.TrimSpace(getenv("SECKILL_ADDR")) != ""
 	c.AdminAddrGiven = strings.TrimSpace(getenv("SECKILL_ADMIN_ADDR")) != ""
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-		errs = append(errs, "SECKILL_ADDR must be host:port or :port")
-	}
-	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil && c.AdminAddr != "off" {
-		errs = append(errs, "SECKILL_ADMIN_ADDR must be host:port, :port or off")
-	}
-	for _, u := range strings.Split(getenv("SECKILL_LOCK_NODES"), ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			c.LockNodes = append(c.LockNodes, u)
-		}
-	}
-	var (
-		webErrs []string
-		err     error
-	)
-	c.Web, webErrs = loadWebConfig(getenv)
-	errs = append(errs, webErrs...)
-	c.Pay, webErrs = loadPayConfig(getenv, c.embeddedDB(), dur)
-	errs = append(errs, webErrs...)
-	if err := c.LogLevel.UnmarshalText([]byte(str("SECKILL_LOG_LEVEL", "info"))); err != nil {
-		errs = append(errs, "SECKILL_LOG_LEVEL must be debug, info, warn or error")
-	}
-	if c.Role != "all" && c.Role != "api" && c.Role != "worker" {
-		errs = append(errs, "SECKILL_ROLE must be all, api or worker")
-	}
-	if c.LogFormat != "json" && c.LogFormat != "text" {
-		errs = append(errs, "SECKILL_LOG_FORMAT must be json or text")
-	}
-	if !crashPointValid(c.CrashPoint) {
-		errs = append(errs, "SECKILL_CRASH_POINT must be empty, after_commit_before_ack or hang_after_read")
-	}
-	if c.RedisURL != "" {
-		if _, err := redisconn.Parse(c.RedisURL); err != nil {
-			errs = append(errs, "SECKILL_REDIS_URL: "+err.Error())
-		}
-	}
-	c.LocalRefusals, err = localRefusalsTTL(getenv("SECKILL_LOCAL_REFUSALS_TTL"))
-	if err != nil {
-		errs = append(errs, err.Error())
-	}
-	if c.WaitTimeout < time.Millisecond {
-		errs = append(errs, "SECKILL_REDIS_WAIT_TIMEOUT must be at least 1ms")
-	}
 	if c.RedisURL == "" && c.WaitReplicas > 0 {
 		errs = append(errs, "SECKILL_REDIS_WAIT_REPLICAS needs SECKILL_REDIS_URL: the embedded Redis has no replicas")
 	}
-	if strings.ContainsAny(c.KeyPrefix, "{} ") {
-		errs = append(errs, "SECKILL_KEY_PREFIX must not contain braces or spaces")
-	}
+	errs = append(errs, c.Web.check()...)
+	errs = append(errs, c.Pay.check()...)
 	if len(errs) > 0 {
 		return config{}, fmt.Errorf("configuration: %s", strings.Join(errs, "; "))
 	}
 	return c, nil
 }
 
-// LogValue keeps secrets out of logs: passwords in URLs and DSNs and the
-// token secret are redacted.
+// LogValue is the configuration as the table's rows: secrets only as set
+// or not, passwords in URLs and DSNs redacted, durations as 15m0s.
 func (c config) LogValue() slog.Value {
-	return slog.GroupValue(
-		slog.String("addr", c.Addr),
-		slog.String("role", c.Role),
-		slog.String("redis", redactURL(c.RedisURL)),
-		slog.String("mysql", redactDSN(c.MySQLDSN)),
-		slog.Int("shards", c.Shards),
-		slog.String("key_prefix", c.KeyPrefix),
-		slog.Int("worker_batch", c.Batch),
-		slog.Bool("token_secret_set", c.Secret != ""),
-		slog.Int("lock_nodes", max(len(c.LockNodes), 1)),
-		slog.Int("redis_wait_replicas", c.WaitReplicas),
-		slog.Duration("local_refusals_ttl", c.LocalRefusals),
-		slog.String("admin_addr", c.AdminAddr),
-		slog.Duration("pay_window", c.Pay.Window),
-		slog.String("pay_provider", c.Pay.Provider),
-		slog.Bool("pay_webhook_secret_set", c.Pay.Secret != ""),
-	)
+	return slog.GroupValue(logAttrs(settings(), &c)...)
 }
 
-// localRefusalsTTL reads SECKILL_LOCAL_REFUSALS_TTL: a duration from 1ms
-// to 5s (default 200ms), or off (or 0).
-func localRefusalsTTL(s string) (time.Duration, error) {
-	switch s = strings.TrimSpace(s); s {
-	case "":
-		return 200 * time.Millisecond, nil
-	case "off", "0":
-		return 0, nil
+func hostPort(s string) error {
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return errors.New("must be host:port or :port")
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < time.Millisecond || d > 5*time.Second {
-		return 0, errors.New("SECKILL_LOCAL_REFUSALS_TTL must be a duration from 1ms to 5s, such as 200ms, or off")
+	return nil
+}
+
+func hostPortOrOff(s string) error {
+	if s == "off" {
+		return nil
 	}
-	return d, nil
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return errors.New("must be host:port, :port or off")
+	}
+	return nil
+}
+
+func redisURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	if _, err := redisconn.Parse(s); err != nil {
+		return fmt.Errorf("is refused: %w", err)
+	}
+	return nil
+}
+
+func keyPrefix(s string) error {
+	if strings.ContainsAny(s, "{} ") {
+		return errors.New("must not contain braces or spaces")
+	}
+	return nil
+}
+
+func crashPointSetting(s string) error {
+	if !crashPointValid(s) {
+		return errors.New("must be empty, after_commit_before_ack or hang_after_read")
+	}
+	return nil
+}
+
+// httpURL refuses what is not an http(s) URL with a host; empty passes.
+func httpURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("must be an http(s) URL")
+	}
+	return nil
+}
+
+func redactURLs(s string) string {
+	var out []string
+	for u := range strings.SplitSeq(s, ",") {
+		if u != "" {
+			out = append(out, redactURL(u))
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 func redactURL(s string) string {

@@ -1,11 +1,6 @@
 package main
 
-import (
-	"cmp"
-	"net/url"
-	"strings"
-	"time"
-)
+import "time"
 
 // payConfig is the order lifecycle's settings: the pay window, the sweeper
 // and the payment provider.
@@ -31,40 +26,42 @@ type payConfig struct {
 	Tolerance time.Duration // SECKILL_PAY_NOTIFY_TOLERANCE
 }
 
-// loadPayConfig reads the pay settings; embedded says whether the database
-// is the embedded SQLite.
-func loadPayConfig(getenv func(string) string, embedded bool, dur func(string, time.Duration) time.Duration) (payConfig, []string) {
+// paySettings are the rows of the settings table for the order lifecycle.
+var paySettings = []setting{
+	{name: "SECKILL_PAY_WINDOW", def: "15m",
+		doc:   "how long the buyer of a priced voucher has to pay; then the order is cancelled and its unit goes back on sale",
+		field: func(c *config) value { return duration{p: &c.Pay.Window, lo: time.Second} }},
+	{name: "SECKILL_EXPIRY_SWEEP", def: "30s",
+		doc:   "how often each worker expires overdue unpaid orders and puts back on sale the units Redis did not take back yet",
+		field: func(c *config) value { return positive(&c.Pay.Sweep) }},
+	{name: "SECKILL_PAY_PROVIDER", def: "dev", withDSN: "off",
+		doc:   "dev (paying succeeds at once), webhook (a payment gateway) or off (paying answers 503, priced vouchers are refused)",
+		field: func(c *config) value { return oneOf{&c.Pay.Provider, []string{"dev", "webhook", "off"}} }},
+	{name: "SECKILL_PAY_GATEWAY_URL", show: redactURLs,
+		doc:   "where SECKILL_PAY_PROVIDER=webhook creates payments (http or https)",
+		field: func(c *config) value { return text{&c.Pay.GatewayURL, nil} }},
+	{name: "SECKILL_PAY_WEBHOOK_SECRET", secret: true,
+		doc:   "the HMAC-SHA256 key shared with the payment gateway, at least 16 bytes; never logged",
+		field: func(c *config) value { return text{&c.Pay.Secret, nil} }},
+	{name: "SECKILL_PAY_NOTIFY_URL", show: redactURLs,
+		doc:   "the public address of POST /api/v1/payments/notify, sent to the gateway with each payment",
+		field: func(c *config) value { return text{&c.Pay.NotifyURL, httpURL} }},
+	{name: "SECKILL_PAY_NOTIFY_TOLERANCE", def: "5m",
+		doc:   "how far a gateway notification's timestamp may be from now",
+		field: func(c *config) value { return positive(&c.Pay.Tolerance) }},
+}
+
+// check refuses a webhook provider that lacks its secret or gateway.
+func (p payConfig) check() []string {
+	if p.Provider != "webhook" {
+		return nil
+	}
 	var errs []string
-	def := "off"
-	if embedded {
-		def = "dev"
+	if len(p.Secret) < 16 {
+		errs = append(errs, "SECKILL_PAY_WEBHOOK_SECRET must be at least 16 characters with SECKILL_PAY_PROVIDER=webhook")
 	}
-	p := payConfig{
-		Window:     dur("SECKILL_PAY_WINDOW", 15*time.Minute),
-		Sweep:      dur("SECKILL_EXPIRY_SWEEP", 30*time.Second),
-		Provider:   cmp.Or(strings.TrimSpace(getenv("SECKILL_PAY_PROVIDER")), def),
-		Secret:     getenv("SECKILL_PAY_WEBHOOK_SECRET"),
-		GatewayURL: strings.TrimSpace(getenv("SECKILL_PAY_GATEWAY_URL")),
-		NotifyURL:  strings.TrimSpace(getenv("SECKILL_PAY_NOTIFY_URL")),
-		Tolerance:  dur("SECKILL_PAY_NOTIFY_TOLERANCE", 5*time.Minute),
+	if httpURL(p.GatewayURL) != nil || p.GatewayURL == "" {
+		errs = append(errs, "SECKILL_PAY_GATEWAY_URL must be an http(s) URL with SECKILL_PAY_PROVIDER=webhook")
 	}
-	switch p.Provider {
-	case "dev", "off":
-	case "webhook":
-		if len(p.Secret) < 16 {
-			errs = append(errs, "SECKILL_PAY_WEBHOOK_SECRET must be at least 16 characters with SECKILL_PAY_PROVIDER=webhook")
-		}
-		if u, err := url.Parse(p.GatewayURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, "SECKILL_PAY_GATEWAY_URL must be an http(s) URL with SECKILL_PAY_PROVIDER=webhook")
-		}
-	default:
-		errs = append(errs, "SECKILL_PAY_PROVIDER must be dev, webhook or off")
-	}
-	if u, err := url.Parse(p.NotifyURL); p.NotifyURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		errs = append(errs, "SECKILL_PAY_NOTIFY_URL must be an http(s) URL")
-	}
-	if p.Window < time.Second {
-		errs = append(errs, "SECKILL_PAY_WINDOW must be at least 1s")
-	}
-	return p, errs
+	return errs
 }

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -48,116 +46,117 @@ type webConfig struct {
 // faces clients directly sets SECKILL_TRUSTED_PROXIES=none.
 const defaultTrustedProxies = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
 
-func loadWebConfig(getenv func(string) string) (webConfig, []string) {
-	var errs []string
-	str := func(name, def string) string { return cmp.Or(strings.TrimSpace(getenv(name)), def) }
-	onOff := func(name string, def bool) bool {
-		switch s := strings.ToLower(strings.TrimSpace(getenv(name))); s {
-		case "":
-			return def
-		case "on", "true", "1", "yes":
-			return true
-		case "off", "false", "0", "no":
-			return false
-		}
-		errs = append(errs, name+" must be on or off")
-		return def
-	}
-	rule := func(name, def string) ratelimit.Rule {
-		r, err := ratelimit.ParseRule(str(name, def))
-		if err != nil {
-			errs = append(errs, name+": "+err.Error())
-		}
-		return r
-	}
-	dur := func(name string, def, lo, hi time.Duration) time.Duration {
-		s := strings.TrimSpace(getenv(name))
-		if s == "" {
-			return def
-		}
-		d, err := time.ParseDuration(s)
-		if err != nil || d < lo || d > hi {
-			errs = append(errs, fmt.Sprintf("%s must be a duration from %s to %s", name, lo, hi))
-		}
-		return d
-	}
-	num := func(name string, def, lo, hi int) int {
-		s := strings.TrimSpace(getenv(name))
-		if s == "" {
-			return def
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < lo || n > hi {
-			errs = append(errs, fmt.Sprintf("%s must be an integer from %d to %d", name, lo, hi))
-		}
-		return n
-	}
-	list := func(name, def string) []string {
-		var out []string
-		for f := range strings.SplitSeq(str(name, def), ",") {
-			if f = strings.TrimSpace(f); f != "" && f != "none" {
-				out = append(out, f)
-			}
-		}
-		return out
-	}
-
+// webSettings are the rows of the settings table for login, the web page
+// and the rate limits.
+var webSettings = []setting{
+	{name: "SECKILL_WEB", def: "on",
+		doc:   "serve the shop page at / and /static/",
+		field: func(c *config) value { return onOff{&c.Web.Page} }},
+	{name: "SECKILL_RATE_LIMIT", def: "on",
+		doc:   "every in-process limit below; off for load tests",
+		field: func(c *config) value { return onOff{&c.Web.RateLimit} }},
+	{name: "SECKILL_LIMIT_PURCHASE_USER", def: "5/1s",
+		doc:   "purchases per user: N/duration (burst N, refilled over the duration) or off",
+		field: func(c *config) value { return rule{&c.Web.PurchaseUser} }},
+	// Per address only a flood guard: carrier NAT puts thousands of phones
+	// behind one address. The per-user limit is the precise one.
+	{name: "SECKILL_LIMIT_PURCHASE_IP", def: "2000/1s",
+		doc:   "purchases per client address (a flood guard)",
+		field: func(c *config) value { return rule{&c.Web.PurchaseIP} }},
+	{name: "SECKILL_LIMIT_CODE_IP", def: "20/1m",
+		doc:   "login-code requests per client address",
+		field: func(c *config) value { return rule{&c.Web.CodeIP} }},
+	{name: "SECKILL_LIMIT_LOGIN_IP", def: "60/1m",
+		doc:   "login attempts per client address",
+		field: func(c *config) value { return rule{&c.Web.LoginIP} }},
+	{name: "SECKILL_TRUSTED_PROXIES", def: defaultTrustedProxies,
+		doc:   "addresses or CIDRs allowed to set X-Forwarded-For / X-Real-IP; none for an instance facing clients",
+		field: func(c *config) value { return list{&c.Web.TrustedProxies, addrOrPrefix} }},
 	// Codes on stdout are fine for the embedded developer's mode; with a
 	// real database stdout is collected as logs, so the default is off.
-	defSender := "console"
-	if strings.TrimSpace(getenv("SECKILL_MYSQL_DSN")) != "" {
-		defSender = "off"
-	}
-	w := webConfig{
-		Page:         onOff("SECKILL_WEB", true),
-		RateLimit:    onOff("SECKILL_RATE_LIMIT", true),
-		PurchaseUser: rule("SECKILL_LIMIT_PURCHASE_USER", "5/1s"),
-		// Per address only a flood guard: carrier NAT puts thousands of
-		// phones behind one address. The per-user limit is the precise one.
-		PurchaseIP:     rule("SECKILL_LIMIT_PURCHASE_IP", "2000/1s"),
-		CodeIP:         rule("SECKILL_LIMIT_CODE_IP", "20/1m"),
-		LoginIP:        rule("SECKILL_LIMIT_LOGIN_IP", "60/1m"),
-		TrustedProxies: list("SECKILL_TRUSTED_PROXIES", defaultTrustedProxies),
-		LoginSender:    str("SECKILL_LOGIN_SENDER", defSender),
-		LoginOutbox:    str("SECKILL_LOGIN_OUTBOX", ""),
-		WebhookURL:     str("SECKILL_LOGIN_WEBHOOK_URL", ""),
-		WebhookSecret:  getenv("SECKILL_LOGIN_WEBHOOK_SECRET"),
-		WebhookTimeout: dur("SECKILL_LOGIN_WEBHOOK_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
-		CodeTTL:        dur("SECKILL_LOGIN_CODE_TTL", 5*time.Minute, 30*time.Second, time.Hour),
-		Resend:         dur("SECKILL_LOGIN_RESEND", time.Minute, time.Second, time.Hour),
-		MaxCodes:       num("SECKILL_LOGIN_MAX_CODES", 10, 1, 1000),
-		MaxTries:       num("SECKILL_LOGIN_MAX_TRIES", 5, 1, 20),
-		AdminPhones:    list("SECKILL_ADMIN_PHONES", ""),
-	}
+	{name: "SECKILL_LOGIN_SENDER", def: "console", withDSN: "off",
+		doc: "how login codes are sent: console (stdout, outside the log), file, webhook or off",
+		field: func(c *config) value {
+			return oneOf{&c.Web.LoginSender, []string{"console", "file", "webhook", "off"}}
+		}},
+	{name: "SECKILL_LOGIN_OUTBOX",
+		doc:   "the file SECKILL_LOGIN_SENDER=file appends codes to",
+		field: func(c *config) value { return text{&c.Web.LoginOutbox, nil} }},
+	{name: "SECKILL_LOGIN_WEBHOOK_URL", show: redactURLs,
+		doc:   "where SECKILL_LOGIN_SENDER=webhook posts each code (http or https)",
+		field: func(c *config) value { return text{&c.Web.WebhookURL, nil} }},
+	{name: "SECKILL_LOGIN_WEBHOOK_SECRET", secret: true,
+		doc:   "the HMAC-SHA256 key shared with the SMS gateway, at least 16 bytes; never logged",
+		field: func(c *config) value { return text{&c.Web.WebhookSecret, nil} }},
+	{name: "SECKILL_LOGIN_WEBHOOK_TIMEOUT", def: "5s",
+		doc: "per attempt; 5xx answers and network errors get two more attempts",
+		field: func(c *config) value {
+			return duration{p: &c.Web.WebhookTimeout, lo: 100 * time.Millisecond, hi: time.Minute}
+		}},
+	{name: "SECKILL_LOGIN_CODE_TTL", def: "5m",
+		doc:   "how long a login code is valid",
+		field: func(c *config) value { return duration{p: &c.Web.CodeTTL, lo: 30 * time.Second, hi: time.Hour} }},
+	{name: "SECKILL_LOGIN_RESEND", def: "1m",
+		doc:   "wait before another code may be sent to a phone",
+		field: func(c *config) value { return duration{p: &c.Web.Resend, lo: time.Second, hi: time.Hour} }},
+	{name: "SECKILL_LOGIN_MAX_CODES", def: "10",
+		doc:   "codes per phone per day for client addresses that never logged in to it",
+		field: func(c *config) value { return integer{&c.Web.MaxCodes, 1, 1000} }},
+	{name: "SECKILL_LOGIN_MAX_TRIES", def: "5",
+		doc:   "wrong tries that lock a code",
+		field: func(c *config) value { return integer{&c.Web.MaxTries, 1, 20} }},
+	{name: "SECKILL_ADMIN_PHONES", def: "", show: countPhones,
+		doc:   "comma-separated E.164 phones that log in with the admin role",
+		field: func(c *config) value { return list{&c.Web.AdminPhones, phone} }},
+}
+
+// loadWebConfig reads the web rows of the settings table alone.
+func loadWebConfig(getenv func(string) string) (webConfig, []string) {
+	var c config
+	errs := loadSettings(webSettings, getenv, &c)
+	return c.Web, append(errs, c.Web.check()...)
+}
+
+// check refuses a login sender that lacks what it needs.
+func (w webConfig) check() []string {
 	switch w.LoginSender {
-	case "console", "off":
 	case "file":
 		if w.LoginOutbox == "" {
-			errs = append(errs, "SECKILL_LOGIN_SENDER=file needs SECKILL_LOGIN_OUTBOX (a file path)")
+			return []string{"SECKILL_LOGIN_SENDER=file needs SECKILL_LOGIN_OUTBOX (a file path)"}
 		}
 	case "webhook":
 		if _, err := auth.NewWebhookSender(w.webhook()); err != nil {
-			errs = append(errs, "SECKILL_LOGIN_SENDER=webhook: "+err.Error()+" (SECKILL_LOGIN_WEBHOOK_URL, SECKILL_LOGIN_WEBHOOK_SECRET)")
-		}
-	default:
-		errs = append(errs, "SECKILL_LOGIN_SENDER must be console, file, webhook or off")
-	}
-	for _, p := range w.TrustedProxies {
-		if _, err := netip.ParsePrefix(p); err != nil {
-			if _, err := netip.ParseAddr(p); err != nil {
-				errs = append(errs, fmt.Sprintf("SECKILL_TRUSTED_PROXIES: %q is neither an address nor a CIDR", p))
-			}
+			return []string{"SECKILL_LOGIN_SENDER=webhook: " + err.Error() + " (SECKILL_LOGIN_WEBHOOK_URL, SECKILL_LOGIN_WEBHOOK_SECRET)"}
 		}
 	}
-	for _, p := range w.AdminPhones {
-		if !auth.ValidPhone(p) {
-			errs = append(errs, fmt.Sprintf("SECKILL_ADMIN_PHONES: %q is not an E.164 number such as +8613800138000", p))
+	return nil
+}
+
+func addrOrPrefix(p string) error {
+	if _, err := netip.ParsePrefix(p); err != nil {
+		if _, err := netip.ParseAddr(p); err != nil {
+			return fmt.Errorf("lists %q, which is neither an address nor a CIDR", p)
 		}
 	}
-	return w, errs
+	return nil
+}
+
+func phone(p string) error {
+	if !auth.ValidPhone(p) {
+		return fmt.Errorf("lists %q, which is not an E.164 number such as +8613800138000", p)
+	}
+	return nil
 }
 
 // webhook is the configuration of SECKILL_LOGIN_SENDER=webhook.
 func (w webConfig) webhook() auth.WebhookConfig {
 	return auth.WebhookConfig{URL: w.WebhookURL, Secret: []byte(w.WebhookSecret), Timeout: w.WebhookTimeout}
+}
+
+// countPhones logs how many admin phones there are, never the numbers.
+func countPhones(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return fmt.Sprintf("%d phones", strings.Count(s, ",")+1)
 }

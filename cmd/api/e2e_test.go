@@ -59,7 +59,7 @@ func runService(t testing.TB, env map[string]string) (logs func() string) {
 	var out testenv.Buffer
 	logs = out.String
 	go func() {
-		done <- run(ctx, []string{"api"}, func(k string) string { return env[k] }, &out)
+		done <- run(ctx, []string{"api"}, func(k string) string { return env[k] }, &out, &out)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -4,11 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
@@ -93,47 +97,143 @@ func limitBody(n int64) gin.HandlerFunc {
 	}
 }
 
-// health answers the liveness and readiness probes.
+// health answers the liveness and readiness probes. The public answer is
+// only ready or not: what failed (a master's address, a driver's error
+// text, a cluster's state) is for operators, on the admin listener
+// (/admin/readyz) and in the log. Each probe's result is kept for
+// readyFor, so a flood of probes costs Redis and the database one probe a
+// second whatever its size.
 type health struct {
 	rdb  redis.UniversalClient
 	db   *gorm.DB
 	keys voucher.Keys
+	log  *slog.Logger
+	// checks is seckill_ready_check{check}, set at each probe; nil: none.
+	checks *prometheus.GaugeVec
+
+	mu   sync.Mutex // held while a probe runs: concurrent callers wait for it
+	last readiness
+}
+
+// readyFor is how long a probe's result answers /readyz.
+const readyFor = time.Second
+
+// readiness is one probe's result.
+type readiness struct {
+	ok     bool
+	checks gin.H
+	detail gin.H // what failed, when something did
+	at     time.Time
 }
 
 func (h *health) live(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "up"}) }
 
-// ready checks Redis (every master, a cluster's state, every shard's state
-// loaded), the database and that the schema is at the version this build
-// expects; what fails is named in detail.
+// ready is the public probe: 200 {"ready":true} or 503 {"ready":false}.
 func (h *health) ready(c *gin.Context) {
+	r := h.current(c.Request.Context())
+	c.JSON(r.status(), gin.H{"ready": r.ok})
+}
+
+// detailed is the operators' probe on the admin listener: each check, and
+// what failed.
+func (h *health) detailed(c *gin.Context) {
+	r := h.current(c.Request.Context())
+	body := gin.H{"ready": r.ok, "checks": r.checks, "checked_at": r.at.UTC()}
+	if len(r.detail) > 0 {
+		body["detail"] = r.detail
+	}
+	c.JSON(r.status(), body)
+}
+
+func (r readiness) status() int {
+	if r.ok {
+		return http.StatusOK
+	}
+	return http.StatusServiceUnavailable
+}
+
+// current is the last probe's result while it is younger than readyFor,
+// else a new probe's. A caller that goes away does not cut the probe
+// short: its result is everyone's.
+func (h *health) current(ctx context.Context) readiness {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.last.at.IsZero() && time.Since(h.last.at) < readyFor {
+		return h.last
+	}
+	r := h.probe(context.WithoutCancel(ctx))
+	h.logChange(r)
+	h.measure(r)
+	h.last = r
+	return r
+}
+
+// passing are the values of a check that passes.
+var passing = []any{"up", "ok", "loaded", "current"}
+
+// measure sets seckill_ready_check from the probe.
+func (h *health) measure(r readiness) {
+	if h.checks == nil {
+		return
+	}
+	for check, v := range r.checks {
+		g := 0.0
+		if slices.Contains(passing, v) {
+			g = 1
+		}
+		h.checks.WithLabelValues(check).Set(g)
+	}
+}
+
+// readyChecks registers seckill_ready_check on reg.
+func readyChecks(reg prometheus.Registerer) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "seckill", Name: "ready_check",
+		Help: "1 while a readiness check passes, 0 while it fails (redis, cluster, shards, database, migrations), as of the last /readyz probe.",
+	}, []string{"check"})
+	reg.MustRegister(g)
+	return g
+}
+
+// logChange logs the readiness when it changed, with what failed.
+func (h *health) logChange(r readiness) {
+	if h.log == nil || (!h.last.at.IsZero() && h.last.ok == r.ok && fmt.Sprint(h.last.detail) == fmt.Sprint(r.detail)) {
+		return
+	}
+	if r.ok {
+		h.log.Info("ready", "checks", r.checks)
+		return
+	}
+	h.log.Warn("not ready", "checks", r.checks, "detail", r.detail)
+}
+
+// probe checks Redis (every master, a cluster's state, every shard's state
+// loaded), the database and that the schema is at the version this build
+// expects.
+func (h *health) probe(ctx context.Context) readiness {
 	// Redis and the database each get their own time: a Redis that hangs
 	// must not make the database look down.
-	rctx, rcancel := context.WithTimeout(c.Request.Context(), time.Second)
+	rctx, rcancel := context.WithTimeout(ctx, time.Second)
 	defer rcancel()
-	checks, detail := gin.H{}, gin.H{}
+	r := readiness{checks: gin.H{}, detail: gin.H{}}
 	rr := checkRedis(rctx, h.rdb, h.keys.Ready, h.keys.Shards())
-	rr.report(checks, detail, redisconn.IsCluster(h.rdb))
-	ok := rr.ok()
-	ctx, cancel := context.WithTimeout(c.Request.Context(), time.Second)
+	rr.report(r.checks, r.detail, redisconn.IsCluster(h.rdb))
+	r.ok = rr.ok()
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if sqlDB, err := h.db.DB(); err != nil || sqlDB.PingContext(ctx) != nil {
-		checks["database"], ok = "down", false
+	if sqlDB, err := h.db.DB(); err != nil || sqlDB.PingContext(dctx) != nil {
+		r.checks["database"], r.ok = "down", false
 	} else {
-		checks["database"] = "up"
+		r.checks["database"] = "up"
 	}
 	want, _ := schema.Latest(h.db.Dialector.Name())
-	if got, err := schema.Current(ctx, h.db); err != nil || got != want {
-		checks["migrations"], ok = "behind", false
+	if got, err := schema.Current(dctx, h.db); err != nil || got != want {
+		r.checks["migrations"], r.ok = "behind", false
 	} else {
-		checks["migrations"] = "current"
+		r.checks["migrations"] = "current"
 	}
-	status := http.StatusOK
-	if !ok {
-		status = http.StatusServiceUnavailable
-	}
-	body := gin.H{"ready": ok, "checks": checks}
-	if len(detail) > 0 {
-		body["detail"] = detail
-	}
-	c.JSON(status, body)
+	// Stamped when done: a probe that waited on timeouts still answers
+	// for a full readyFor.
+	r.at = time.Now()
+	return r
 }

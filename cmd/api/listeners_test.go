@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -41,9 +42,12 @@ func TestWorkerServesProbes(t *testing.T) {
 	if st, body := get(t, o.base+"/healthz", ""); st != 200 {
 		t.Errorf("/healthz answered %d %s", st, body)
 	}
-	st, body := get(t, o.base+"/readyz", "")
-	if st != 200 || !strings.Contains(body, `"redis":"up"`) || !strings.Contains(body, `"database":"up"`) || !strings.Contains(body, `"migrations":"current"`) {
+	if st, body := get(t, o.base+"/readyz", ""); st != 200 || body != `{"ready":true}` {
 		t.Errorf("/readyz answered %d %s", st, body)
+	}
+	st, body := get(t, o.admin+"/admin/readyz", token(t, 1, auth.RoleAdmin))
+	if st != 200 || !strings.Contains(body, `"redis":"up"`) || !strings.Contains(body, `"database":"up"`) || !strings.Contains(body, `"migrations":"current"`) {
+		t.Errorf("/admin/readyz answered %d %s", st, body)
 	}
 	if st, mfs := scrape(t, o.base+"/metrics"); st != 200 || mfs["seckill_http_requests_total"] == nil || mfs["go_goroutines"] == nil {
 		t.Errorf("/metrics answered %d with %d families", st, len(mfs))
@@ -101,10 +105,18 @@ func TestWorkerReadyzFollowsRedis(t *testing.T) {
 			rs.Resume(t)
 		}
 	}()
-	testenv.WaitFor(t, 20*time.Second, "readyz says redis is down", func() bool {
-		st, body := ready()
-		return st == 503 && strings.Contains(body, `"redis":"down"`) && strings.Contains(body, `"database":"up"`)
+	testenv.WaitFor(t, 20*time.Second, "readyz says not ready", func() bool {
+		st, _ := ready()
+		return st == 503
 	})
+	// The public answer names nothing; the admin listener names the master.
+	if st, body := ready(); st != 503 || body != `{"ready":false}` {
+		t.Errorf("public /readyz with Redis paused answered %d %s, want only {\"ready\":false}", st, body)
+	}
+	st, body := get(t, o.admin+"/admin/readyz", token(t, 1, auth.RoleAdmin))
+	if st != 503 || !strings.Contains(body, `"redis":"down"`) || !strings.Contains(body, `"database":"up"`) || !strings.Contains(body, rs.Addr) {
+		t.Errorf("/admin/readyz with Redis paused answered %d %s, want redis down naming %s", st, body, rs.Addr)
+	}
 	if st, _ := get(t, o.base+"/healthz", ""); st != 200 {
 		t.Errorf("/healthz answered %d while Redis is paused, want 200 (live)", st)
 	}
@@ -125,7 +137,7 @@ func runUntil(t testing.TB, env map[string]string, within time.Duration) (logs s
 	defer cancel()
 	var out testenv.Buffer
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"api"}, func(k string) string { return env[k] }, &out) }()
+	go func() { done <- run(ctx, []string{"api"}, func(k string) string { return env[k] }, &out, &out) }()
 	select {
 	case err := <-done:
 		return out.String(), err
@@ -261,7 +273,7 @@ func TestServiceCreatesDatabase(t *testing.T) {
 		getenv := func(k string) string { return env[k] }
 
 		var out bytes.Buffer
-		err := run(context.Background(), []string{"api", "dlq", "list"}, getenv, &out)
+		err := run(context.Background(), []string{"api", "dlq", "list"}, getenv, &out, &out)
 		if err == nil || !strings.Contains(err.Error(), "Unknown database") || !strings.Contains(err.Error(), "api migrate") {
 			t.Errorf("dlq list on a missing database: %v, want unknown database and how to create it", err)
 		}
@@ -269,14 +281,23 @@ func TestServiceCreatesDatabase(t *testing.T) {
 			t.Fatal("dlq list created the database")
 		}
 		out.Reset()
-		if err := run(context.Background(), []string{"api", "migrate"}, getenv, &out); err != nil {
-			t.Fatalf("migrate: %v\n%s", err, &out)
+		var stderr bytes.Buffer
+		if err := run(context.Background(), []string{"api", "migrate"}, getenv, &out, &stderr); err != nil {
+			t.Fatalf("migrate: %v\n%s%s", err, &out, &stderr)
 		}
-		if !exists() || !strings.Contains(out.String(), "schema at version") || !strings.Contains(out.String(), "token --user 1 --admin") {
-			t.Errorf("migrate printed %q (want the schema version and how the first admin gets in); database exists: %v", &out, exists())
+		// The result alone on stdout, as JSON; the advice on stderr.
+		var result struct {
+			Applied       []int `json:"applied"`
+			SchemaVersion int   `json:"schema_version"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &result); err != nil || result.SchemaVersion == 0 || len(result.Applied) == 0 {
+			t.Errorf("migrate printed %q on stdout (%v), want JSON with the versions applied and the schema's", &out, err)
+		}
+		if !exists() || !strings.Contains(stderr.String(), "token --user 1 --admin") {
+			t.Errorf("migrate printed %q on stderr (want how the first admin gets in); database exists: %v", &stderr, exists())
 		}
 		out.Reset()
-		if err := run(context.Background(), []string{"api", "dlq", "list"}, getenv, &out); err != nil {
+		if err := run(context.Background(), []string{"api", "dlq", "list"}, getenv, &out, &out); err != nil {
 			t.Errorf("dlq list on the created database: %v", err)
 		}
 	})

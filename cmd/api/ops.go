@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,52 +35,45 @@ func opsClients(ctx context.Context, cfg config, log *slog.Logger) (*order.DeadL
 	return dead, warmer, func() { closeDB(); closeRedis() }, nil
 }
 
-// dlqCommand runs "api dlq list [--limit N]" and "api dlq replay ID".
-func dlqCommand(ctx context.Context, cfg config, log *slog.Logger, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("usage: api dlq list [--limit N] | api dlq replay ID")
+// dlqList runs "api dlq list [--limit N]".
+func dlqList(ctx context.Context, e *cmdEnv, limit int) error {
+	if limit < 1 || limit > 500 {
+		return fmt.Errorf("--limit must be from 1 to 500")
 	}
-	dead, _, closeAll, err := opsClients(ctx, cfg, log)
+	dead, _, closeAll, err := opsClients(ctx, e.cfg, e.log)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	switch args[0] {
-	case "list":
-		fs := flag.NewFlagSet("dlq list", flag.ContinueOnError)
-		limit := fs.Int("limit", 50, "how many, newest first")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		ds, err := dead.List(ctx, *limit, 0)
-		if err != nil {
-			return err
-		}
-		return enc.Encode(ds)
-	case "replay":
-		if len(args) != 2 {
-			return fmt.Errorf("usage: api dlq replay ID")
-		}
-		id, err := strconv.ParseInt(args[1], 10, 64)
-		if err != nil || id <= 0 {
-			return fmt.Errorf("dead letter id must be a positive integer")
-		}
-		d, err := dead.Replay(ctx, id)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "dead letter %d replayed: order %d is pending again\n", d.ID, *d.OrderID)
-		return nil
+	ds, err := dead.List(ctx, limit, 0)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("unknown dlq command %q", args[0])
+	return printJSON(e.stdout, ds)
+}
+
+// dlqReplay runs "api dlq replay ID".
+func dlqReplay(ctx context.Context, e *cmdEnv) error {
+	id, err := strconv.ParseInt(e.args[0], 10, 64)
+	if err != nil || id <= 0 {
+		return fmt.Errorf("dead letter id must be a positive integer")
+	}
+	dead, _, closeAll, err := opsClients(ctx, e.cfg, e.log)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	d, err := dead.Replay(ctx, id)
+	if err != nil {
+		return err
+	}
+	return printJSON(e.stdout, map[string]any{"dead_letter": d, "status": "pending"})
 }
 
 // reconcileCommand runs "api reconcile": it prints every difference
 // between Redis and the database, and fails when there is one.
-func reconcileCommand(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
-	_, warmer, closeAll, err := opsClients(ctx, cfg, log)
+func reconcileCommand(ctx context.Context, e *cmdEnv) error {
+	_, warmer, closeAll, err := opsClients(ctx, e.cfg, e.log)
 	if err != nil {
 		return err
 	}
@@ -90,13 +82,18 @@ func reconcileCommand(ctx context.Context, cfg config, log *slog.Logger, stdout 
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(map[string]any{"consistent": len(diffs) == 0, "differences": diffs}); err != nil {
+	if err := printJSON(e.stdout, map[string]any{"consistent": len(diffs) == 0, "differences": diffs}); err != nil {
 		return err
 	}
 	if len(diffs) > 0 {
 		return fmt.Errorf("%d differences between Redis and the database", len(diffs))
 	}
 	return nil
+}
+
+// printJSON writes v to w, indented: an operator command's result.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"go/ast"
 	"go/parser"
 	gotoken "go/token"
@@ -56,16 +57,14 @@ func readmeSettings(t testing.TB) map[string]string {
 }
 
 // codeSettings reads the service's code (the non-test Go files of cmd/api):
-// every SECKILL_* name it spells, and every subcommand flag as
-// "api <command> --<flag>" with its default when that is a literal.
-func codeSettings(t testing.TB) (env []string, flags map[string]string) {
+// every SECKILL_* name it spells.
+func codeSettings(t testing.TB) (env []string) {
 	t.Helper()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fset := gotoken.NewFileSet()
-	flags = map[string]string{}
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
@@ -80,98 +79,65 @@ func codeSettings(t testing.TB) (env []string, flags map[string]string) {
 					env = append(env, s)
 				}
 			}
-			if fn, ok := n.(*ast.FuncDecl); ok {
-				for k, v := range flagsOf(fn) {
-					flags[k] = v
-				}
-			}
 			return true
 		})
 	}
-	return env, flags
+	return env
 }
 
-// flagsOf finds the flag sets a function makes (fs := flag.NewFlagSet("dlq
-// list", ...)) and the flags defined on them (fs.Int("limit", 50, ...)).
-func flagsOf(fn *ast.FuncDecl) map[string]string {
-	sets := map[string]string{} // variable -> command
+// commandFlags is every flag of the commands table, as "api <command>
+// --<flag>", with its default as --help prints it.
+func commandFlags() map[string]string {
 	out := map[string]string{}
-	ast.Inspect(fn, func(n ast.Node) bool {
-		if as, ok := n.(*ast.AssignStmt); ok && len(as.Lhs) == 1 && len(as.Rhs) == 1 {
-			if call, ok := as.Rhs[0].(*ast.CallExpr); ok && isSel(call.Fun, "flag", "NewFlagSet") && len(call.Args) > 0 {
-				if id, ok := as.Lhs[0].(*ast.Ident); ok {
-					sets[id.Name] = literal(call.Args[0])
-				}
-			}
-		}
-		call, ok := n.(*ast.CallExpr)
-		if !ok || len(call.Args) != 3 {
-			return true
-		}
-		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if !ok {
-			return true
-		}
-		recv, ok := sel.X.(*ast.Ident)
-		if !ok || sets[recv.Name] == "" {
-			return true
-		}
-		out["api "+sets[recv.Name]+" --"+literal(call.Args[0])] = literal(call.Args[1])
-		return true
-	})
+	for _, c := range commands {
+		fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+		c.flags(fs)
+		fs.VisitAll(func(f *flag.Flag) { out["api "+c.name+" --"+f.Name] = f.DefValue })
+	}
 	return out
 }
 
-func isSel(e ast.Expr, pkg, name string) bool {
-	sel, ok := e.(*ast.SelectorExpr)
-	if !ok || sel.Sel.Name != name {
-		return false
-	}
-	id, ok := sel.X.(*ast.Ident)
-	return ok && id.Name == pkg
-}
-
-// literal is the value of a literal expression, "" for anything else.
-func literal(e ast.Expr) string {
-	switch v := e.(type) {
-	case *ast.BasicLit:
-		if s, err := strconv.Unquote(v.Value); err == nil {
-			return s
-		}
-		return v.Value
-	case *ast.Ident:
-		if v.Name == "true" || v.Name == "false" {
-			return v.Name
-		}
-	}
-	return ""
-}
-
-// TestReadmeSettings: README.md's settings table lists every setting and
-// flag the code reads and nothing else, and every default written in
-// backticks is the code's: setting it explicitly changes nothing, except
-// that a listen address given by name must bind (AddrGiven,
-// AdminAddrGiven).
+// TestReadmeSettings: README.md's settings table has a row for each row of
+// the code's settings table (settings()) and each flag of its commands
+// table, and nothing else, each with the code's default as the table
+// writes it; every SECKILL_* name the code spells is a row of the table
+// (nothing reads the environment around it); and every default in
+// backticks is the one loading takes: setting it explicitly changes
+// nothing, except that a listen address given by name must bind
+// (AddrGiven, AdminAddrGiven).
 func TestReadmeSettings(t *testing.T) {
 	t.Parallel()
 	rows := readmeSettings(t)
-	env, flags := codeSettings(t)
-	if len(env) < 10 || len(flags) == 0 {
-		t.Fatalf("found only %d settings and %d flags in the code: is the scan broken?", len(env), len(flags))
-	}
-	for _, name := range env {
-		if _, ok := rows[name]; !ok {
-			t.Errorf("README.md's settings table lacks %s, which the code reads", name)
+	table := map[string]string{}
+	for _, s := range settings() {
+		if _, dup := table[s.name]; dup {
+			t.Errorf("the settings table has %s twice", s.name)
 		}
+		table[s.name] = s.defaultCell()
 	}
-	for name := range flags {
-		if _, ok := rows[name]; !ok {
-			t.Errorf("README.md's settings table lacks the flag %q", name)
+	for name, def := range commandFlags() {
+		table[name] = "`" + def + "`"
+	}
+	if len(table) < 40 {
+		t.Fatalf("the settings table has only %d rows: is it read?", len(table))
+	}
+	for name, def := range table {
+		cell, ok := rows[name]
+		switch {
+		case !ok:
+			t.Errorf("README.md's settings table lacks %s (default %s)", name, def)
+		case strings.TrimSpace(cell) != def:
+			t.Errorf("README.md: %s defaults to %s, the code's table to %s", name, strings.TrimSpace(cell), def)
 		}
 	}
 	for name := range rows {
-		if _, isFlag := flags[name]; !isFlag && !slices.Contains(env, name) {
-			t.Errorf("README.md lists %s, which the code does not read", name)
+		if _, ok := table[name]; !ok {
+			t.Errorf("README.md lists %s, which the code's tables do not have", name)
+		}
+	}
+	for _, name := range codeSettings(t) {
+		if _, ok := table[name]; !ok {
+			t.Errorf("the code spells %s, which is not a row of the settings table", name)
 		}
 	}
 
@@ -179,31 +145,24 @@ func TestReadmeSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, cell := range rows {
-		m := backticked.FindStringSubmatch(cell)
+	for _, s := range settings() {
+		m := backticked.FindStringSubmatch(rows[s.name])
 		if m == nil {
 			continue // "(embedded)", "(none)": no value to compare
 		}
-		def := m[1]
-		if code, isFlag := flags[name]; isFlag {
-			if code != "" && code != def {
-				t.Errorf("README.md: %s defaults to %q, the code to %q", name, def, code)
-			}
-			continue
-		}
 		got, err := loadConfig(func(k string) string {
-			if k == name {
-				return def
+			if k == s.name {
+				return m[1]
 			}
 			return ""
 		})
 		if err != nil {
-			t.Errorf("README.md's default of %s, %q, is refused: %v", name, def, err)
+			t.Errorf("README.md's default of %s, %q, is refused: %v", s.name, m[1], err)
 			continue
 		}
 		got.AddrGiven, got.AdminAddrGiven = false, false
 		if !reflect.DeepEqual(got, base) {
-			t.Errorf("README.md: %s=%q is not the default: setting it changes the configuration", name, def)
+			t.Errorf("README.md: %s=%q is not the default: setting it changes the configuration", s.name, m[1])
 		}
 	}
 }

@@ -1,11 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -32,77 +33,36 @@ import (
 // orderGroup is the consumer group of the order workers on every shard stream.
 const orderGroup = "order-writers"
 
-const usage = `usage: api [serve]                        run the service (default)
-       api token --user ID [--admin] [--ttl D]  print a bearer token
-       api migrate                              apply database migrations and exit
-       api dlq list [--limit N]                 list dead letters
-       api dlq replay ID                        send a dead-lettered order through again
-       api reconcile                            report differences between Redis and the database
-       api shards                               show where each shard lives: hash tag, slot, master`
-
-// run is the whole program; main and the end-to-end tests call it.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	cmd := "serve"
-	if len(args) > 1 {
-		cmd, args = args[1], args[2:]
-	} else {
-		args = nil
-	}
-	cfg, err := loadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	log := newLogger(cfg, stdout)
-	switch cmd {
-	case "serve":
-		return serve(ctx, cfg, log, stdout)
-	case "token":
-		return printToken(cfg, args, stdout)
-	case "migrate":
-		return migrate(ctx, cfg, log, stdout)
-	case "dlq":
-		return dlqCommand(ctx, cfg, log, args, stdout)
-	case "reconcile":
-		return reconcileCommand(ctx, cfg, log, stdout)
-	case "shards":
-		return shardsCommand(ctx, cfg, log, stdout)
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, usage)
-		return nil
-	}
-	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
-}
-
-func newLogger(cfg config, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
-	if cfg.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
-}
-
 // tokenSecret is SECKILL_TOKEN_SECRET, or in embedded-database mode the
-// secret kept in the data dir (made on first start).
-func tokenSecret(cfg config) (secret string, created bool, err error) {
+// secret kept in the data dir; from says which. With create (the service)
+// a missing one is made and created reports a first start; without (api
+// token) a missing one is an error: a token signed with a secret the
+// service never saw would be refused.
+func tokenSecret(cfg config, create bool) (secret, from string, created bool, err error) {
 	if cfg.Secret != "" {
-		return cfg.Secret, false, nil
+		return cfg.Secret, "SECKILL_TOKEN_SECRET", false, nil
 	}
 	if !cfg.embeddedDB() {
-		return "", false, errors.New("SECKILL_TOKEN_SECRET is required with SECKILL_MYSQL_DSN (at least 32 bytes, the same on every instance)")
+		return "", "", false, errors.New("SECKILL_TOKEN_SECRET is required with SECKILL_MYSQL_DSN (at least 32 bytes, the same on every instance)")
 	}
-	return embeddedSecret(cfg.DataDir)
+	path := filepath.Join(cfg.DataDir, "token-secret")
+	from = "the embedded mode's secret in " + path
+	if !create {
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", "", false, fmt.Errorf("no token secret: SECKILL_TOKEN_SECRET is not set and %s does not exist; "+
+				"set SECKILL_TOKEN_SECRET to the service's, or run the service once in embedded mode (SECKILL_DATA_DIR=%s)", path, cfg.DataDir)
+		}
+		return string(b), from, false, err
+	}
+	secret, created, err = embeddedSecret(cfg.DataDir)
+	return secret, from, created, err
 }
 
-func printToken(cfg config, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("token", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	user := fs.Int64("user", 0, "user id the token is for")
-	admin := fs.Bool("admin", false, "give the token the admin role")
-	ttl := fs.Duration("ttl", cfg.TokenTTL, "how long the token is valid")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	secret, _, err := tokenSecret(cfg)
+// printToken prints a token on stdout, and on stderr which secret signed
+// it.
+func printToken(e *cmdEnv, user int64, admin bool, ttl time.Duration) error {
+	secret, from, _, err := tokenSecret(e.cfg, false)
 	if err != nil {
 		return err
 	}
@@ -111,19 +71,23 @@ func printToken(cfg config, args []string, stdout io.Writer) error {
 		return err
 	}
 	role := auth.RoleUser
-	if *admin {
+	if admin {
 		role = auth.RoleAdmin
 	}
-	tok, err := signer.Mint(auth.Identity{UserID: *user, Role: role}, *ttl)
+	ttl = cmp.Or(ttl, e.cfg.TokenTTL)
+	tok, err := signer.Mint(auth.Identity{UserID: user, Role: role}, ttl)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, tok)
+	fmt.Fprintf(e.stderr, "token for user %d (%s), valid %s, signed with %s\n", user, role, ttl, from)
+	fmt.Fprintln(e.stdout, tok)
 	return nil
 }
 
-func migrate(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
-	db, closeDB, err := openDB(ctx, cfg, log, true)
+// migrate runs "api migrate": it prints the versions applied and the
+// schema's version as JSON.
+func migrate(ctx context.Context, e *cmdEnv) error {
+	db, closeDB, err := openDB(ctx, e.cfg, e.log, true)
 	if err != nil {
 		return err
 	}
@@ -136,11 +100,13 @@ func migrate(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "applied %v; schema at version %d\n", applied, v)
-	if !cfg.embeddedDB() && len(applied) > 0 && applied[0] == 1 {
-		announceNewDatabase(stdout)
+	if !e.cfg.embeddedDB() && len(applied) > 0 && applied[0] == 1 {
+		announceNewDatabase(e.stderr)
 	}
-	return nil
+	if applied == nil {
+		applied = []int{}
+	}
+	return printJSON(e.stdout, map[string]any{"applied": applied, "schema_version": v})
 }
 
 // serve runs the API and the worker until ctx is done, then shuts down in
@@ -151,7 +117,7 @@ func migrate(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer
 func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
 	log.Info("starting", "config", cfg)
 	warnEmbedded(cfg, log)
-	secret, firstStart, err := tokenSecret(cfg)
+	secret, _, firstStart, err := tokenSecret(cfg, true)
 	if err != nil {
 		return err
 	}
@@ -181,7 +147,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		return err
 	}
 
+	if err := checkShardCount(ctx, cfg, rdb, saleKeys(cfg, rdb), log); err != nil {
+		return err
+	}
 	c := newCore(ctx, cfg, rdb, db, log)
+	warnUnpayable(ctx, cfg, c)
 	if firstStart {
 		if err := announceAdmin(cfg, signer, stdout); err != nil {
 			return err
@@ -270,7 +240,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		vstate:   voucher.NewState(rdb, keys),
 		ostore:   order.NewStore(db),
 		reserver: newReserver(cfg, rdb, keys),
-		health:   &health{rdb: rdb, db: db, keys: keys},
+		health:   &health{rdb: rdb, db: db, keys: keys, log: log, checks: readyChecks(m.Registry())},
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
 	c.life = order.NewLifecycle(db, rdb, keys, order.LifecycleConfig{Events: c.events, Observer: m}, log)
@@ -324,18 +294,24 @@ type instance struct {
 	// workerStarted is the worker's start-up log line; empty without one.
 	workerStarted []any
 	api           bool
+	// reach says, on the listening line, who can reach the main listener
+	// when the embedded mode chose loopback.
+	reach []any
 }
 
 // build builds every component of the instance; nothing runs yet. The id
 // lease is taken last, as nothing after it can fail: ids.Run releases it.
 func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer *auth.Signer, lns listeners, stdout io.Writer) (*instance, error) {
 	s := &instance{log: c.log, shutdown: cfg.Shutdown, lns: lns, api: cfg.serveAPI()}
+	if cfg.embeddedDB() && !cfg.AddrGiven {
+		s.reach = []any{"reachable_from", "this machine only (embedded mode); SECKILL_ADDR=:8080 listens on every interface"}
+	}
 	s.background = append(s.background, c.warmer, newSampler(cfg, c))
 	if locks != nil {
 		s.buildWorker(cfg, c, locks)
 	}
 	if lns.admin != nil {
-		s.admin = adminEngine(c.log, c.m, signer, &admin{dead: order.NewDeadLetters(c.db, c.reserver), warmer: c.warmer})
+		s.admin = adminEngine(c.log, c.m, signer, &admin{dead: order.NewDeadLetters(c.db, c.reserver), warmer: c.warmer, health: c.health})
 	}
 	if !cfg.serveAPI() {
 		s.main = workerEngine(c.log, c.m, c.health)
@@ -356,6 +332,9 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	s.background = append([]runner{ids}, s.background...)
 	vouchers := voucher.NewHTTP(c.vstore, c.vstate, c.reserver, ids, c.log)
 	vouchers.Observe(c.m)
+	if cfg.Pay.Provider == "off" {
+		vouchers.RefusePriced("set SECKILL_PAY_PROVIDER=webhook (with SECKILL_PAY_GATEWAY_URL and SECKILL_PAY_WEBHOOK_SECRET) to take payments")
+	}
 	if cfg.LocalRefusals > 0 {
 		refusals := voucher.NewRefusals(c.rdb, c.keys, voucher.RefusalsConfig{TTL: cfg.LocalRefusals, Events: c.events}, c.log)
 		vouchers.Refuse(refusals)
@@ -464,7 +443,7 @@ func (s *instance) startForeground(ctx, stop context.Context, fg *errgroup.Group
 		s.log.Info("worker started", s.workerStarted...)
 	}
 	if s.lns.main != nil {
-		s.log.Info("http server listening", "addr", s.lns.main.Addr().String(), "api", s.api)
+		s.log.Info("http server listening", append([]any{"addr", s.lns.main.Addr().String(), "api", s.api}, s.reach...)...)
 		serveHTTP(ctx, stop, fg, s.lns.main, s.main, s.shutdown, s.log)
 	}
 	if s.lns.admin != nil {

@@ -64,6 +64,9 @@ type HTTP struct {
 	obs      Observer
 	refusals *Refusals
 	lastWarn atomic.Int64 // unix ns of the last logged Redis failure
+	// unpayable, when set, refuses priced vouchers: it says how to turn
+	// payments on.
+	unpayable string
 }
 
 // NewHTTP returns the voucher handlers.
@@ -84,6 +87,12 @@ func (h *HTTP) Observe(o Observer) {
 // Redis, and teaches r what Redis answers; call it before serving. A nil r
 // sends every purchase to Redis.
 func (h *HTTP) Refuse(r *Refusals) { h.refusals = r }
+
+// RefusePriced makes Create refuse a voucher with a price (422
+// payments_off): payments are off, so every order of it would wait for a
+// payment nobody can make, then expire. how says what turns payments on;
+// call it before serving.
+func (h *HTTP) RefusePriced(how string) { h.unpayable = how }
 
 // View is a voucher as the API shows it.
 type View struct {
@@ -187,6 +196,11 @@ func (h *HTTP) Create(c *gin.Context) {
 	v, msg := req.voucher(now)
 	if msg != "" {
 		apierr.Abort(c, http.StatusUnprocessableEntity, "invalid_voucher", msg)
+		return
+	}
+	if v.Price > 0 && h.unpayable != "" {
+		apierr.Abort(c, http.StatusUnprocessableEntity, "payments_off",
+			"payments are off, so nobody could pay for a priced voucher: "+h.unpayable+"; or create it with price 0")
 		return
 	}
 	ctx := c.Request.Context()

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// command is one subcommand of the binary. Its flags are parsed, and
+// --help answered, before the settings are read or anything is opened.
+type command struct {
+	name     string // "serve", "dlq list"
+	synopsis string // what follows the name in the usage
+	doc      string
+	// nargs is how many arguments follow the flags.
+	nargs int
+	// noConfig: runs without reading the settings.
+	noConfig bool
+	// flags defines the command's flags on fs and returns what runs the
+	// command once they are parsed.
+	flags func(fs *flag.FlagSet) action
+}
+
+// action runs a command.
+type action func(ctx context.Context, e *cmdEnv) error
+
+// cmdEnv is what a command runs with.
+type cmdEnv struct {
+	cfg            config
+	log            *slog.Logger // writes to stderr
+	stdout, stderr io.Writer
+	args           []string // the arguments after the flags
+}
+
+// commands lists the binary's subcommands. Operator commands print their
+// result alone on stdout (JSON, but for token's bare token) and log on
+// stderr.
+var commands = []command{
+	{name: "serve", doc: "run the service (the default command); --help lists the settings",
+		flags: func(*flag.FlagSet) action { return serveCommand }},
+	{name: "token", synopsis: "--user ID [--admin] [--ttl D]", doc: "print a bearer token signed with the service's secret",
+		flags: tokenFlags},
+	{name: "migrate", doc: "apply the database migrations and exit",
+		flags: func(*flag.FlagSet) action { return migrate }},
+	{name: "dlq list", synopsis: "[--limit N]", doc: "list dead letters, newest first",
+		flags: dlqListFlags},
+	{name: "dlq replay", synopsis: "ID", nargs: 1, doc: "send a dead-lettered order through the purchase script again",
+		flags: func(*flag.FlagSet) action { return dlqReplay }},
+	{name: "reconcile", doc: "report differences between Redis and the database; exit 1 if any",
+		flags: func(*flag.FlagSet) action { return reconcileCommand }},
+	{name: "shards", doc: "show where each shard lives: hash tag, slot, master",
+		flags: func(*flag.FlagSet) action { return shardsCommand }},
+	{name: "version", noConfig: true, doc: "print the module version and the VCS revision it was built from",
+		flags: func(*flag.FlagSet) action { return versionCommand }},
+}
+
+// errUsage is returned, after the usage went to stderr, for a command line
+// that is not one.
+var errUsage = errors.New("bad command line (usage above)")
+
+// run is the whole program; main and the end-to-end tests call it. The
+// service and the commands log to stderr; stdout carries results, the
+// first start's admin token and the console's login codes.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		args = args[1:] // the program's name
+	}
+	if len(args) == 0 {
+		args = []string{"serve"}
+	}
+	if isHelp(args[0]) {
+		printUsage(stdout, commands)
+		return nil
+	}
+	cmd, rest, group := findCommand(args)
+	if cmd == nil {
+		return badGroup(args[0], rest, group, stdout, stderr)
+	}
+	fs := flag.NewFlagSet("api "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	act := cmd.flags(fs)
+	if err := fs.Parse(rest); errors.Is(err, flag.ErrHelp) {
+		cmd.help(stdout, fs)
+		return nil
+	} else if err != nil || fs.NArg() != cmd.nargs {
+		if err == nil {
+			err = fmt.Errorf("api %s takes %d arguments after its flags, not %q", cmd.name, cmd.nargs, fs.Args())
+		}
+		fmt.Fprintln(stderr, err)
+		cmd.help(stderr, fs)
+		return errUsage
+	}
+	e := &cmdEnv{stdout: stdout, stderr: stderr, args: fs.Args()}
+	if !cmd.noConfig {
+		cfg, err := loadConfig(getenv)
+		if err != nil {
+			return err
+		}
+		e.cfg, e.log = cfg, newLogger(cfg, stderr)
+	}
+	return act(ctx, e)
+}
+
+func isHelp(s string) bool { return s == "help" || s == "-h" || s == "--help" || s == "-help" }
+
+// findCommand finds the command args name ("dlq list" takes two words);
+// when none does, group lists the commands whose name begins with args[0].
+func findCommand(args []string) (cmd *command, rest []string, group []command) {
+	for i := range commands {
+		c := &commands[i]
+		words := strings.Fields(c.name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			return c, args[len(words):], nil
+		}
+		if words[0] == args[0] {
+			group = append(group, *c)
+		}
+	}
+	return nil, args[1:], group
+}
+
+// badGroup answers a command line that names no command: "api dlq --help"
+// lists dlq's commands on stdout; anything else is refused with the usage
+// on stderr.
+func badGroup(name string, rest []string, group []command, stdout, stderr io.Writer) error {
+	if len(group) > 0 && len(rest) == 1 && isHelp(rest[0]) {
+		printUsage(stdout, group)
+		return nil
+	}
+	if len(group) > 0 {
+		fmt.Fprintf(stderr, "api %s needs one of its commands\n", name)
+		printUsage(stderr, group)
+		return errUsage
+	}
+	fmt.Fprintf(stderr, "unknown command %q\n", name)
+	printUsage(stderr, commands)
+	return errUsage
+}
+
+// printUsage lists cmds, one line each.
+func printUsage(w io.Writer, cmds []command) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "usage:")
+	for _, c := range cmds {
+		fmt.Fprintf(tw, "  api %s\t%s\n", strings.TrimSpace(c.name+" "+c.synopsis), c.doc)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "\"api COMMAND --help\" describes a command; \"api serve --help\" lists the settings (environment variables).")
+}
+
+// help prints the command's usage and flags (as --name, the way they are
+// written everywhere else); serve's lists the settings too.
+func (c *command) help(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: api %s\n\n%s.\n", strings.TrimSpace(c.name+" "+c.synopsis), c.doc)
+	var flags []string
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, doc := flag.UnquoteUsage(f)
+		flags = append(flags, fmt.Sprintf("  --%s %s\t%s (default %s)", f.Name, kind, doc, f.DefValue))
+	})
+	if len(flags) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "\nflags:")
+		for _, f := range flags {
+			fmt.Fprintln(tw, f)
+		}
+		_ = tw.Flush()
+	}
+	if c.name == "serve" {
+		fmt.Fprintln(w, "\nsettings, from the environment (README.md, section Settings):")
+		printSettings(w)
+	}
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func serveCommand(ctx context.Context, e *cmdEnv) error { return serve(ctx, e.cfg, e.log, e.stdout) }
+
+// versionCommand prints the module's version and the VCS revision the
+// binary was built from, as the Go toolchain recorded them.
+func versionCommand(_ context.Context, e *cmdEnv) error {
+	fmt.Fprintln(e.stdout, versionLine(debug.ReadBuildInfo()))
+	return nil
+}
+
+// versionLine is "seckill <version> revision <rev>[+modified] <time> <go>".
+func versionLine(bi *debug.BuildInfo, ok bool) string {
+	if !ok {
+		return "seckill (no build information) revision unknown"
+	}
+	path, version := bi.Main.Path, bi.Main.Version
+	rev, at, modified := "unknown", "", ""
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = " " + s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		}
+	}
+	return fmt.Sprintf("%s %s revision %s%s%s %s", cmp.Or(path, "seckill"), cmp.Or(version, "(devel)"), rev, modified, at, bi.GoVersion)
+}
+
+// ttlFlag is token's --ttl: SECKILL_TOKEN_TTL unless given.
+type ttlFlag struct{ d *time.Duration }
+
+func (f ttlFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return errors.New("must be a positive duration such as 24h")
+	}
+	*f.d = d
+	return nil
+}
+
+func (f ttlFlag) String() string {
+	if f.d == nil || *f.d == 0 {
+		return "SECKILL_TOKEN_TTL"
+	}
+	return f.d.String()
+}
+
+func tokenFlags(fs *flag.FlagSet) action {
+	user := fs.Int64("user", 0, "the `ID` of the user the token is for")
+	admin := fs.Bool("admin", false, "give the token the admin role")
+	var ttl time.Duration
+	fs.Var(ttlFlag{&ttl}, "ttl", "how long the token is valid, such as 24h")
+	return func(_ context.Context, e *cmdEnv) error { return printToken(e, *user, *admin, ttl) }
+}
+
+func dlqListFlags(fs *flag.FlagSet) action {
+	limit := fs.Int("limit", 50, "how many dead letters, newest first")
+	return func(ctx context.Context, e *cmdEnv) error { return dlqList(ctx, e, *limit) }
+}

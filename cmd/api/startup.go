@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/redisconn"
+	"seckill/internal/voucher"
+)
+
+// checkShardCount holds SECKILL_SHARDS against the count the data in
+// Redis was written with (recorded at start-up). Another count moves
+// vouchers to other shards and, on a cluster, renames every stream: the
+// old streams' orders would wait for a worker that no longer reads them.
+// So a change is refused while the old layout's streams or delay queues
+// hold anything, and once they are drained it is taken: every shard's
+// state is rebuilt from the database. A Redis that does not answer is
+// left to the warmer and the probes.
+func checkShardCount(ctx context.Context, cfg config, rdb redis.UniversalClient, keys voucher.Keys, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	key := shardCountKey(cfg.KeyPrefix)
+	was, err := rdb.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return rdb.Set(ctx, key, cfg.Shards, 0).Err()
+	case err != nil:
+		log.Warn("cannot read the shard count the data was written with; not checked", "err", err)
+		return nil
+	}
+	old, err := strconv.Atoi(was)
+	if err != nil || old == cfg.Shards {
+		return err
+	}
+	oldKeys := voucher.KeysFor(cfg.KeyPrefix, old, redisconn.IsCluster(rdb))
+	backlog, err := backlogOf(ctx, rdb, oldKeys)
+	if err != nil {
+		return fmt.Errorf("SECKILL_SHARDS=%d, but the data in Redis was written with %d shards and its streams cannot be read: %w", cfg.Shards, old, err)
+	}
+	if backlog > 0 {
+		return fmt.Errorf("SECKILL_SHARDS=%d, but the data in Redis was written with %d shards and its streams and delay queues still hold %d entries, "+
+			"which no worker would read: start with SECKILL_SHARDS=%d, stop purchases and let the worker drain them "+
+			"(seckill_stream_length and seckill_delay_queue_size at 0), then switch", cfg.Shards, old, backlog, old)
+	}
+	log.Warn("SECKILL_SHARDS changed on existing data; the old streams are empty, so every shard's state is rebuilt from the database under the new count",
+		"was", old, "now", cfg.Shards)
+	for shard := range keys.Shards() {
+		if err := rdb.Del(ctx, keys.Ready(shard)).Err(); err != nil {
+			return fmt.Errorf("drop shard %d's ready marker: %w", shard, err)
+		}
+	}
+	return rdb.Set(ctx, key, cfg.Shards, 0).Err()
+}
+
+// backlogOf counts the entries of every shard stream and delay queue of
+// keys.
+func backlogOf(ctx context.Context, rdb redis.UniversalClient, keys voucher.Keys) (int64, error) {
+	var n int64
+	for shard := range keys.Shards() {
+		l, err := rdb.XLen(ctx, keys.Stream(shard)).Result()
+		if err != nil {
+			return 0, err
+		}
+		z, err := rdb.ZCard(ctx, keys.Delayed(shard)).Result()
+		if err != nil {
+			return 0, err
+		}
+		n += l + z
+	}
+	return n, nil
+}
+
+// warnUnpayable warns when priced vouchers are on sale while payments are
+// off: each of their orders waits for a payment nobody can make, then
+// expires.
+func warnUnpayable(ctx context.Context, cfg config, c *core) {
+	if cfg.Pay.Provider != "off" {
+		return
+	}
+	live, err := c.vstore.Live(ctx, time.Now())
+	if err != nil {
+		c.log.Warn("cannot list the vouchers on sale to check their prices", "err", err)
+		return
+	}
+	var priced []int64
+	for _, v := range live {
+		if v.Price > 0 {
+			priced = append(priced, v.ID)
+		}
+	}
+	if len(priced) > 0 {
+		c.log.Warn("priced vouchers are on sale while payments are off (SECKILL_PAY_PROVIDER=off): their orders cannot be paid and expire; "+
+			"set SECKILL_PAY_PROVIDER=webhook with SECKILL_PAY_GATEWAY_URL and SECKILL_PAY_WEBHOOK_SECRET", "voucher_ids", priced)
+	}
+}
