@@ -150,7 +150,7 @@ func New() *Metrics {
 		m.orderStates.WithLabelValues(st)
 	}
 	m.payments = series(m.counterVec("payments_total", "Payments and gateway notifications by outcome: succeeded (order paid), needs_refund (paid after the order was cancelled, or paid twice), duplicate (a notification seen before), refused (bad signature, stale, unknown, wrong amount).", "outcome"), PaymentOutcomes)
-	m.refundsOwed = m.gauge("payments_needing_refund", "Payments that arrived after their order was cancelled (or paid an order twice) and are not refunded yet, counted by the order sweeper.")
+	m.refundsOwed = m.gauge("payments_needing_refund", "Payments whose money is owed back (they arrived after their order was cancelled, paid an order twice, or their order was refunded) and are not marked refunded yet, counted by the order sweeper.")
 	m.shardRebuilds = m.counterVec("shard_rebuilds_total", "Shard sale states this instance rebuilt from the database, by shard and reason: missing (Redis lost the data) or master_changed (restart, failover or moved slot).", "shard", "reason")
 	return m
 }
