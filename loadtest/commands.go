@@ -210,6 +210,8 @@ type benchResult struct {
 	Unexpected int `json:"unexpected_answers"`
 	// RatioToFirst is this target's median over the first target's.
 	RatioToFirst float64 `json:"ratio_to_first,omitempty"`
+	// CPU is each measured process's CPU per answer, then their total.
+	CPU []cpuFigure `json:"cpu_us_per_answer,omitempty"`
 }
 
 // benchMode is what every measured purchase of a bench run meets.
@@ -274,6 +276,8 @@ func loadAverage() string {
 // mode on every target.
 func bench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var targets targetFlag
+	pids := pidsFlag{}
+	var dep deployment
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Var(&targets, "target", "name=url, repeated; ratios are to the target before and of the first to each (e.g. seckill, ceiling, bare=http://127.0.0.1:18090/bare)")
@@ -287,6 +291,13 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 	vouchers := fs.Int("vouchers", 1, "success mode: fresh vouchers per run, buyer u buying voucher u mod n: one voucher lives on one shard, so several spread the load over a Redis Cluster's masters")
 	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret (SECKILL_TOKEN_SECRET)")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
+	fs.Var(pids, "pids", "target=label:spec,...: the processes whose CPU per answer is measured on that target's runs, repeated per target; "+
+		"spec is a pid, a pid file (first field the pid) or port:N (whoever listens on loopback port N); target=none measures none. "+
+		"Default: service = the server of a loopback target URL, redis, locks, database = the servers of --redis, --lock-redis, --mysql on loopback")
+	baseFlag := fs.String("cpu-base", "", "target each process's CPU is compared with: a target (every process), label=target pairs, or both: bare,redis=ceiling (default: bare when a target is so named, else the first)")
+	fs.StringVar(&dep.redis, "redis", getenv("SECKILL_REDIS_URL"), "Redis of the deployment, whose servers' CPU is measured when on loopback (SECKILL_REDIS_URL)")
+	fs.StringVar(&dep.locks, "lock-redis", getenv("SECKILL_LOCK_NODES"), "lock Redis URLs, comma-separated, measured as locks when on loopback (SECKILL_LOCK_NODES)")
+	fs.StringVar(&dep.mysql, "mysql", getenv("SECKILL_MYSQL_DSN"), "MySQL of the deployment, measured as database when on loopback (SECKILL_MYSQL_DSN)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -294,6 +305,14 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("no --target")
 	}
 	modes, err := parseModes(*modeList)
+	if err != nil {
+		return err
+	}
+	base, err := parseCPUBase(*baseFlag)
+	if err != nil {
+		return err
+	}
+	meters, err := benchMeters(targets, pids, dep, stderr)
 	if err != nil {
 		return err
 	}
@@ -319,6 +338,7 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 				if m.name == "success" {
 					cfg.Vouchers = *vouchers
 				}
+				meter := meters[ti].around(&cfg)
 				res, err := load.Run(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", m.name, t.name, err)
@@ -326,6 +346,13 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 				s := res.Summary
 				fmt.Fprintf(stderr, "  %.0f/s  p50 %.2fms  p99 %.2fms  %v\n", s.RPS, s.Latency.P50, s.Latency.P99, s.Outcomes)
 				b := &results[mi*len(targets)+ti]
+				us, err := meter.perUnit(s.Requests)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", m.name, t.name, err)
+				}
+				if len(meters[ti].procs) > 0 {
+					b.CPU = addCPURun(b.CPU, meters[ti].procs, us)
+				}
 				b.Mode, b.Name, b.URL = m.name, t.name, t.url
 				b.Runs = append(b.Runs, s)
 				b.Errors += s.Requests - s.Outcomes["202 accepted"]
@@ -334,10 +361,6 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 	loads = append(loads, loadAverage())
-	median := func(xs []float64) float64 {
-		slices.Sort(xs)
-		return xs[len(xs)/2]
-	}
 	fmt.Fprintf(stdout, "\n%d measured purchases per run after %d warm-up, %d connections, %d rounds; load average before each round and at the end: %s\n",
 		*requests, *warmup, *conc, *rounds, strings.Join(loads, " | "))
 	for mi, m := range modes {
@@ -370,6 +393,8 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 			}
 			fmt.Fprintf(stdout, "  %s\n", strings.Join(parts, ";  "))
 		}
+		compareCPU(mode, base, targets)
+		printCPU(stdout, mode)
 	}
 	return writeJSON(*jsonPath, stdout, results)
 }
@@ -388,22 +413,52 @@ func drain(ctx context.Context, args []string, getenv func(string) string, stdou
 	shards := fs.Int("shards", envInt(getenv, "SECKILL_SHARDS", 1), "SECKILL_SHARDS")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the wait")
 	jsonPath := fs.String("json", "", "also write the result as JSON to this file (- for stdout)")
+	pidSpecs := fs.String("pids", "", "label:spec,...: processes whose CPU per order written is measured, besides redis, locks and database found on loopback from --redis, --lock-redis, --mysql "+
+		"(spec: a pid, a pid file, port:N, or none to drop that label); a process not running when the watch begins (the worker) is looked for at the end and counted from its start; none: no CPU")
+	locks := fs.String("lock-redis", getenv("SECKILL_LOCK_NODES"), "lock Redis URLs, comma-separated, measured as locks when on loopback (SECKILL_LOCK_NODES)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *vid == 0 || *expect == 0 {
 		return fmt.Errorf("--voucher and --expect are required")
 	}
+	meter := &drainMeter{log: stderr}
+	if *pidSpecs != "none" {
+		if *pidSpecs != "" {
+			var err error
+			if meter.explicit, err = parseProcSpecs(*pidSpecs); err != nil {
+				return fmt.Errorf("--pids: %w", err)
+			}
+		}
+		meter.specs = mergeSpecs(autoSpecs("", deployment{redis: *redisURL, locks: *locks, mysql: *dsn}), meter.explicit)
+	}
 	res, err := load.Drain(ctx, load.DrainConfig{
 		VoucherID: *vid, Expect: *expect, RedisURL: *redisURL, MySQLDSN: *dsn,
-		KeyPrefix: *prefix, Shards: *shards, Timeout: *timeout, Log: stderr,
+		KeyPrefix: *prefix, Shards: *shards, Timeout: *timeout, Log: stderr, Watching: meter.start,
 	})
 	if err != nil {
 		return err
 	}
+	out := drainOutput{DrainResult: res}
+	if out.CPU, err = meter.finish(res.Orders); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "drained %d orders in %.2fs: %.0f orders/s (first new order seen %.2fs after the watch began)\n",
 		res.Orders, res.Seconds, res.Rate, res.WaitSeconds)
-	return writeJSON(*jsonPath, stdout, res)
+	for _, c := range out.CPU {
+		since := ""
+		if c.SinceStart {
+			since = ", counted from its start"
+		}
+		fmt.Fprintf(stdout, "  cpu %-14s %8.1f µs per order written (pid %s, %s%s)\n", c.Label, c.PerOrder, cmp.Or(c.pidList(), "-"), cmp.Or(c.Source, "the rows above"), since)
+	}
+	return writeJSON(*jsonPath, stdout, out)
+}
+
+// drainOutput is what drain writes with --json.
+type drainOutput struct {
+	load.DrainResult
+	CPU []drainCPU `json:"cpu_us_per_order,omitempty"`
 }
 
 // procMem is one process's memory during a stampede, in KiB.
