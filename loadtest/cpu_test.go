@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -10,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"seckill/loadtest/proc"
 )
 
 // TestPerUnit: ticks over a run, in microseconds per answer: 150 ticks at
@@ -210,6 +214,67 @@ func TestCompareCPU(t *testing.T) {
 	for _, bad := range []string{"a,b", "=x", "redis="} {
 		if _, err := parseCPUBase(bad); err == nil {
 			t.Errorf("parseCPUBase(%q): no error", bad)
+		}
+	}
+}
+
+// TestDrainMeter: a process found when the watch begins is counted from
+// there; one found only at the end (the worker, started later) from its
+// start; a given one never found is an error.
+func TestDrainMeter(t *testing.T) {
+	t.Parallel()
+	self := strconv.Itoa(os.Getpid())
+	file := filepath.Join(t.TempDir(), "worker-1.pid")
+	specs := []procSpec{{"service", self}, {"worker", file}}
+	m := &drainMeter{specs: specs, explicit: specs, log: io.Discard}
+	burnTick(t) // so that the process's time before the watch is not nothing
+	m.start()
+	if m.err != nil || len(m.procs) != 1 || len(m.late) != 1 {
+		t.Fatalf("at the start: %+v", m)
+	}
+	if err := os.WriteFile(file, []byte(self+" /bin/api\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	burnTick(t)
+	rows, err := m.finish(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 || rows[0].Label != "service" || rows[0].SinceStart || rows[1].Label != "worker" || !rows[1].SinceStart || rows[2].Label != "total" {
+		t.Fatalf("rows %+v", rows)
+	}
+	if rows[0].PerOrder <= 0 || rows[1].PerOrder <= rows[0].PerOrder || rows[2].PerOrder != rows[0].PerOrder+rows[1].PerOrder {
+		t.Errorf("per order: service %v (> 0), worker since its start %v (more), total %v (their sum)", rows[0].PerOrder, rows[1].PerOrder, rows[2].PerOrder)
+	}
+
+	gone := []procSpec{{"worker", filepath.Join(t.TempDir(), "never.pid")}}
+	m = &drainMeter{specs: gone, explicit: gone, log: io.Discard}
+	m.start()
+	if _, err := m.finish(10); err == nil {
+		t.Error("a given process never found: no error")
+	}
+	m = &drainMeter{specs: gone, log: io.Discard}
+	m.start()
+	if rows, err := m.finish(10); err != nil || rows != nil {
+		t.Errorf("a process found from the deployment and never there: %v, %v; want none", rows, err)
+	}
+}
+
+// burnTick works until this process's CPU time has grown by a tick.
+func burnTick(t testing.TB) {
+	t.Helper()
+	start, err := proc.Ticks(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	x := 0
+	for n := start; n <= start; n, _ = proc.Ticks(os.Getpid()) {
+		for i := range 1_000_000 {
+			x += i
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no tick in 10 s of work (%d)", x)
 		}
 	}
 }
