@@ -291,9 +291,9 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 	vouchers := fs.Int("vouchers", 1, "success mode: fresh vouchers per run, buyer u buying voucher u mod n: one voucher lives on one shard, so several spread the load over a Redis Cluster's masters")
 	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret (SECKILL_TOKEN_SECRET)")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
-	fs.Var(pids, "pids", "target=label:spec,...: the processes whose CPU per answer is measured on that target's runs, repeated per target; "+
-		"spec is a pid, a pid file (first field the pid) or port:N (whoever listens on loopback port N); target=none measures none. "+
-		"Default: service = the server of a loopback target URL, redis, locks, database = the servers of --redis, --lock-redis, --mysql on loopback")
+	fs.Var(pids, "pids", "target=label:spec,...: processes whose CPU per answer is measured on that target's runs, besides (or, for the same label, instead of) those found by default, repeated per target; "+
+		"spec is a pid, a pid file (first field the pid), port:N (whoever listens on loopback port N) or none (leave the label out); target=none measures nothing. "+
+		"Found by default: service = the server of a loopback target URL; redis, locks, database = the servers of --redis, --lock-redis, --mysql on loopback")
 	baseFlag := fs.String("cpu-base", "", "target each process's CPU is compared with: a target (every process), label=target pairs, or both: bare,redis=ceiling (default: bare when a target is so named, else the first)")
 	fs.StringVar(&dep.redis, "redis", getenv("SECKILL_REDIS_URL"), "Redis of the deployment, whose servers' CPU is measured when on loopback (SECKILL_REDIS_URL)")
 	fs.StringVar(&dep.locks, "lock-redis", getenv("SECKILL_LOCK_NODES"), "lock Redis URLs, comma-separated, measured as locks when on loopback (SECKILL_LOCK_NODES)")
