@@ -350,9 +350,7 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", m.name, t.name, err)
 				}
-				if len(meters[ti].procs) > 0 {
-					b.CPU = addCPURun(b.CPU, meters[ti].procs, us)
-				}
+				b.CPU = addCPURun(b.CPU, meters[ti].procs, us)
 				b.Mode, b.Name, b.URL = m.name, t.name, t.url
 				b.Runs = append(b.Runs, s)
 				b.Errors += s.Requests - s.Outcomes["202 accepted"]
@@ -364,39 +362,44 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 	fmt.Fprintf(stdout, "\n%d measured purchases per run after %d warm-up, %d connections, %d rounds; load average before each round and at the end: %s\n",
 		*requests, *warmup, *conc, *rounds, strings.Join(loads, " | "))
 	for mi, m := range modes {
-		fmt.Fprintf(stdout, "\n%s: every measured purchase should answer %s\n", m.name, m.expect)
-		fmt.Fprintf(stdout, "%-10s %-44s %10s %9s %9s %8s %10s\n", "target", "runs/s", "median/s", "p50 ms", "p99 ms", "ratio", "unexpected")
 		mode := results[mi*len(targets) : (mi+1)*len(targets)]
-		for i := range mode {
-			var rps, p50, p99 []float64
-			var runs []string
-			for _, s := range mode[i].Runs {
-				rps = append(rps, s.RPS)
-				p50 = append(p50, s.Latency.P50)
-				p99 = append(p99, s.Latency.P99)
-				runs = append(runs, fmt.Sprintf("%.0f", s.RPS))
-			}
-			b := &mode[i]
-			b.RPS, b.P50, b.P99 = median(rps), median(p50), median(p99)
-			ratio := ""
-			if i > 0 {
-				b.Ratio = b.RPS / mode[i-1].RPS
-				b.RatioToFirst = b.RPS / mode[0].RPS
-				ratio = fmt.Sprintf("%.0f%%", 100*b.Ratio)
-			}
-			fmt.Fprintf(stdout, "%-10s %-44s %10.0f %9.2f %9.2f %8s %10d\n", b.Name, strings.Join(runs, " "), b.RPS, b.P50, b.P99, ratio, b.Unexpected)
-		}
-		if len(mode) > 1 {
-			var parts []string
-			for _, b := range mode[1:] {
-				parts = append(parts, fmt.Sprintf("%s / %s %.2fx (p99 %.2f vs %.2f ms)", mode[0].Name, b.Name, 1/b.RatioToFirst, mode[0].P99, b.P99))
-			}
-			fmt.Fprintf(stdout, "  %s\n", strings.Join(parts, ";  "))
-		}
+		printMode(stdout, m, mode)
 		compareCPU(mode, base, targets)
 		printCPU(stdout, mode)
 	}
 	return writeJSON(*jsonPath, stdout, results)
+}
+
+// printMode fills one mode's medians and ratios and writes its table.
+func printMode(stdout io.Writer, m benchMode, mode []benchResult) {
+	fmt.Fprintf(stdout, "\n%s: every measured purchase should answer %s\n", m.name, m.expect)
+	fmt.Fprintf(stdout, "%-10s %-44s %10s %9s %9s %8s %10s\n", "target", "runs/s", "median/s", "p50 ms", "p99 ms", "ratio", "unexpected")
+	for i := range mode {
+		var rps, p50, p99 []float64
+		var runs []string
+		for _, s := range mode[i].Runs {
+			rps = append(rps, s.RPS)
+			p50 = append(p50, s.Latency.P50)
+			p99 = append(p99, s.Latency.P99)
+			runs = append(runs, fmt.Sprintf("%.0f", s.RPS))
+		}
+		b := &mode[i]
+		b.RPS, b.P50, b.P99 = median(rps), median(p50), median(p99)
+		ratio := ""
+		if i > 0 {
+			b.Ratio = b.RPS / mode[i-1].RPS
+			b.RatioToFirst = b.RPS / mode[0].RPS
+			ratio = fmt.Sprintf("%.0f%%", 100*b.Ratio)
+		}
+		fmt.Fprintf(stdout, "%-10s %-44s %10.0f %9.2f %9.2f %8s %10d\n", b.Name, strings.Join(runs, " "), b.RPS, b.P50, b.P99, ratio, b.Unexpected)
+	}
+	if len(mode) > 1 {
+		var parts []string
+		for _, b := range mode[1:] {
+			parts = append(parts, fmt.Sprintf("%s / %s %.2fx (p99 %.2f vs %.2f ms)", mode[0].Name, b.Name, 1/b.RatioToFirst, mode[0].P99, b.P99))
+		}
+		fmt.Fprintf(stdout, "  %s\n", strings.Join(parts, ";  "))
+	}
 }
 
 // drain times the worker writing one voucher's accepted orders to MySQL:

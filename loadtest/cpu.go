@@ -332,9 +332,12 @@ type cpuFigure struct {
 	Ratio  float64   `json:"ratio_to_base,omitempty"`
 }
 
-// addRun appends one run's figures, and their sum to the total row (the
-// last), creating the rows on the first run.
+// addCPURun appends one run's figures, and their sum to the total row
+// (the last), creating the rows on the first run; no processes, no rows.
 func addCPURun(figs []cpuFigure, procs []cpuProc, us []float64) []cpuFigure {
+	if len(procs) == 0 {
+		return figs
+	}
 	if len(figs) == 0 {
 		for _, p := range procs {
 			figs = append(figs, cpuFigure{cpuProc: p})
