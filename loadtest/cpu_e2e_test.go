@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,4 +106,95 @@ func ceilingPort(t testing.TB) string {
 	}
 	t.Fatal("no free port p with p+10000 free")
 	return ""
+}
+
+// TestDrainMeasuresCPU: on a cluster whose instances do not write orders
+// (SECKILL_ROLE=api), 4,000 accepted purchases wait on the stream; drain
+// watches them while a worker started afterwards writes them: the worker,
+// found from its pid file at the end, is counted from its start, and each
+// server of the deployment used CPU per order written.
+func TestDrainMeasuresCPU(t *testing.T) {
+	c := startCluster(t, "SECKILL_ROLE=api", "SECKILL_RATE_LIMIT=off",
+		"SECKILL_NGINX_PURCHASE_RATE=1000000r/s", "SECKILL_NGINX_PURCHASE_BURST=1000000")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	getenv := func(k string) string { return c.env[k] }
+	var out testenv.Buffer
+	summary := filepath.Join(t.TempDir(), "fill.json")
+	cfg, opts, err := parseRun([]string{"--users", "4000", "--stock", "4000", "-c", "32", "--verify=false", "--quiet", "--json", summary}, getenv, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := execute(ctx, cfg, opts, &out); err != nil {
+		t.Fatalf("fill: %v\n%s", err, out.String())
+	}
+	vid := readSummary(t, summary).VoucherID
+
+	workerPID := filepath.Join(c.dir, "run", "worker-1.pid")
+	results := filepath.Join(t.TempDir(), "drain.json")
+	watching := &lineSignal{want: "start the worker now", seen: make(chan struct{})}
+	var stdout testenv.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"loadtest", "drain", "--voucher", strconv.FormatInt(vid, 10), "--expect", "4000", "--timeout", "2m",
+			"--pids", "service:" + workerPID, "--json", results}, getenv, &stdout, watching)
+	}()
+	select {
+	case <-watching.seen:
+	case err := <-done:
+		t.Fatalf("drain ended before its watch began: %v", err)
+	}
+	up := exec.CommandContext(ctx, filepath.Join("..", "scripts", "cluster-up.sh"), "worker")
+	up.Env = append(os.Environ(), "SECKILL_CLUSTER_DIR="+c.dir, "SECKILL_CLUSTER_WORKER_PORT="+testenv.FreePort(t), "SECKILL_ADMIN_ADDR=off")
+	if b, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("cluster-up.sh worker: %v\n%s", err, b)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("drain: %v\n%s", err, stdout.String())
+	}
+	t.Logf("drain:\n%s", stdout.String())
+	b, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res drainOutput
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	var labels []string
+	for _, r := range res.CPU {
+		labels = append(labels, r.Label)
+		if r.PerOrder <= 0 {
+			t.Errorf("%s: %v µs per order written, want more than 0", r.Label, r.PerOrder)
+		}
+	}
+	if want := []string{"redis", "locks", "database", "service", "total"}; res.Orders != 4000 || !slices.Equal(labels, want) {
+		t.Fatalf("%d orders, processes %v; want 4000 and %v:\n%s", res.Orders, labels, want, b)
+	}
+	if w := res.CPU[3]; !w.SinceStart || !slices.Equal(w.PIDs, []int{c.pid(t, "worker-1")}) {
+		t.Errorf("the worker %+v: want pid %d counted from its start", w, c.pid(t, "worker-1"))
+	}
+}
+
+// lineSignal closes seen once a write holds want (writes may be split
+// anywhere, so it keeps what it was given).
+type lineSignal struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	want string
+	seen chan struct{}
+}
+
+func (l *lineSignal) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	if strings.Contains(l.buf.String(), l.want) {
+		select {
+		case <-l.seen:
+		default:
+			close(l.seen)
+		}
+	}
+	return len(p), nil
 }
