@@ -212,6 +212,10 @@ type benchResult struct {
 	RatioToFirst float64 `json:"ratio_to_first,omitempty"`
 	// CPU is each measured process's CPU per answer, then their total.
 	CPU []cpuFigure `json:"cpu_us_per_answer,omitempty"`
+	// LoadgenRuns is the load generator's own CPU per answer in each run
+	// (it shares the cores with the target), Loadgen their median.
+	LoadgenRuns []float64 `json:"loadgen_us_per_answer_runs,omitempty"`
+	Loadgen     float64   `json:"median_loadgen_us_per_answer,omitempty"`
 }
 
 // benchMode is what every measured purchase of a bench run meets.
@@ -346,11 +350,12 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 				s := res.Summary
 				fmt.Fprintf(stderr, "  %.0f/s  p50 %.2fms  p99 %.2fms  %v\n", s.RPS, s.Latency.P50, s.Latency.P99, s.Outcomes)
 				b := &results[mi*len(targets)+ti]
-				us, err := meter.perUnit(s.Requests)
+				us, loadgen, err := meter.perUnit(s.Requests)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", m.name, t.name, err)
 				}
 				b.CPU = addCPURun(b.CPU, meters[ti].procs, us)
+				b.LoadgenRuns = append(b.LoadgenRuns, loadgen)
 				b.Mode, b.Name, b.URL = m.name, t.name, t.url
 				b.Runs = append(b.Runs, s)
 				b.Errors += s.Requests - s.Outcomes["202 accepted"]

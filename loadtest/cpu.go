@@ -368,6 +368,7 @@ func compareCPU(mode []benchResult, base cpuBase, targets []target) {
 		for j := range mode[i].CPU {
 			mode[i].CPU[j].Median = median(mode[i].CPU[j].Runs)
 		}
+		mode[i].Loadgen = median(mode[i].LoadgenRuns)
 	}
 	for i := range mode {
 		for j := range mode[i].CPU {
@@ -387,66 +388,78 @@ func compareCPU(mode []benchResult, base cpuBase, targets []target) {
 
 // printCPU writes a mode's CPU table.
 func printCPU(w io.Writer, mode []benchResult) {
-	if !slices.ContainsFunc(mode, func(b benchResult) bool { return len(b.CPU) > 0 }) {
+	if !slices.ContainsFunc(mode, func(b benchResult) bool { return len(b.CPU) > 0 || len(b.LoadgenRuns) > 0 }) {
 		return
 	}
 	fmt.Fprintf(w, "CPU µs per answer (utime+stime of /proc/<pid>/stat over each measured run / its answers), median, ratio to the same process of the base target:\n")
 	fmt.Fprintf(w, "%-10s %-14s %-16s %-30s %8s %8s %s\n", "target", "process", "pids", "runs", "median", "ratio", "base")
+	row := func(target, label, pids string, runs []float64, med float64, ratio, base string) {
+		r := make([]string, len(runs))
+		for i, v := range runs {
+			r[i] = fmt.Sprintf("%.1f", v)
+		}
+		fmt.Fprintf(w, "%-10s %-14s %-16s %-30s %8.1f %8s %s\n", target, label, pids, strings.Join(r, " "), med, ratio, base)
+	}
 	for _, b := range mode {
 		for _, f := range b.CPU {
-			runs := make([]string, len(f.Runs))
-			for i, v := range f.Runs {
-				runs[i] = fmt.Sprintf("%.1f", v)
-			}
 			ratio := "-"
 			if f.Ratio > 0 {
 				ratio = fmt.Sprintf("%.2fx", f.Ratio)
 			}
-			fmt.Fprintf(w, "%-10s %-14s %-16s %-30s %8.1f %8s %s\n", b.Name, f.Label, cmp.Or(f.pidList(), "-"), strings.Join(runs, " "), f.Median, ratio, f.Base)
+			row(b.Name, f.Label, cmp.Or(f.pidList(), "-"), f.Runs, f.Median, ratio, f.Base)
+		}
+		if len(b.LoadgenRuns) > 0 {
+			row(b.Name, "(load gen)", strconv.Itoa(os.Getpid()), b.LoadgenRuns, b.Loadgen, "-", "not in the total")
 		}
 	}
 }
 
-// cpuMeter measures one target's processes around each of its runs.
+// cpuMeter measures one target's processes around each of its runs, and
+// the load generator itself (this process), which shares the cores.
 type cpuMeter struct {
 	hz    int64 // clock ticks a second
 	procs []cpuProc
 }
 
-// cpuRun is one run's two samples.
+// cpuRun is one run's two samples: the target's processes, then this one.
 type cpuRun struct {
 	m             *cpuMeter
 	before, after cpuSample
 	err           error
 }
 
+// sample reads the target's processes and this process.
+func (m *cpuMeter) sample() (cpuSample, error) {
+	return sampleCPU(append(slices.Clip(m.procs), cpuProc{Label: "load generator", PIDs: []int{os.Getpid()}}))
+}
+
 // around has cfg's run sample the processes just before its measured
 // purchases and just after.
 func (m *cpuMeter) around(cfg *load.Config) *cpuRun {
 	r := &cpuRun{m: m}
-	if len(m.procs) == 0 {
-		return r
-	}
-	cfg.Measure = func() { r.before, r.err = sampleCPU(m.procs) }
+	cfg.Measure = func() { r.before, r.err = m.sample() }
 	cfg.Fired = func() {
 		if r.err == nil {
-			r.after, r.err = sampleCPU(m.procs)
+			r.after, r.err = m.sample()
 		}
 	}
 	return r
 }
 
-// perUnit is the run's CPU per unit for each process (none measured: nil).
-func (r *cpuRun) perUnit(units int) ([]float64, error) {
+// perUnit is the run's CPU per unit for each of the target's processes,
+// and for the load generator.
+func (r *cpuRun) perUnit(units int) (procs []float64, loadgen float64, err error) {
 	switch {
-	case len(r.m.procs) == 0:
-		return nil, nil
 	case r.err != nil:
-		return nil, r.err
+		return nil, 0, r.err
 	case r.before == nil || r.after == nil:
-		return nil, errors.New("cpu: the measured run was not sampled")
+		return nil, 0, errors.New("cpu: the measured run was not sampled")
 	}
-	return perUnit(r.before, r.after, r.m.hz, units)
+	us, err := perUnit(r.before, r.after, r.m.hz, units)
+	if err != nil {
+		return nil, 0, err
+	}
+	return us[:len(us)-1], us[len(us)-1], nil
 }
 
 // benchMeters finds each target's processes: those --pids gives, else
@@ -457,7 +470,10 @@ func benchMeters(targets []target, pids pidsFlag, dep deployment, log io.Writer)
 			return nil, fmt.Errorf("--pids %s: no such --target", name)
 		}
 	}
-	var hz int64
+	hz, err := proc.ClockTick()
+	if err != nil {
+		return nil, err
+	}
 	meters := make([]*cpuMeter, len(targets))
 	for i, t := range targets {
 		given, ok := pids[t.name]
@@ -468,11 +484,6 @@ func benchMeters(targets []target, pids pidsFlag, dep deployment, log io.Writer)
 		procs, err := resolveAll(specs, given, log, t.name)
 		if err != nil {
 			return nil, err
-		}
-		if len(procs) > 0 && hz == 0 {
-			if hz, err = proc.ClockTick(); err != nil {
-				return nil, err
-			}
 		}
 		meters[i] = &cpuMeter{hz: hz, procs: procs}
 		fmt.Fprintf(log, "%s: CPU measured of %s\n", t.name, describeProcs(procs))

@@ -80,6 +80,9 @@ func TestBenchMeasuresCPU(t *testing.T) {
 	if svc := bare.CPU[0]; svc.Label != "service" || !slices.Equal(svc.PIDs, []int{c.pid(t, "ceiling")}) || svc.Median <= 0 || svc.Ratio != 1 {
 		t.Errorf("bare's service %+v: want the ceiling server (pid %d), CPU per answer > 0", svc, c.pid(t, "ceiling"))
 	}
+	if len(seckill.LoadgenRuns) != 1 || seckill.Loadgen <= 0 {
+		t.Errorf("the load generator's CPU per answer %v", seckill.LoadgenRuns)
+	}
 	if !strings.Contains(stdout.String(), "CPU µs per answer") {
 		t.Errorf("no CPU table in the text output")
 	}

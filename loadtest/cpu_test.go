@@ -173,6 +173,7 @@ func TestCompareCPU(t *testing.T) {
 		for _, r := range runs[i] {
 			mode[i].CPU = addCPURun(mode[i].CPU, procs, r)
 		}
+		mode[i].LoadgenRuns = []float64{30, 10, 20}
 	}
 	base, err := parseCPUBase("bare,redis=ceiling")
 	if err != nil {
@@ -196,9 +197,12 @@ func TestCompareCPU(t *testing.T) {
 	if b := mode[2].CPU[0]; !near(b.Ratio, 1) {
 		t.Errorf("bare against itself %+v", b)
 	}
+	if mode[1].Loadgen != 20 {
+		t.Errorf("the load generator's median %v, want 20", mode[1].Loadgen)
+	}
 	var out bytes.Buffer
 	printCPU(&out, mode)
-	for _, want := range []string{"seckill    service", "1.31x", "1.43x ceiling"} {
+	for _, want := range []string{"seckill    service", "1.31x", "1.43x ceiling", "(load gen)", "10.0 20.0"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
