@@ -210,6 +210,12 @@ type benchResult struct {
 	Unexpected int `json:"unexpected_answers"`
 	// RatioToFirst is this target's median over the first target's.
 	RatioToFirst float64 `json:"ratio_to_first,omitempty"`
+	// CPU is each measured process's CPU per answer, then their total.
+	CPU []cpuFigure `json:"cpu_us_per_answer,omitempty"`
+	// LoadgenRuns is the load generator's own CPU per answer in each run
+	// (it shares the cores with the target), Loadgen their median.
+	LoadgenRuns []float64 `json:"loadgen_us_per_answer_runs,omitempty"`
+	Loadgen     float64   `json:"median_loadgen_us_per_answer,omitempty"`
 }
 
 // benchMode is what every measured purchase of a bench run meets.
@@ -274,6 +280,8 @@ func loadAverage() string {
 // mode on every target.
 func bench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var targets targetFlag
+	pids := pidsFlag{}
+	var dep deployment
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Var(&targets, "target", "name=url, repeated; ratios are to the target before and of the first to each (e.g. seckill, ceiling, bare=http://127.0.0.1:18090/bare)")
@@ -287,6 +295,13 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 	vouchers := fs.Int("vouchers", 1, "success mode: fresh vouchers per run, buyer u buying voucher u mod n: one voucher lives on one shard, so several spread the load over a Redis Cluster's masters")
 	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret (SECKILL_TOKEN_SECRET)")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
+	fs.Var(pids, "pids", "target=label:spec,...: processes whose CPU per answer is measured on that target's runs, besides (or, for the same label, instead of) those found by default, repeated per target; "+
+		"spec is a pid, a pid file (first field the pid), port:N (whoever listens on loopback port N) or none (leave the label out); target=none measures nothing. "+
+		"Found by default: service = the server of a loopback target URL; redis, locks, database = the servers of --redis, --lock-redis, --mysql on loopback")
+	baseFlag := fs.String("cpu-base", "", "target each process's CPU is compared with: a target (every process), label=target pairs, or both: bare,redis=ceiling (default: bare when a target is so named, else the first)")
+	fs.StringVar(&dep.redis, "redis", getenv("SECKILL_REDIS_URL"), "Redis of the deployment, whose servers' CPU is measured when on loopback (SECKILL_REDIS_URL)")
+	fs.StringVar(&dep.locks, "lock-redis", getenv("SECKILL_LOCK_NODES"), "lock Redis URLs, comma-separated, measured as locks when on loopback (SECKILL_LOCK_NODES)")
+	fs.StringVar(&dep.mysql, "mysql", getenv("SECKILL_MYSQL_DSN"), "MySQL of the deployment, measured as database when on loopback (SECKILL_MYSQL_DSN)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -294,6 +309,14 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("no --target")
 	}
 	modes, err := parseModes(*modeList)
+	if err != nil {
+		return err
+	}
+	base, err := parseCPUBase(*baseFlag)
+	if err != nil {
+		return err
+	}
+	meters, err := benchMeters(targets, pids, dep, stderr)
 	if err != nil {
 		return err
 	}
@@ -319,6 +342,7 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 				if m.name == "success" {
 					cfg.Vouchers = *vouchers
 				}
+				meter := meters[ti].around(&cfg)
 				res, err := load.Run(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", m.name, t.name, err)
@@ -326,6 +350,12 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 				s := res.Summary
 				fmt.Fprintf(stderr, "  %.0f/s  p50 %.2fms  p99 %.2fms  %v\n", s.RPS, s.Latency.P50, s.Latency.P99, s.Outcomes)
 				b := &results[mi*len(targets)+ti]
+				us, loadgen, err := meter.perUnit(s.Requests)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", m.name, t.name, err)
+				}
+				b.CPU = addCPURun(b.CPU, meters[ti].procs, us)
+				b.LoadgenRuns = append(b.LoadgenRuns, loadgen)
 				b.Mode, b.Name, b.URL = m.name, t.name, t.url
 				b.Runs = append(b.Runs, s)
 				b.Errors += s.Requests - s.Outcomes["202 accepted"]
@@ -334,44 +364,47 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 	loads = append(loads, loadAverage())
-	median := func(xs []float64) float64 {
-		slices.Sort(xs)
-		return xs[len(xs)/2]
-	}
 	fmt.Fprintf(stdout, "\n%d measured purchases per run after %d warm-up, %d connections, %d rounds; load average before each round and at the end: %s\n",
 		*requests, *warmup, *conc, *rounds, strings.Join(loads, " | "))
 	for mi, m := range modes {
-		fmt.Fprintf(stdout, "\n%s: every measured purchase should answer %s\n", m.name, m.expect)
-		fmt.Fprintf(stdout, "%-10s %-44s %10s %9s %9s %8s %10s\n", "target", "runs/s", "median/s", "p50 ms", "p99 ms", "ratio", "unexpected")
 		mode := results[mi*len(targets) : (mi+1)*len(targets)]
-		for i := range mode {
-			var rps, p50, p99 []float64
-			var runs []string
-			for _, s := range mode[i].Runs {
-				rps = append(rps, s.RPS)
-				p50 = append(p50, s.Latency.P50)
-				p99 = append(p99, s.Latency.P99)
-				runs = append(runs, fmt.Sprintf("%.0f", s.RPS))
-			}
-			b := &mode[i]
-			b.RPS, b.P50, b.P99 = median(rps), median(p50), median(p99)
-			ratio := ""
-			if i > 0 {
-				b.Ratio = b.RPS / mode[i-1].RPS
-				b.RatioToFirst = b.RPS / mode[0].RPS
-				ratio = fmt.Sprintf("%.0f%%", 100*b.Ratio)
-			}
-			fmt.Fprintf(stdout, "%-10s %-44s %10.0f %9.2f %9.2f %8s %10d\n", b.Name, strings.Join(runs, " "), b.RPS, b.P50, b.P99, ratio, b.Unexpected)
-		}
-		if len(mode) > 1 {
-			var parts []string
-			for _, b := range mode[1:] {
-				parts = append(parts, fmt.Sprintf("%s / %s %.2fx (p99 %.2f vs %.2f ms)", mode[0].Name, b.Name, 1/b.RatioToFirst, mode[0].P99, b.P99))
-			}
-			fmt.Fprintf(stdout, "  %s\n", strings.Join(parts, ";  "))
-		}
+		printMode(stdout, m, mode)
+		compareCPU(mode, base, targets)
+		printCPU(stdout, mode)
 	}
 	return writeJSON(*jsonPath, stdout, results)
+}
+
+// printMode fills one mode's medians and ratios and writes its table.
+func printMode(stdout io.Writer, m benchMode, mode []benchResult) {
+	fmt.Fprintf(stdout, "\n%s: every measured purchase should answer %s\n", m.name, m.expect)
+	fmt.Fprintf(stdout, "%-10s %-44s %10s %9s %9s %8s %10s\n", "target", "runs/s", "median/s", "p50 ms", "p99 ms", "ratio", "unexpected")
+	for i := range mode {
+		var rps, p50, p99 []float64
+		var runs []string
+		for _, s := range mode[i].Runs {
+			rps = append(rps, s.RPS)
+			p50 = append(p50, s.Latency.P50)
+			p99 = append(p99, s.Latency.P99)
+			runs = append(runs, fmt.Sprintf("%.0f", s.RPS))
+		}
+		b := &mode[i]
+		b.RPS, b.P50, b.P99 = median(rps), median(p50), median(p99)
+		ratio := ""
+		if i > 0 {
+			b.Ratio = b.RPS / mode[i-1].RPS
+			b.RatioToFirst = b.RPS / mode[0].RPS
+			ratio = fmt.Sprintf("%.0f%%", 100*b.Ratio)
+		}
+		fmt.Fprintf(stdout, "%-10s %-44s %10.0f %9.2f %9.2f %8s %10d\n", b.Name, strings.Join(runs, " "), b.RPS, b.P50, b.P99, ratio, b.Unexpected)
+	}
+	if len(mode) > 1 {
+		var parts []string
+		for _, b := range mode[1:] {
+			parts = append(parts, fmt.Sprintf("%s / %s %.2fx (p99 %.2f vs %.2f ms)", mode[0].Name, b.Name, 1/b.RatioToFirst, mode[0].P99, b.P99))
+		}
+		fmt.Fprintf(stdout, "  %s\n", strings.Join(parts, ";  "))
+	}
 }
 
 // drain times the worker writing one voucher's accepted orders to MySQL:
@@ -388,22 +421,52 @@ func drain(ctx context.Context, args []string, getenv func(string) string, stdou
 	shards := fs.Int("shards", envInt(getenv, "SECKILL_SHARDS", 1), "SECKILL_SHARDS")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the wait")
 	jsonPath := fs.String("json", "", "also write the result as JSON to this file (- for stdout)")
+	pidSpecs := fs.String("pids", "", "label:spec,...: processes whose CPU per order written is measured, besides redis, locks and database found on loopback from --redis, --lock-redis, --mysql "+
+		"(spec: a pid, a pid file, port:N, or none to drop that label); a process not running when the watch begins (the worker) is looked for at the end and counted from its start; none: no CPU")
+	locks := fs.String("lock-redis", getenv("SECKILL_LOCK_NODES"), "lock Redis URLs, comma-separated, measured as locks when on loopback (SECKILL_LOCK_NODES)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *vid == 0 || *expect == 0 {
 		return fmt.Errorf("--voucher and --expect are required")
 	}
+	meter := &drainMeter{log: stderr}
+	if *pidSpecs != "none" {
+		if *pidSpecs != "" {
+			var err error
+			if meter.explicit, err = parseProcSpecs(*pidSpecs); err != nil {
+				return fmt.Errorf("--pids: %w", err)
+			}
+		}
+		meter.specs = mergeSpecs(autoSpecs("", deployment{redis: *redisURL, locks: *locks, mysql: *dsn}), meter.explicit)
+	}
 	res, err := load.Drain(ctx, load.DrainConfig{
 		VoucherID: *vid, Expect: *expect, RedisURL: *redisURL, MySQLDSN: *dsn,
-		KeyPrefix: *prefix, Shards: *shards, Timeout: *timeout, Log: stderr,
+		KeyPrefix: *prefix, Shards: *shards, Timeout: *timeout, Log: stderr, Watching: meter.start,
 	})
 	if err != nil {
 		return err
 	}
+	out := drainOutput{DrainResult: res}
+	if out.CPU, err = meter.finish(res.Orders); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "drained %d orders in %.2fs: %.0f orders/s (first new order seen %.2fs after the watch began)\n",
 		res.Orders, res.Seconds, res.Rate, res.WaitSeconds)
-	return writeJSON(*jsonPath, stdout, res)
+	for _, c := range out.CPU {
+		since := ""
+		if c.SinceStart {
+			since = ", counted from its start"
+		}
+		fmt.Fprintf(stdout, "  cpu %-14s %8.1f µs per order written (pid %s, %s%s)\n", c.Label, c.PerOrder, cmp.Or(c.pidList(), "-"), cmp.Or(c.Source, "the rows above"), since)
+	}
+	return writeJSON(*jsonPath, stdout, out)
+}
+
+// drainOutput is what drain writes with --json.
+type drainOutput struct {
+	load.DrainResult
+	CPU []drainCPU `json:"cpu_us_per_order,omitempty"`
 }
 
 // procMem is one process's memory during a stampede, in KiB.

@@ -25,6 +25,10 @@ type DrainConfig struct {
 	Group     string        // default order-writers
 	Timeout   time.Duration // default 10m
 	Log       io.Writer
+	// Watching, when set, runs once the watch has counted the orders
+	// already there, before it says to start the worker: a caller
+	// snapshots what the drain will cost from there.
+	Watching func()
 }
 
 // DrainResult is how fast the orders went from the stream into MySQL.
@@ -77,6 +81,9 @@ func (w drainWatch) run(ctx context.Context) (DrainResult, error) {
 	first, err := w.orders(ctx)
 	if err != nil {
 		return DrainResult{}, err
+	}
+	if cfg.Watching != nil {
+		cfg.Watching()
 	}
 	fmt.Fprintf(cfg.Log, "watching voucher %d: %d of %d orders in MySQL; start the worker now\n", cfg.VoucherID, first, cfg.Expect)
 	var began time.Time

@@ -67,9 +67,11 @@ type Config struct {
 	// (default half of them) were sent: a fault test kills an instance there.
 	Midway      func()
 	MidwayAfter int
-	// Fired, when set, runs once the measured purchases are done, before
-	// the check: a caller snapshots what the firing cost there.
-	Fired func()
+	// Measure, when set, runs once just before the measured purchases
+	// are sent (after the warm-up); Fired, when set, once they are done,
+	// before the check: a caller snapshots what the firing cost there.
+	Measure func()
+	Fired   func()
 
 	// Check, when set, is where the pipeline is verified after the run.
 	Check *CheckConfig
@@ -163,6 +165,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if _, err := f.fire(ctx, sched[:cfg.Warmup], nil, 0); err != nil {
 			return Result{}, err
 		}
+	}
+	if cfg.Measure != nil {
+		cfg.Measure()
 	}
 	sum, err := f.fire(ctx, sched[cfg.Warmup:], cfg.Midway, cmp.Or(cfg.MidwayAfter, cfg.Requests/2))
 	if err != nil {
