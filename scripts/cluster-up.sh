@@ -242,8 +242,12 @@ if [ "${1:-}" = "ceiling" ]; then
   set +a
   # Started like the instances (its own session): servers compared with
   # each other must be scheduled alike (loadtest/README.md, "autogroups").
+  # Its pprof listener takes the admin listener's place (port + 10000), and
+  # is left out where that is no port or is taken, as an instance's is.
+  pprof=$(admin_addr "$ceiling_port")
+  [ "$pprof" = off ] && pprof=""
   start ceiling "$logs/ceiling.log" "$dir/bin/ceiling" --addr "127.0.0.1:$ceiling_port" \
-    --redis "$SECKILL_REDIS_URL" --shards "$SECKILL_SHARDS" --pprof "127.0.0.1:$((ceiling_port + 10000))"
+    --redis "$SECKILL_REDIS_URL" --shards "$SECKILL_SHARDS" --pprof "$pprof"
   wait_for "ceiling server" 30 ceiling grep -q 'ceiling server listening' "$logs/ceiling.log"
   say "ceiling ready: http://127.0.0.1:$ceiling_port (pid $(cut -d' ' -f1 "$run/ceiling.pid"))"
   exit 0
