@@ -128,9 +128,11 @@ func NewExpirer(life *Lifecycle, exp *Expiries, log *slog.Logger) *Expirer {
 // transaction (Lifecycle.ExpireAll). An order paid, used or refunded
 // meanwhile is left as it is; one cancelled by its buyer has its unit
 // given back if that did not happen yet; one whose deadline is still ahead
-// (the deadline moved, or clocks differ) is scheduled again for it. A
-// failure to read or write leaves the batch pending: every step is
-// idempotent.
+// (the deadline moved, or clocks differ) is scheduled again for it. An
+// order that cannot be moved, or whose unit Redis does not take, is left
+// to the sweeper (logged here) and its expiry acked with the others. A
+// failure of the whole batch to read or write leaves it pending: every
+// step is idempotent.
 func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
 	outcomes := make([]mq.Outcome, len(batch))
 	ids := make([]int64, 0, len(batch))
@@ -147,7 +149,15 @@ func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome,
 		return outcomes, nil
 	}
 	orders, err := e.life.ExpireAll(ctx, ids)
-	if err != nil {
+	var left *LeftError
+	switch {
+	case errors.As(err, &left):
+		// The others are done: an order that could not be moved, or whose
+		// unit Redis did not take, holds up only itself.
+		for id, why := range left.Orders {
+			e.log.Warn("expiry left to the sweeper", "order_id", id, "err", why)
+		}
+	case err != nil:
 		return nil, err
 	}
 	// An order still awaiting payment was not due when the transaction

@@ -36,16 +36,33 @@ func (c *testClock) now() time.Time { return time.Now().Add(time.Duration(c.ahea
 // pass moves the clock ahead by d.
 func (c *testClock) pass(d time.Duration) { c.ahead.Add(int64(d)) }
 
-// moveCounter counts the moves a lifecycle reports as made now.
+// moveCounter counts the moves a lifecycle reports as made now, and the
+// failed Redis calls it reports.
 type moveCounter struct {
 	nopLifecycleObserver
-	mu    sync.Mutex
-	moves map[string]int
+	mu        sync.Mutex
+	moves     map[string]int
+	redisErrs map[string]int
 }
 
 func (m *moveCounter) Moved(move string) { m.mu.Lock(); m.moves[move]++; m.mu.Unlock() }
 
 func (m *moveCounter) count(move string) int { m.mu.Lock(); defer m.mu.Unlock(); return m.moves[move] }
+
+func (m *moveCounter) RedisError(op string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.redisErrs == nil {
+		m.redisErrs = map[string]int{}
+	}
+	m.redisErrs[op]++
+}
+
+func (m *moveCounter) redisErrors(op string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.redisErrs[op]
+}
 
 // lifeEnv is one database (MariaDB or SQLite) and Redis with a voucher on
 // sale in a ready shard, the writer that turns purchases into orders (and
