@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -191,6 +192,13 @@ type SweeperConfig struct {
 	Batch int
 	// Observer hears the count of orders by state on each look.
 	Observer StateObserver
+	// Ready says whether a shard's Redis state can take units back now
+	// (Lifecycle.ShardReady reads its ready marker): a look gives back the
+	// units of ready shards only, so those of a shard being rebuilt, or
+	// whose master is down, take no place in its page. Nil takes every
+	// shard for ready (the release script then refuses in a shard not
+	// ready, one call per order).
+	Ready func(ctx context.Context, shard int) bool
 }
 
 // StateObserver hears how many orders are in each state, and how many
@@ -206,11 +214,19 @@ type StateObserver interface {
 // ended orders that did not reach it (Redis was down or being rebuilt at
 // the move, or the mover crashed). Both are idempotent, so instances may
 // sweep at once.
+//
+// The units not back are taken a page at a time in id order, each look
+// resuming after the last order of the previous one, and starting again
+// from the first once a page comes back short: units that cannot go back
+// yet never hide the others for more than the looks it takes to page past
+// them.
 type Sweeper struct {
 	db   *gorm.DB
 	life *Lifecycle
 	cfg  SweeperConfig
 	log  *slog.Logger
+	// after is the order id the next page of units not back starts after.
+	after atomic.Int64
 }
 
 // NewSweeper returns a Sweeper.
@@ -236,46 +252,100 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 }
 
-// Sweep makes one round: overdue orders expired, units given back, states
-// counted.
+// Sweep makes one round: overdue orders expired, a page of units given
+// back, states counted. A step that fails does not stop the others.
 func (s *Sweeper) Sweep(ctx context.Context) error {
+	return errors.Join(s.expireOverdue(ctx), s.giveBackPage(ctx), s.count(ctx))
+}
+
+// expireOverdue expires the orders unpaid longer than a period past their
+// deadline, the longest overdue first.
+func (s *Sweeper) expireOverdue(ctx context.Context) error {
 	var overdue []int64
 	cutoff := s.life.now().UTC().Add(-s.cfg.Every)
 	if err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE status = ? AND pay_deadline <= ? ORDER BY pay_deadline LIMIT ?",
 		StatusAwaitingPayment, cutoff, s.cfg.Batch).Scan(&overdue).Error; err != nil {
 		return fmt.Errorf("find overdue orders: %w", err)
 	}
-	var errs []error
-	if len(overdue) > 0 {
-		if _, err := s.life.ExpireAll(ctx, overdue); err != nil {
-			errs = append(errs, err)
-		}
-		s.log.Info("overdue unpaid orders expired by the sweeper", "orders", len(overdue))
+	if len(overdue) == 0 {
+		return nil
 	}
-	var notBack []Order
-	if err := s.db.WithContext(ctx).Where("live IS NULL AND unit_back_at IS NULL").Limit(s.cfg.Batch).Find(&notBack).Error; err != nil {
-		return errors.Join(append(errs, fmt.Errorf("find units not back: %w", err))...)
+	_, err := s.life.ExpireAll(ctx, overdue)
+	s.log.Info("overdue unpaid orders expired by the sweeper", "orders", len(overdue))
+	return err
+}
+
+// giveBackPage gives back the units of the next page of ended orders
+// whose unit did not reach Redis, in the shards ready now.
+func (s *Sweeper) giveBackPage(ctx context.Context) error {
+	q := s.db.WithContext(ctx).Where("live IS NULL AND unit_back_at IS NULL AND id > ?", s.after.Load())
+	q, ok := s.inReadyShards(ctx, q)
+	if !ok {
+		return nil
 	}
-	for i := range notBack {
-		if err := s.life.GiveBack(ctx, &notBack[i]); err != nil {
-			errs = append(errs, err)
+	var page []Order
+	if err := q.Order("id").Limit(s.cfg.Batch).Find(&page).Error; err != nil {
+		return fmt.Errorf("find units not back: %w", err)
+	}
+	s.advance(page)
+	orders := make([]*Order, len(page))
+	for i := range page {
+		orders[i] = &page[i]
+	}
+	return s.life.giveBackAll(ctx, orders)
+}
+
+// inReadyShards limits a query of orders to the shards ready now; ok is
+// false when none is.
+func (s *Sweeper) inReadyShards(ctx context.Context, q *gorm.DB) (_ *gorm.DB, ok bool) {
+	if s.cfg.Ready == nil {
+		return q, true
+	}
+	n := s.life.keys.Shards()
+	var ready []int
+	for shard := range n {
+		if s.cfg.Ready(ctx, shard) {
+			ready = append(ready, shard)
 		}
 	}
-	if s.cfg.Observer != nil {
-		counts, err := CountStates(ctx, s.db)
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			s.cfg.Observer.States(counts)
-		}
-		var owed int64
-		if err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM payments WHERE status = 'needs_refund'").Scan(&owed).Error; err != nil {
-			errs = append(errs, fmt.Errorf("count payments needing a refund: %w", err))
-		} else {
-			s.cfg.Observer.RefundsOwed(owed)
-		}
+	switch len(ready) {
+	case n:
+		return q, true
+	case 0:
+		s.log.Debug("no shard ready to take units back; none given back this round")
+		return q, false
 	}
-	return errors.Join(errs...)
+	s.log.Debug("units of shards not ready left for a later round", "ready_shards", ready)
+	return q.Where("voucher_id % ? IN ?", n, ready), true
+}
+
+// advance moves past a page: the next look resumes after its last order,
+// or starts again from the first once a page came back short (the end was
+// reached).
+func (s *Sweeper) advance(page []Order) {
+	if len(page) < s.cfg.Batch {
+		s.after.Store(0)
+		return
+	}
+	s.after.Store(page[len(page)-1].ID)
+}
+
+// count tells the observer how many orders are in each state, and how
+// many payments wait for a refund.
+func (s *Sweeper) count(ctx context.Context) error {
+	if s.cfg.Observer == nil {
+		return nil
+	}
+	counts, err := CountStates(ctx, s.db)
+	if err == nil {
+		s.cfg.Observer.States(counts)
+	}
+	var owed int64
+	if owedErr := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM payments WHERE status = 'needs_refund'").Scan(&owed).Error; owedErr != nil {
+		return errors.Join(err, fmt.Errorf("count payments needing a refund: %w", owedErr))
+	}
+	s.cfg.Observer.RefundsOwed(owed)
+	return err
 }
 
 // CountStates counts the written orders in each state.
