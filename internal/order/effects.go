@@ -32,7 +32,7 @@ func (w *Writer) afterCommit(ctx context.Context, work []*item) error {
 	if err != nil {
 		return err
 	}
-	if err := w.undoEnded(ctx, work, did); err != nil {
+	if err := w.undoEnded(ctx, did); err != nil {
 		return err
 	}
 	return w.scheduleWritten(ctx, work)
@@ -97,7 +97,7 @@ func (d settled) recorded() bool {
 // was sold again meanwhile); both only while the entry names the order.
 // An entry it took over from the buyer's later order cannot be handed
 // back here: that is logged, and the next rebuild or reconcile sees it.
-func (w *Writer) undoEnded(ctx context.Context, items []*item, did map[int64]settled) error {
+func (w *Writer) undoEnded(ctx context.Context, did map[int64]settled) error {
 	ids := make([]int64, 0, len(did))
 	for id, d := range did {
 		if d.recorded() {
@@ -112,21 +112,17 @@ func (w *Writer) undoEnded(ctx context.Context, items []*item, did map[int64]set
 		w.cfg.Observer.MySQLError("write")
 		return fmt.Errorf("find orders ended since written: %w", err)
 	}
-	byOrder := make(map[int64]*item, len(items))
-	for _, it := range items {
-		byOrder[it.ord.OrderID] = it
-	}
 	for _, o := range ended {
 		if did[o.ID] == settledTakeover {
 			w.log.Warn("an order cancelled while being written took over its buyer's later order in redis; reconcile the voucher",
 				"order_id", o.ID, "voucher_id", o.VoucherID)
 			continue
 		}
+		// A failure fails the batch. Were it the order's keys, made
+		// unreadable since settle read them, the batch tried again settles
+		// none of that order (settledBadKeys) and leaves its message alone.
 		if err := w.undoSettled(ctx, o, did[o.ID] == settledTook); err != nil {
-			if !errors.Is(err, errBadKeys) {
-				return err
-			}
-			w.leave(byOrder[o.ID], "give_back", err)
+			return err
 		}
 	}
 	return nil
@@ -137,7 +133,7 @@ func (w *Writer) undoEnded(ctx context.Context, items []*item, did map[int64]set
 func (w *Writer) undoSettled(ctx context.Context, o orderOwner, restock bool) error {
 	given, err := released(w.release.Run(ctx, w.rdb, releaseKeys(w.keys, o.VoucherID), o.UserID, o.ID, scriptFlag(restock)))
 	if err != nil {
-		if !errors.Is(err, errNotReady) && !errors.Is(err, errBadKeys) {
+		if !errors.Is(err, errNotReady) {
 			w.cfg.Observer.RedisError("give_back")
 		}
 		return fmt.Errorf("undo settling of order %d ended since written: %w", o.ID, err)

@@ -39,6 +39,32 @@ func poison(t *testing.T, rdb *redis.Client, key string) (mend func()) {
 	}
 }
 
+// poisonStock overwrites a voucher state's stock with something that is
+// not an integer. mend puts it back.
+func poisonStock(t *testing.T, rdb *redis.Client, key string) (mend func()) {
+	t.Helper()
+	ctx := context.Background()
+	was, err := rdb.HGet(ctx, key, "stock").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, key, "stock", "plenty").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := rdb.HSet(ctx, key, "stock", was).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// poisons are the ways a voucher's state key can be unreadable.
+var poisons = []struct {
+	name   string
+	poison func(t *testing.T, rdb *redis.Client, key string) (mend func())
+}{{"state not a hash", poison}, {"stock not an integer", poisonStock}}
+
 // writerErrors counts the failed Redis calls a writer reports, by op.
 type writerErrors struct {
 	nopObserver
@@ -58,13 +84,23 @@ func (c *writerErrors) RedisError(op string) {
 func (c *writerErrors) count(op string) int { c.mu.Lock(); defer c.mu.Unlock(); return c.n[op] }
 
 // TestExpiryBatchOneBadOrder: an expiry batch of four overdue orders, one
-// of a voucher whose Redis state was overwritten with a string, so its unit
-// cannot go back. Every expiry is acked: the three good orders are expired
-// with their units back; the bad one is expired in the database and left
-// to the sweeper, counted once as a failed give-back, nothing of its
-// reservation touched. Once the key is mended, a sweep gives its unit back.
+// of a voucher whose Redis state cannot be read (overwritten with a
+// string, or its stock with a word), so its unit cannot go back. Every
+// expiry is acked: the three good orders are expired with their units
+// back; the bad one is expired in the database and left to the sweeper,
+// counted once as a failed give-back, nothing of its reservation touched.
+// Once the key is mended, a sweep gives its unit back.
 func TestExpiryBatchOneBadOrder(t *testing.T) {
 	t.Parallel()
+	for _, kind := range poisons {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			expiryBatchOneBadOrder(t, kind.poison)
+		})
+	}
+}
+
+func expiryBatchOneBadOrder(t *testing.T, poison func(t *testing.T, rdb *redis.Client, key string) (mend func())) {
 	eachLifeDB(t, 1990, 10, func(t *testing.T, e lifeEnv) {
 		ctx := context.Background()
 		bad := e.newVoucher(t, 1990, 10)
@@ -163,6 +199,9 @@ func TestWriterGiveBackOneBadOrder(t *testing.T) {
 	if stock, buyers := redisStock(t, e, v); stock != 10 || len(buyers) != 0 {
 		t.Errorf("good voucher: redis stock %d buyers %v; want 10 and none (given back)", stock, buyers)
 	}
+	if pending, err := e.rdb.HKeys(ctx, e.keys.Pending(0)).Result(); err != nil || len(pending) != 1 || pending[0] != "4002" {
+		t.Errorf("pending index %v (%v); want only the bad order 4002, untouched", pending, err)
+	}
 	if n := errs.count("give_back"); n != 1 {
 		t.Errorf("%d failed give-backs counted, want 1", n)
 	}
@@ -222,4 +261,27 @@ func TestWriterSettleOneBadOrder(t *testing.T) {
 	if s, o, d := e.counts(t, bad); s != 9 || o != 1 || d != 0 {
 		t.Fatalf("bad voucher: stock %d orders %d dead %d; want 9 1 0", s, o, d)
 	}
+}
+
+// TestExpirerOneUnmovableOrder: an expiry batch of one overdue order whose
+// voucher's stock was set to its total by hand, so its unit cannot come
+// back and the order cannot be expired. The expiry is acked all the same
+// (left to the sweeper, which tries again each round): it does not hold up
+// the shard's later expiries.
+func TestExpirerOneUnmovableOrder(t *testing.T) {
+	t.Parallel()
+	eachLifeDB(t, 1990, 3, func(t *testing.T, e lifeEnv) {
+		p := e.buy(t)
+		if err := e.db.Exec("UPDATE vouchers SET stock = total_stock WHERE id = ?", p.voucher).Error; err != nil {
+			t.Fatal(err)
+		}
+		e.clock.pass(lifeWindow + time.Second)
+		if n := forward(t, e); n != 1 {
+			t.Fatalf("forwarded %d, want 1", n)
+		}
+		expire(t, NewExpirer(e.life, e.exp, quietLog), readGroup(t, e, e.exp.Queue(0).Stream(), ExpiryGroup, "c", 10))
+		if o := e.order(t, p.order); o.Status != StatusAwaitingPayment {
+			t.Fatalf("order %s; want left awaiting payment", describe(o))
+		}
+	})
 }
