@@ -215,18 +215,32 @@ type StateObserver interface {
 // the move, or the mover crashed). Both are idempotent, so instances may
 // sweep at once.
 //
-// The units not back are taken a page at a time in id order, each look
-// resuming after the last order of the previous one, and starting again
-// from the first once a page comes back short: units that cannot go back
-// yet never hide the others for more than the looks it takes to page past
-// them.
+// Overdue orders and units not back are each taken a page at a time in id
+// order, each look resuming after the last order of the previous one, and
+// starting again from the first once a page comes back short: orders that
+// cannot be moved, or units that cannot go back yet, never hide the others
+// for more than the looks it takes to page past them.
 type Sweeper struct {
 	db   *gorm.DB
 	life *Lifecycle
 	cfg  SweeperConfig
 	log  *slog.Logger
-	// after is the order id the next page of units not back starts after.
-	after atomic.Int64
+	// overdue and notBack are where the next pages start.
+	overdue, notBack cursor
+}
+
+// cursor is where a sweep's next page starts: after the order id it holds.
+type cursor struct{ after atomic.Int64 }
+
+// advance moves past a page of orders, ids in id order: the next look
+// resumes after the last, or starts again from the first once a page came
+// back short (the end was reached).
+func (c *cursor) advance(ids []int64, batch int) {
+	if len(ids) < batch {
+		c.after.Store(0)
+		return
+	}
+	c.after.Store(ids[len(ids)-1])
 }
 
 // NewSweeper returns a Sweeper.
@@ -258,15 +272,16 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	return errors.Join(s.expireOverdue(ctx), s.giveBackPage(ctx), s.count(ctx))
 }
 
-// expireOverdue expires the orders unpaid longer than a period past their
-// deadline, the longest overdue first.
+// expireOverdue expires the next page of orders unpaid longer than a
+// period past their deadline.
 func (s *Sweeper) expireOverdue(ctx context.Context) error {
 	var overdue []int64
 	cutoff := s.life.now().UTC().Add(-s.cfg.Every)
-	if err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE status = ? AND pay_deadline <= ? ORDER BY pay_deadline LIMIT ?",
-		StatusAwaitingPayment, cutoff, s.cfg.Batch).Scan(&overdue).Error; err != nil {
+	if err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE status = ? AND pay_deadline <= ? AND id > ? ORDER BY id LIMIT ?",
+		StatusAwaitingPayment, cutoff, s.overdue.after.Load(), s.cfg.Batch).Scan(&overdue).Error; err != nil {
 		return fmt.Errorf("find overdue orders: %w", err)
 	}
+	s.overdue.advance(overdue, s.cfg.Batch)
 	if len(overdue) == 0 {
 		return nil
 	}
@@ -278,7 +293,7 @@ func (s *Sweeper) expireOverdue(ctx context.Context) error {
 // giveBackPage gives back the units of the next page of ended orders
 // whose unit did not reach Redis, in the shards ready now.
 func (s *Sweeper) giveBackPage(ctx context.Context) error {
-	q := s.db.WithContext(ctx).Where("live IS NULL AND unit_back_at IS NULL AND id > ?", s.after.Load())
+	q := s.db.WithContext(ctx).Where("live IS NULL AND unit_back_at IS NULL AND id > ?", s.notBack.after.Load())
 	q, ok := s.inReadyShards(ctx, q)
 	if !ok {
 		return nil
@@ -287,11 +302,12 @@ func (s *Sweeper) giveBackPage(ctx context.Context) error {
 	if err := q.Order("id").Limit(s.cfg.Batch).Find(&page).Error; err != nil {
 		return fmt.Errorf("find units not back: %w", err)
 	}
-	s.advance(page)
 	orders := make([]*Order, len(page))
+	ids := make([]int64, len(page))
 	for i := range page {
-		orders[i] = &page[i]
+		orders[i], ids[i] = &page[i], page[i].ID
 	}
+	s.notBack.advance(ids, s.cfg.Batch)
 	return s.life.giveBackAll(ctx, orders)
 }
 
@@ -317,17 +333,6 @@ func (s *Sweeper) inReadyShards(ctx context.Context, q *gorm.DB) (_ *gorm.DB, ok
 	}
 	s.log.Debug("units of shards not ready left for a later round", "ready_shards", ready)
 	return q.Where("voucher_id % ? IN ?", n, ready), true
-}
-
-// advance moves past a page: the next look resumes after its last order,
-// or starts again from the first once a page came back short (the end was
-// reached).
-func (s *Sweeper) advance(page []Order) {
-	if len(page) < s.cfg.Batch {
-		s.after.Store(0)
-		return
-	}
-	s.after.Store(page[len(page)-1].ID)
 }
 
 // count tells the observer how many orders are in each state, and how

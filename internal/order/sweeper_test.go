@@ -111,3 +111,52 @@ func TestSweeperPagesPastStuckUnits(t *testing.T) {
 		}
 	}
 }
+
+// TestSweeperPagesPastStuckOverdue: four overdue orders that cannot be
+// expired (their voucher's stock was set to its total by hand), more than
+// a page of three, and behind them (higher ids) two overdue orders of
+// another voucher, their deadlines all lost. The sweeper pages past the
+// stuck ones: the others are expired within two rounds; the stuck ones
+// stay awaiting payment.
+func TestSweeperPagesPastStuckOverdue(t *testing.T) {
+	t.Parallel()
+	const every = time.Minute
+	eachLifeDB(t, 1990, 10, func(t *testing.T, e lifeEnv) {
+		ctx := context.Background()
+		bad := e.newVoucher(t, 1990, 10)
+		var stuck, healthy []purchase
+		for range 4 {
+			p := e.reserve(t, bad.ID)
+			e.write(t, p)
+			stuck = append(stuck, p)
+		}
+		for range 2 {
+			healthy = append(healthy, e.buy(t))
+		}
+		if err := e.db.Exec("UPDATE vouchers SET stock = total_stock WHERE id = ?", bad.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		e.clock.pass(lifeWindow + 2*every)
+		s := NewSweeper(e.db, e.life, SweeperConfig{Every: every, Batch: 3}, quietLog)
+		expired := func() int {
+			n := 0
+			for _, p := range healthy {
+				if e.order(t, p.order).Status == StatusCancelled {
+					n++
+				}
+			}
+			return n
+		}
+		for round := 1; expired() < len(healthy); round++ {
+			if round > 2 {
+				t.Fatalf("%d of %d overdue orders expired after 2 rounds", expired(), len(healthy))
+			}
+			_ = s.Sweep(ctx) // the stuck orders fail
+		}
+		for _, p := range stuck {
+			if o := e.order(t, p.order); o.Status != StatusAwaitingPayment {
+				t.Fatalf("stuck order %s; want still awaiting payment", describe(o))
+			}
+		}
+	})
+}
