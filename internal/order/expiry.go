@@ -131,7 +131,8 @@ func NewExpirer(life *Lifecycle, exp *Expiries, log *slog.Logger) *Expirer {
 // given back if that did not happen yet; one whose deadline is still ahead
 // (the deadline moved, or clocks differ) is scheduled again for it. An
 // order that cannot be moved, or whose unit Redis does not take, is left
-// to the sweeper (logged here) and its expiry acked with the others. A
+// to the sweeper (logged here, not scheduled again) and its expiry acked
+// with the others. A
 // failure of the whole batch to read or write leaves it pending: every
 // step is idempotent.
 func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
@@ -150,24 +151,33 @@ func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome,
 		return outcomes, nil
 	}
 	orders, err := e.life.ExpireAll(ctx, ids)
-	var left *LeftError
-	switch {
-	case errors.As(err, &left):
-		// The others are done: an order that could not be moved, or whose
-		// unit Redis did not take, holds up only itself.
-		for id, why := range left.Orders {
-			e.log.Warn("expiry left to the sweeper", "order_id", id, "err", why)
-		}
-	case err != nil:
+	left := &LeftError{}
+	if err != nil && !errors.As(err, &left) {
 		return nil, err
 	}
-	// An order still awaiting payment was not due when the transaction
-	// looked (early, or clocks differ): scheduled again at its deadline,
-	// which the poller hands back at once if it has passed since.
+	// The others are done: an order that could not be moved, or whose
+	// unit Redis did not take, holds up only itself.
+	for id, why := range left.Orders {
+		e.log.Warn("expiry left to the sweeper", "order_id", id, "err", why)
+	}
+	if err := e.scheduleEarly(ctx, ids, orders, left); err != nil {
+		return nil, err
+	}
+	return outcomes, nil
+}
+
+// scheduleEarly schedules again, at its deadline, each order of ids still
+// awaiting payment: it was not due when the transaction looked (early, or
+// clocks differ), and the poller hands it back at once if it has passed
+// since. An order left to the sweeper is not: it would come straight back
+// round the delay queue and fail again, for ever.
+func (e *Expirer) scheduleEarly(ctx context.Context, ids []int64, orders map[int64]*Order, left *LeftError) error {
 	var early []deadline
 	for _, id := range ids {
 		o, ok := orders[id]
+		_, isLeft := left.Orders[id]
 		switch {
+		case isLeft:
 		case !ok:
 			e.log.Warn("expiry of an order not in the database dropped", "order_id", id)
 		case o.Status == StatusAwaitingPayment && o.PayDeadline == nil:
@@ -176,10 +186,7 @@ func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome,
 			early = append(early, deadline{o.ID, o.UserID, o.VoucherID, *o.PayDeadline})
 		}
 	}
-	if err := e.exp.schedule(ctx, early); err != nil {
-		return nil, err
-	}
-	return outcomes, nil
+	return e.exp.schedule(ctx, early)
 }
 
 // SweeperConfig tunes a Sweeper.

@@ -266,8 +266,9 @@ func TestWriterSettleOneBadOrder(t *testing.T) {
 // TestExpirerOneUnmovableOrder: an expiry batch of one overdue order whose
 // voucher's stock was set to its total by hand, so its unit cannot come
 // back and the order cannot be expired. The expiry is acked all the same
-// (left to the sweeper, which tries again each round): it does not hold up
-// the shard's later expiries.
+// and not scheduled again (left to the sweeper, which tries again each
+// round): it neither holds up the shard's later expiries nor comes back
+// round the delay queue at once, for ever.
 func TestExpirerOneUnmovableOrder(t *testing.T) {
 	t.Parallel()
 	eachLifeDB(t, 1990, 3, func(t *testing.T, e lifeEnv) {
@@ -282,6 +283,9 @@ func TestExpirerOneUnmovableOrder(t *testing.T) {
 		expire(t, NewExpirer(e.life, e.exp, quietLog), readGroup(t, e, e.exp.Queue(0).Stream(), ExpiryGroup, "c", 10))
 		if o := e.order(t, p.order); o.Status != StatusAwaitingPayment {
 			t.Fatalf("order %s; want left awaiting payment", describe(o))
+		}
+		if d := dueOf(t, e); len(d) != 0 {
+			t.Fatalf("scheduled again: %v; want it left to the sweeper", d)
 		}
 	})
 }

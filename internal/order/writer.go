@@ -151,9 +151,9 @@ type item struct {
 // through the delay queue. One whose order or letter is committed but
 // whose voucher's Redis keys cannot be read (errBadKeys) is left pending:
 // it is delivered again after the reclaim idle time, and the others are
-// acked. A stale copy of a message whose dead letter was
-// replayed is acknowledged and changes nothing: the replay decides.
-// decide says which, effectsOf what each does.
+// acked. A stale copy of a message whose dead letter was replayed is
+// acknowledged and changes nothing: the replay decides. decide says
+// which, effectsOf what each does.
 func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
 	items := w.admit(batch)
 	unlock, err := w.lock(ctx, items)
