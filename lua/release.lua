@@ -23,20 +23,39 @@
 -- ARGV[2] order id
 -- ARGV[3] "1" to return the unit to stock, "0" to only drop the buyer entry
 --
+-- Everything is read and checked before the first write: a key of the
+-- wrong type (a stray write, a hand edit) would raise half-way, after the
+-- buyer entry was dropped and before the unit was returned, and every
+-- later call would find nothing to give back. Such an order is answered
+-- -2 instead, with nothing written, and is tried again once the key is
+-- mended; the other orders of the caller's batch go on.
+--
 -- Returns 1 when the reservation was given back now, 0 when it was not
 -- held (given back before, never held, or taken over by the buyer's
 -- written order: see settle.lua), -1 when the shard is not ready and
+-- nothing was written, -2 when a key holds something else than this
+-- script reads (not a hash, or a stock that is not an integer) and
 -- nothing was written.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
+end
+for i = 2, 4 do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'hash' and t ~= 'none' then
+    return -2
+  end
+end
+local stock = redis.call('HGET', KEYS[2], 'stock')
+if stock and not string.match(stock, '^-?%d+$') then
+  return -2
 end
 redis.call('HDEL', KEYS[4], ARGV[2])
 if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[2] then
   return 0
 end
 redis.call('HDEL', KEYS[3], ARGV[1])
-if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[2], 'stock') == 1 then
+if ARGV[3] == '1' and stock then
   redis.call('HINCRBY', KEYS[2], 'stock', 1)
 end
 return 1

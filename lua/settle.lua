@@ -18,6 +18,12 @@
 -- While the shard is not ready (a rebuild is under way) nothing is
 -- settled: the caller tries again later, after the rebuild.
 --
+-- An order whose voucher's keys hold something else than this script
+-- reads (not a hash, or a stock that is not an integer: a stray write, a
+-- hand edit) is checked before anything is written for it, answered 4 and
+-- left as it was, pending included; the other orders are settled. The
+-- caller tries it again once the keys are mended.
+--
 -- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
 -- KEYS[1] seckill:{<shard>}:ready  shard ready marker
 -- KEYS[2] seckill:{<shard>}:pending  shard pending-order index (hash: order id -> "user:voucher")
@@ -36,20 +42,36 @@
 --   1 the buyer recorded and the unit taken
 --   2 the buyer recorded, no unit left to take
 --   3 the entry taken over from the buyer's later pending order
+--   4 nothing: its voucher's keys cannot be read (see above)
+
+-- readable says whether a voucher's state and buyers keys are what this
+-- script reads: hashes (or missing), the stock an integer.
+local function readable(state, buyers)
+  for _, k in ipairs({state, buyers}) do
+    local t = redis.call('TYPE', k).ok
+    if t ~= 'hash' and t ~= 'none' then
+      return false
+    end
+  end
+  local stock = redis.call('HGET', state, 'stock')
+  return not stock or string.match(stock, '^-?%d+$') ~= nil
+end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0}
 end
 local did = {1}
-for i = 1, #ARGV / 3 do
+-- settle does order i and returns what it did (the answers above).
+local function settle(i)
   local user, order, voucher = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
   local state, buyers = KEYS[2 * i + 1], KEYS[2 * i + 2]
+  if not readable(state, buyers) then
+    return 4
+  end
   redis.call('HDEL', KEYS[2], order)
   local held = redis.call('HGET', buyers, user)
-  did[i + 1] = 0
   if not held then
     redis.call('HSET', buyers, user, order)
-    did[i + 1] = 2
     -- At 0 the unit was sold again after Redis lost this order (a failover
     -- lost writes the replica never had): the database took it for this
     -- order, so it will refuse one of the later ones as out of stock, whose
@@ -57,11 +79,17 @@ for i = 1, #ARGV / 3 do
     -- will, and never goes below.
     if tonumber(redis.call('HGET', state, 'stock') or '0') > 0 then
       redis.call('HINCRBY', state, 'stock', -1)
-      did[i + 1] = 1
+      return 1
     end
-  elseif held ~= order and redis.call('HGET', KEYS[2], held) == user .. ':' .. voucher then
-    redis.call('HSET', buyers, user, order)
-    did[i + 1] = 3
+    return 2
   end
+  if held ~= order and redis.call('HGET', KEYS[2], held) == user .. ':' .. voucher then
+    redis.call('HSET', buyers, user, order)
+    return 3
+  end
+  return 0
+end
+for i = 1, #ARGV / 3 do
+  did[i + 1] = settle(i)
 end
 return did

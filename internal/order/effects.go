@@ -38,6 +38,39 @@ func (w *Writer) afterCommit(ctx context.Context, work []*item) error {
 	return w.scheduleWritten(ctx, work)
 }
 
+// leave leaves an item's message pending: Redis could not be made to
+// agree with it alone (err: its voucher's keys cannot be read). It is
+// counted as a failed Redis call of op and logged here, once per delivery.
+func (w *Writer) leave(it *item, op string, err error) {
+	it.left = err
+	w.cfg.Observer.RedisError(op)
+	w.log.Warn("message left pending: its voucher's redis keys cannot be read; it is tried again when redelivered",
+		"message_id", it.msg.ID, "order_id", it.ord.OrderID, "voucher_id", it.ord.VoucherID, "step", op, "err", err)
+}
+
+// releaseKeys are release.lua's keys for an order of the voucher.
+func releaseKeys(k voucher.Keys, voucherID int64) []string {
+	shard := k.Shard(voucherID)
+	return []string{k.Ready(shard), k.State(voucherID), k.Buyers(voucherID), k.Pending(shard)}
+}
+
+// released decodes release.lua's answer, the one place that does: given
+// is true when the reservation was given back now (false: it was not held
+// any more); errNotReady when the shard is not ready, errBadKeys when the
+// voucher's keys cannot be read (nothing written, either way).
+func released(c *redis.Cmd) (given bool, err error) {
+	n, err := c.Int()
+	switch {
+	case err != nil:
+		return false, err
+	case n == -1:
+		return false, errNotReady
+	case n == -2:
+		return false, errBadKeys
+	}
+	return n == 1, nil
+}
+
 // settled is what settle.lua did for one order (its header lists them).
 type settled uint8
 
@@ -46,7 +79,14 @@ const (
 	settledTook                    // the buyer recorded and the unit taken
 	settledNoUnit                  // the buyer recorded, no unit left to take
 	settledTakeover                // the entry taken over from the buyer's later pending order
+	settledBadKeys                 // nothing: its voucher's keys cannot be read
 )
+
+// recorded says whether settle recorded the buyer, which undoEnded undoes
+// for an order ended since.
+func (d settled) recorded() bool {
+	return d == settledTook || d == settledNoUnit || d == settledTakeover
+}
 
 // undoEnded undoes in Redis what settle did for orders cancelled or
 // refunded between their commit and their settling: the move gave the
@@ -60,7 +100,7 @@ const (
 func (w *Writer) undoEnded(ctx context.Context, did map[int64]settled) error {
 	ids := make([]int64, 0, len(did))
 	for id, d := range did {
-		if d != settledNothing {
+		if d.recorded() {
 			ids = append(ids, id)
 		}
 	}
@@ -73,32 +113,43 @@ func (w *Writer) undoEnded(ctx context.Context, did map[int64]settled) error {
 		return fmt.Errorf("find orders ended since written: %w", err)
 	}
 	for _, o := range ended {
-		restock := "0"
-		switch did[o.ID] {
-		case settledTook:
-			restock = "1"
-		case settledTakeover:
+		if did[o.ID] == settledTakeover {
 			w.log.Warn("an order cancelled while being written took over its buyer's later order in redis; reconcile the voucher",
 				"order_id", o.ID, "voucher_id", o.VoucherID)
 			continue
 		}
-		shard := w.keys.Shard(o.VoucherID)
-		keys := []string{w.keys.Ready(shard), w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(shard)}
-		n, err := w.release.Run(ctx, w.rdb, keys, o.UserID, o.ID, restock).Int()
-		if err == nil && n < 0 {
-			err = errNotReady
-		}
-		if err != nil {
-			if !errors.Is(err, errNotReady) {
-				w.cfg.Observer.RedisError("give_back")
-			}
-			return fmt.Errorf("undo settling of order %d ended since written: %w", o.ID, err)
-		}
-		if n == 1 && restock == "1" {
-			w.cfg.Events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
+		// A failure fails the batch. Were it the order's keys, made
+		// unreadable since settle read them, the batch tried again settles
+		// none of that order (settledBadKeys) and leaves its message alone.
+		if err := w.undoSettled(ctx, o, did[o.ID] == settledTook); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// undoSettled drops the buyer entry settle recorded for an order ended
+// since, with the unit it took when restock.
+func (w *Writer) undoSettled(ctx context.Context, o orderOwner, restock bool) error {
+	given, err := released(w.release.Run(ctx, w.rdb, releaseKeys(w.keys, o.VoucherID), o.UserID, o.ID, scriptFlag(restock)))
+	if err != nil {
+		if !errors.Is(err, errNotReady) {
+			w.cfg.Observer.RedisError("give_back")
+		}
+		return fmt.Errorf("undo settling of order %d ended since written: %w", o.ID, err)
+	}
+	if given && restock {
+		w.cfg.Events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
+	}
+	return nil
+}
+
+// scriptFlag spells a flag argument of a script.
+func scriptFlag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // observeCommitted tells the observer what the committed transaction
@@ -129,26 +180,22 @@ func restocks(reason string) bool {
 // giveBack returns the Redis reservation of every dead-lettered item. In
 // a shard that is not ready (being rebuilt) the script gives nothing back,
 // and the batch is tried again after the rebuild (errNotReady): the dead
-// letter is committed, so the redelivery finds it and gives back then.
+// letter is committed, so the redelivery finds it and gives back then. An
+// item whose voucher's keys cannot be read is left pending alone.
 func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 	pipe := w.rdb.Pipeline()
 	var (
 		cmds  []*redis.Cmd
-		given []voucher.Message
+		given []*item
 	)
 	for _, it := range items {
 		if !it.v.effects().giveBack {
 			continue
 		}
 		o := it.ord
-		restock := "0"
-		if it.v.fate == ended || restocks(it.v.reason) {
-			restock = "1"
-		}
-		shard := w.keys.Shard(o.VoucherID)
-		keys := []string{w.keys.Ready(shard), w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID), w.keys.Pending(shard)}
-		cmds = append(cmds, w.release.Eval(ctx, pipe, keys, o.UserID, o.OrderID, restock))
-		given = append(given, o)
+		restock := it.v.fate == ended || restocks(it.v.reason)
+		cmds = append(cmds, w.release.Eval(ctx, pipe, releaseKeys(w.keys, o.VoucherID), o.UserID, o.OrderID, scriptFlag(restock)))
+		given = append(given, it)
 	}
 	if len(cmds) == 0 {
 		return nil
@@ -162,16 +209,16 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 	// answers expire after their bound anyway.
 	var failed error
 	for i, c := range cmds {
-		n, err := c.Int()
-		if err == nil && n < 0 {
-			err = errNotReady
-		}
-		if err != nil {
+		it := given[i]
+		_, err := released(c)
+		switch {
+		case errors.Is(err, errBadKeys):
+			w.leave(it, "give_back", fmt.Errorf("give back reservation of order %d: %w", it.ord.OrderID, err))
+		case err != nil:
 			failed = cmp.Or(failed, err)
-			continue
+		default:
+			w.cfg.Events.GivenBack(ctx, it.ord.VoucherID, it.ord.UserID, it.ord.OrderID)
 		}
-		o := given[i]
-		w.cfg.Events.GivenBack(ctx, o.VoucherID, o.UserID, o.OrderID)
 	}
 	if failed != nil {
 		return fmt.Errorf("give back %d reservations: %w", len(cmds), failed)
@@ -190,11 +237,7 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 // the written one after a takeover. It returns what it did for each order
 // (undoEnded needs it).
 func (w *Writer) settle(ctx context.Context, items []*item) (map[int64]settled, error) {
-	type call struct {
-		keys []string
-		args []any
-	}
-	calls := map[int]*call{}
+	calls := map[int]*settleCall{}
 	var written []voucher.Message
 	for _, it := range items {
 		if !it.v.effects().settle {
@@ -205,28 +248,56 @@ func (w *Writer) settle(ctx context.Context, items []*item) (map[int64]settled, 
 		shard := w.keys.Shard(o.VoucherID)
 		c := calls[shard]
 		if c == nil {
-			c = &call{keys: []string{w.keys.Ready(shard), w.keys.Pending(shard)}}
+			c = &settleCall{shard: shard, keys: []string{w.keys.Ready(shard), w.keys.Pending(shard)}}
 			calls[shard] = c
 		}
 		c.keys = append(c.keys, w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID))
 		c.args = append(c.args, o.UserID, o.OrderID, o.VoucherID)
+		c.items = append(c.items, it)
 	}
 	did := make(map[int64]settled, len(written))
-	for shard, c := range calls {
-		res, err := w.settleScript.Run(ctx, w.rdb, c.keys, c.args...).Int64Slice()
+	for _, c := range calls {
+		res, err := w.settleShard(ctx, c)
 		if err != nil {
-			return nil, fmt.Errorf("settle %d orders of shard %d in redis: %w", len(c.args)/3, shard, err)
+			return nil, err
 		}
-		if len(res) == 0 || res[0] != 1 {
-			return nil, fmt.Errorf("settle orders of shard %d in redis: %w", shard, errNotReady)
-		}
-		if len(res) != 1+len(c.args)/3 {
-			return nil, fmt.Errorf("settle %d orders of shard %d in redis: %d answers", len(c.args)/3, shard, len(res)-1)
-		}
-		for i, d := range res[1:] {
-			did[c.args[3*i+1].(int64)] = settled(d)
+		for i, d := range res {
+			it := c.items[i]
+			if d == settledBadKeys {
+				w.leave(it, "settle", fmt.Errorf("settle order %d: %w", it.ord.OrderID, errBadKeys))
+				continue
+			}
+			did[it.ord.OrderID] = d
 		}
 	}
 	w.cfg.Events.Written(ctx, written)
 	return did, nil
+}
+
+// settleCall is one settle.lua call: the orders of one shard.
+type settleCall struct {
+	shard int
+	keys  []string
+	args  []any
+	items []*item
+}
+
+// settleShard runs settle.lua for one shard and decodes its answer: what
+// it did for each order, in the call's order.
+func (w *Writer) settleShard(ctx context.Context, c *settleCall) ([]settled, error) {
+	res, err := w.settleScript.Run(ctx, w.rdb, c.keys, c.args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("settle %d orders of shard %d in redis: %w", len(c.items), c.shard, err)
+	}
+	if len(res) == 0 || res[0] != 1 {
+		return nil, fmt.Errorf("settle orders of shard %d in redis: %w", c.shard, errNotReady)
+	}
+	if len(res) != 1+len(c.items) {
+		return nil, fmt.Errorf("settle %d orders of shard %d in redis: %d answers", len(c.items), c.shard, len(res)-1)
+	}
+	out := make([]settled, len(c.items))
+	for i, d := range res[1:] {
+		out[i] = settled(d)
+	}
+	return out, nil
 }

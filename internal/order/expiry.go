@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -128,9 +129,12 @@ func NewExpirer(life *Lifecycle, exp *Expiries, log *slog.Logger) *Expirer {
 // transaction (Lifecycle.ExpireAll). An order paid, used or refunded
 // meanwhile is left as it is; one cancelled by its buyer has its unit
 // given back if that did not happen yet; one whose deadline is still ahead
-// (the deadline moved, or clocks differ) is scheduled again for it. A
-// failure to read or write leaves the batch pending: every step is
-// idempotent.
+// (the deadline moved, or clocks differ) is scheduled again for it. An
+// order that cannot be moved, or whose unit Redis does not take, is left
+// to the sweeper (logged here, not scheduled again) and its expiry acked
+// with the others. A
+// failure of the whole batch to read or write leaves it pending: every
+// step is idempotent.
 func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
 	outcomes := make([]mq.Outcome, len(batch))
 	ids := make([]int64, 0, len(batch))
@@ -147,16 +151,33 @@ func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome,
 		return outcomes, nil
 	}
 	orders, err := e.life.ExpireAll(ctx, ids)
-	if err != nil {
+	left := &LeftError{}
+	if err != nil && !errors.As(err, &left) {
 		return nil, err
 	}
-	// An order still awaiting payment was not due when the transaction
-	// looked (early, or clocks differ): scheduled again at its deadline,
-	// which the poller hands back at once if it has passed since.
+	// The others are done: an order that could not be moved, or whose
+	// unit Redis did not take, holds up only itself.
+	for id, why := range left.Orders {
+		e.log.Warn("expiry left to the sweeper", "order_id", id, "err", why)
+	}
+	if err := e.scheduleEarly(ctx, ids, orders, left); err != nil {
+		return nil, err
+	}
+	return outcomes, nil
+}
+
+// scheduleEarly schedules again, at its deadline, each order of ids still
+// awaiting payment: it was not due when the transaction looked (early, or
+// clocks differ), and the poller hands it back at once if it has passed
+// since. An order left to the sweeper is not: it would come straight back
+// round the delay queue and fail again, for ever.
+func (e *Expirer) scheduleEarly(ctx context.Context, ids []int64, orders map[int64]*Order, left *LeftError) error {
 	var early []deadline
 	for _, id := range ids {
 		o, ok := orders[id]
+		_, isLeft := left.Orders[id]
 		switch {
+		case isLeft:
 		case !ok:
 			e.log.Warn("expiry of an order not in the database dropped", "order_id", id)
 		case o.Status == StatusAwaitingPayment && o.PayDeadline == nil:
@@ -165,10 +186,7 @@ func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome,
 			early = append(early, deadline{o.ID, o.UserID, o.VoucherID, *o.PayDeadline})
 		}
 	}
-	if err := e.exp.schedule(ctx, early); err != nil {
-		return nil, err
-	}
-	return outcomes, nil
+	return e.exp.schedule(ctx, early)
 }
 
 // SweeperConfig tunes a Sweeper.
@@ -181,6 +199,13 @@ type SweeperConfig struct {
 	Batch int
 	// Observer hears the count of orders by state on each look.
 	Observer StateObserver
+	// Ready says whether a shard's Redis state can take units back now
+	// (Lifecycle.ShardReady reads its ready marker): a look gives back the
+	// units of ready shards only, so those of a shard being rebuilt, or
+	// whose master is down, take no place in its page. Nil takes every
+	// shard for ready (the release script then refuses in a shard not
+	// ready, one call per order).
+	Ready func(ctx context.Context, shard int) bool
 }
 
 // StateObserver hears how many orders are in each state, and how many
@@ -196,11 +221,33 @@ type StateObserver interface {
 // ended orders that did not reach it (Redis was down or being rebuilt at
 // the move, or the mover crashed). Both are idempotent, so instances may
 // sweep at once.
+//
+// Overdue orders and units not back are each taken a page at a time in id
+// order, each look resuming after the last order of the previous one, and
+// starting again from the first once a page comes back short: orders that
+// cannot be moved, or units that cannot go back yet, never hide the others
+// for more than the looks it takes to page past them.
 type Sweeper struct {
 	db   *gorm.DB
 	life *Lifecycle
 	cfg  SweeperConfig
 	log  *slog.Logger
+	// overdue and notBack are where the next pages start.
+	overdue, notBack cursor
+}
+
+// cursor is where a sweep's next page starts: after the order id it holds.
+type cursor struct{ after atomic.Int64 }
+
+// advance moves past a page of orders, ids in id order: the next look
+// resumes after the last, or starts again from the first once a page came
+// back short (the end was reached).
+func (c *cursor) advance(ids []int64, batch int) {
+	if len(ids) < batch {
+		c.after.Store(0)
+		return
+	}
+	c.after.Store(ids[len(ids)-1])
 }
 
 // NewSweeper returns a Sweeper.
@@ -226,46 +273,91 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 }
 
-// Sweep makes one round: overdue orders expired, units given back, states
-// counted.
+// Sweep makes one round: overdue orders expired, a page of units given
+// back, states counted. A step that fails does not stop the others.
 func (s *Sweeper) Sweep(ctx context.Context) error {
+	return errors.Join(s.expireOverdue(ctx), s.giveBackPage(ctx), s.count(ctx))
+}
+
+// expireOverdue expires the next page of orders unpaid longer than a
+// period past their deadline.
+func (s *Sweeper) expireOverdue(ctx context.Context) error {
 	var overdue []int64
 	cutoff := s.life.now().UTC().Add(-s.cfg.Every)
-	if err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE status = ? AND pay_deadline <= ? ORDER BY pay_deadline LIMIT ?",
-		StatusAwaitingPayment, cutoff, s.cfg.Batch).Scan(&overdue).Error; err != nil {
+	if err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE status = ? AND pay_deadline <= ? AND id > ? ORDER BY id LIMIT ?",
+		StatusAwaitingPayment, cutoff, s.overdue.after.Load(), s.cfg.Batch).Scan(&overdue).Error; err != nil {
 		return fmt.Errorf("find overdue orders: %w", err)
 	}
-	var errs []error
-	if len(overdue) > 0 {
-		if _, err := s.life.ExpireAll(ctx, overdue); err != nil {
-			errs = append(errs, err)
-		}
-		s.log.Info("overdue unpaid orders expired by the sweeper", "orders", len(overdue))
+	s.overdue.advance(overdue, s.cfg.Batch)
+	if len(overdue) == 0 {
+		return nil
 	}
-	var notBack []Order
-	if err := s.db.WithContext(ctx).Where("live IS NULL AND unit_back_at IS NULL").Limit(s.cfg.Batch).Find(&notBack).Error; err != nil {
-		return errors.Join(append(errs, fmt.Errorf("find units not back: %w", err))...)
+	_, err := s.life.ExpireAll(ctx, overdue)
+	s.log.Info("overdue unpaid orders expired by the sweeper", "orders", len(overdue))
+	return err
+}
+
+// giveBackPage gives back the units of the next page of ended orders
+// whose unit did not reach Redis, in the shards ready now.
+func (s *Sweeper) giveBackPage(ctx context.Context) error {
+	q := s.db.WithContext(ctx).Where("live IS NULL AND unit_back_at IS NULL AND id > ?", s.notBack.after.Load())
+	q, ok := s.inReadyShards(ctx, q)
+	if !ok {
+		return nil
 	}
-	for i := range notBack {
-		if err := s.life.GiveBack(ctx, &notBack[i]); err != nil {
-			errs = append(errs, err)
+	var page []Order
+	if err := q.Order("id").Limit(s.cfg.Batch).Find(&page).Error; err != nil {
+		return fmt.Errorf("find units not back: %w", err)
+	}
+	orders := make([]*Order, len(page))
+	ids := make([]int64, len(page))
+	for i := range page {
+		orders[i], ids[i] = &page[i], page[i].ID
+	}
+	s.notBack.advance(ids, s.cfg.Batch)
+	return s.life.giveBackAll(ctx, orders)
+}
+
+// inReadyShards limits a query of orders to the shards ready now; ok is
+// false when none is.
+func (s *Sweeper) inReadyShards(ctx context.Context, q *gorm.DB) (_ *gorm.DB, ok bool) {
+	if s.cfg.Ready == nil {
+		return q, true
+	}
+	n := s.life.keys.Shards()
+	var ready []int
+	for shard := range n {
+		if s.cfg.Ready(ctx, shard) {
+			ready = append(ready, shard)
 		}
 	}
-	if s.cfg.Observer != nil {
-		counts, err := CountStates(ctx, s.db)
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			s.cfg.Observer.States(counts)
-		}
-		var owed int64
-		if err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM payments WHERE status = 'needs_refund'").Scan(&owed).Error; err != nil {
-			errs = append(errs, fmt.Errorf("count payments needing a refund: %w", err))
-		} else {
-			s.cfg.Observer.RefundsOwed(owed)
-		}
+	switch len(ready) {
+	case n:
+		return q, true
+	case 0:
+		s.log.Debug("no shard ready to take units back; none given back this round")
+		return q, false
 	}
-	return errors.Join(errs...)
+	s.log.Debug("units of shards not ready left for a later round", "ready_shards", ready)
+	return q.Where("voucher_id % ? IN ?", n, ready), true
+}
+
+// count tells the observer how many orders are in each state, and how
+// many payments wait for a refund.
+func (s *Sweeper) count(ctx context.Context) error {
+	if s.cfg.Observer == nil {
+		return nil
+	}
+	counts, err := CountStates(ctx, s.db)
+	if err == nil {
+		s.cfg.Observer.States(counts)
+	}
+	var owed int64
+	if owedErr := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM payments WHERE status = 'needs_refund'").Scan(&owed).Error; owedErr != nil {
+		return errors.Join(err, fmt.Errorf("count payments needing a refund: %w", owedErr))
+	}
+	s.cfg.Observer.RefundsOwed(owed)
+	return err
 }
 
 // CountStates counts the written orders in each state.

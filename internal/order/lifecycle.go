@@ -1,11 +1,11 @@
 package order
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -213,6 +213,35 @@ func (l *Lifecycle) Do(ctx context.Context, a Action, id int64) (Order, bool, er
 	return o, moved, nil
 }
 
+// check is what an action does to an order as it is, before the move.
+type check uint8
+
+const (
+	checkMove   check = iota // in the action's from state, due if it must be: moved
+	checkRepeat              // in its target state (with the same reason): nothing changes, no error
+	checkWrong               // in another state: ErrWrongState
+	checkNotDue              // its pay deadline has not passed: ErrNotDue
+)
+
+// judge is the one place an action's check of an order is made, from the
+// order as it is and the time now:
+//
+//	order in the action's target state, same reason  -> repeat
+//	order in another state than the action's from    -> wrong
+//	due-only action, deadline missing or ahead       -> not due
+//	otherwise                                        -> move
+func (t transition) judge(o Order, now time.Time) check {
+	switch {
+	case o.Status == t.to && (t.reason == "" || o.CancelReason != nil && *o.CancelReason == t.reason):
+		return checkRepeat
+	case o.Status != t.from:
+		return checkWrong
+	case t.due && (o.PayDeadline == nil || o.PayDeadline.After(now)):
+		return checkNotDue
+	}
+	return checkMove
+}
+
 // DoTx makes the action inside tx, a transaction of the caller's (a
 // payment's): the order row is locked, its state checked, then the
 // guarded update made, and for a move that gives the unit back the
@@ -221,51 +250,25 @@ func (l *Lifecycle) Do(ctx context.Context, a Action, id int64) (Order, bool, er
 // (Lifecycle.GiveBack) when the move gave one.
 func (l *Lifecycle) DoTx(tx *gorm.DB, a Action, id int64) (Order, bool, error) {
 	t := transitions[a]
-	var o Order
-	q := tx
-	if tx.Dialector.Name() == "mysql" {
-		q = tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
-	}
-	err := q.Where("id = ?", id).Take(&o).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, ErrNotFound)
-	}
+	o, err := lockOrder(tx, id)
 	if err != nil {
 		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, err)
 	}
-	if o.Status == t.to && (t.reason == "" || o.CancelReason != nil && *o.CancelReason == t.reason) {
-		return o, false, nil // done before: a repeat changes nothing
-	}
-	if o.Status != t.from {
-		return o, false, fmt.Errorf("%s order %d: %w", t.name, id, &StateError{Action: a, Status: o.Status})
-	}
 	now := l.now().UTC()
-	if t.due && (o.PayDeadline == nil || o.PayDeadline.After(now)) {
+	switch t.judge(o, now) {
+	case checkRepeat:
+		return o, false, nil // done before: a repeat changes nothing
+	case checkWrong:
+		return o, false, fmt.Errorf("%s order %d: %w", t.name, id, &StateError{Action: a, Status: o.Status})
+	case checkNotDue:
 		return o, false, fmt.Errorf("%s order %d: %w", t.name, id, ErrNotDue)
 	}
-	sets := map[string]any{"status": t.to, t.stamp: now}
-	if t.reason != "" {
-		sets["cancel_reason"] = t.reason
+	if err := t.move(tx, []int64{id}, now); err != nil {
+		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, err)
 	}
 	if t.givesBack {
-		sets["live"] = nil
-	}
-	res := tx.Model(&Order{}).Where("id = ? AND status = ?", id, t.from).Updates(sets)
-	if res.Error != nil {
-		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, res.Error)
-	}
-	if res.RowsAffected != 1 {
-		// The row is locked (or SQLite has one writer): only a broken
-		// database lands here.
-		return Order{}, false, fmt.Errorf("%s order %d: state changed under its lock", t.name, id)
-	}
-	if t.givesBack {
-		up := tx.Exec("UPDATE vouchers SET stock = stock + 1, updated_at = ? WHERE id = ? AND stock < total_stock", now, o.VoucherID)
-		if up.Error != nil {
-			return Order{}, false, fmt.Errorf("return unit of order %d to voucher %d: %w", id, o.VoucherID, up.Error)
-		}
-		if up.RowsAffected != 1 {
-			return Order{}, false, fmt.Errorf("return unit of order %d to voucher %d: stock already full", id, o.VoucherID)
+		if err := returnUnits(tx, o.VoucherID, 1, now); err != nil {
+			return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, err)
 		}
 	}
 	if err := tx.Where("id = ?", id).Take(&o).Error; err != nil {
@@ -274,9 +277,111 @@ func (l *Lifecycle) DoTx(tx *gorm.DB, a Action, id int64) (Order, bool, error) {
 	return o, true, nil
 }
 
+// locking makes q a locking read on MySQL; SQLite has one writer and
+// needs nothing.
+func locking(q *gorm.DB) *gorm.DB {
+	if q.Dialector.Name() == "mysql" {
+		return q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
+	return q
+}
+
+// lockOrder reads order id and locks its row for the transaction.
+func lockOrder(tx *gorm.DB, id int64) (Order, error) {
+	var o Order
+	err := locking(tx).Where("id = ?", id).Take(&o).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Order{}, ErrNotFound
+	}
+	return o, err
+}
+
+// move is the guarded update of the transition: the orders of ids, each
+// still in the from state (their rows are locked), go to the target state
+// with the time recorded, and stop being live when the move gives the unit
+// back. Every one of them must change.
+func (t transition) move(tx *gorm.DB, ids []int64, now time.Time) error {
+	sets := map[string]any{"status": t.to, t.stamp: now}
+	if t.reason != "" {
+		sets["cancel_reason"] = t.reason
+	}
+	if t.givesBack {
+		sets["live"] = nil
+	}
+	res := tx.Model(&Order{}).Where("id IN ? AND status = ?", ids, t.from).Updates(sets)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected != int64(len(ids)) {
+		// The rows are locked (or SQLite has one writer): only a broken
+		// database lands here.
+		return fmt.Errorf("%d of %d orders changed under their locks", int64(len(ids))-res.RowsAffected, len(ids))
+	}
+	return nil
+}
+
+// errStockFull means giving units back would lift a voucher's stock above
+// its total: the stock was edited by hand, or a unit was given back twice.
+// The move is refused; the order stays as it was.
+var errStockFull = errors.New("stock would pass the voucher's total")
+
+// returnUnits raises a voucher's stock by n units given back, never above
+// its total (the schema's CHECK says so too, but MySQL before 8.0.16
+// ignores it).
+func returnUnits(tx *gorm.DB, voucherID int64, n int, now time.Time) error {
+	up := tx.Exec("UPDATE vouchers SET stock = stock + ?, updated_at = ? WHERE id = ? AND stock + ? <= total_stock", n, now, voucherID, n)
+	if up.Error != nil {
+		return fmt.Errorf("return %d units to voucher %d: %w", n, voucherID, up.Error)
+	}
+	if up.RowsAffected != 1 {
+		return fmt.Errorf("return %d units to voucher %d: %w", n, voucherID, errStockFull)
+	}
+	return nil
+}
+
 // ErrUnitNotBack means an order gave its unit back in the database but
 // Redis has not taken it yet; the sweeper tries again.
 var ErrUnitNotBack = errors.New("unit not back on sale in redis yet")
+
+// LeftError lists the orders a batch left to the sweeper, each with why:
+// it could not be moved (errStockFull), or Redis did not take its unit
+// back (ErrUnitNotBack). The batch's other orders are done: one bad order
+// holds up only itself.
+type LeftError struct {
+	Orders map[int64]error
+}
+
+func (e *LeftError) add(id int64, err error) {
+	if e.Orders == nil {
+		e.Orders = map[int64]error{}
+	}
+	e.Orders[id] = err
+}
+
+// err is e, or nil when no order was left.
+func (e *LeftError) err() error {
+	if len(e.Orders) == 0 {
+		return nil
+	}
+	return e
+}
+
+func (e *LeftError) Error() string {
+	errs := e.Unwrap()
+	if len(errs) == 1 {
+		return errs[0].Error()
+	}
+	return fmt.Sprintf("%d orders left to the sweeper: %v", len(errs), errors.Join(errs...))
+}
+
+// Unwrap returns the orders' errors, in id order.
+func (e *LeftError) Unwrap() []error {
+	errs := make([]error, 0, len(e.Orders))
+	for _, id := range slices.Sorted(maps.Keys(e.Orders)) {
+		errs = append(errs, e.Orders[id])
+	}
+	return errs
+}
 
 // GiveBack returns an ended order's unit to the live sale in Redis, once:
 // the script removes the buyer entry and adds the unit only while the
@@ -296,9 +401,10 @@ func (l *Lifecycle) giveBack(ctx context.Context, o *Order) error {
 // giveBackAll returns the units of ended orders to the live sale in Redis,
 // one script call each in one pipeline, then records in one statement when
 // (unit_back_at) for those Redis took, and tells every instance. An order
-// whose call failed, or whose shard is being rebuilt (a rebuild that read
-// the database before the move may hold the unit: try again after it), is
-// left for the sweeper, and the error says so.
+// whose call failed, whose shard is being rebuilt (a rebuild that read the
+// database before the move may hold the unit: try again after it), or
+// whose voucher's keys cannot be read, is left for the sweeper: the error
+// is a *LeftError naming it, and the others go on.
 func (l *Lifecycle) giveBackAll(ctx context.Context, orders []*Order) error {
 	if len(orders) == 0 {
 		return nil
@@ -306,51 +412,73 @@ func (l *Lifecycle) giveBackAll(ctx context.Context, orders []*Order) error {
 	pipe := l.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(orders))
 	for i, o := range orders {
-		shard := l.keys.Shard(o.VoucherID)
-		keys := []string{l.keys.Ready(shard), l.keys.State(o.VoucherID), l.keys.Buyers(o.VoucherID), l.keys.Pending(shard)}
-		cmds[i] = l.release.Eval(ctx, pipe, keys, o.UserID, o.ID, "1")
+		cmds[i] = l.release.Eval(ctx, pipe, releaseKeys(l.keys, o.VoucherID), o.UserID, o.ID, "1")
 	}
 	_, _ = pipe.Exec(ctx) // each command's answer is read below
 	var (
-		back   []*Order
-		ids    []int64
-		failed error
+		back []*Order
+		left LeftError
 	)
 	now := l.now().UTC()
 	for i, c := range cmds {
-		n, err := c.Int()
 		o := orders[i]
-		switch {
-		case err != nil:
-			l.obs.RedisError("unit_back")
-			failed = cmp.Or(failed, fmt.Errorf("give back unit of order %d: %w: %w", o.ID, ErrUnitNotBack, err))
-		case n < 0:
-			failed = cmp.Or(failed, fmt.Errorf("give back unit of order %d: %w: %w", o.ID, ErrUnitNotBack, errNotReady))
-		default:
-			// 0: not held any more (given back by another caller, or the
-			// shard was rebuilt from the database without it).
-			back = append(back, o)
-			ids = append(ids, o.ID)
-			if n == 1 {
-				if o.Status == StatusCancelled && o.CancelReason != nil && *o.CancelReason == CancelExpired && o.PayDeadline != nil {
-					l.obs.UnitBack(now.Sub(*o.PayDeadline))
-				}
-				l.events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
+		given, err := released(c)
+		if err != nil {
+			if !errors.Is(err, errNotReady) {
+				l.obs.RedisError("unit_back")
 			}
+			left.add(o.ID, fmt.Errorf("give back unit of order %d: %w: %w", o.ID, ErrUnitNotBack, err))
+			continue
+		}
+		// Not given now: not held any more (given back by another caller,
+		// or the shard was rebuilt from the database without it).
+		back = append(back, o)
+		if given {
+			l.tellBack(ctx, o, now)
 		}
 	}
+	if err := l.recordBack(ctx, back, now); err != nil {
+		for _, o := range back {
+			left.add(o.ID, err)
+		}
+	}
+	return left.err()
+}
+
+// tellBack tells the observer and every instance of a unit Redis took back
+// now.
+func (l *Lifecycle) tellBack(ctx context.Context, o *Order, now time.Time) {
+	if o.Status == StatusCancelled && o.CancelReason != nil && *o.CancelReason == CancelExpired && o.PayDeadline != nil {
+		l.obs.UnitBack(now.Sub(*o.PayDeadline))
+	}
+	l.events.GivenBack(ctx, o.VoucherID, o.UserID, o.ID)
+}
+
+// recordBack records in one statement when Redis took the orders' units.
+func (l *Lifecycle) recordBack(ctx context.Context, back []*Order, now time.Time) error {
 	if len(back) == 0 {
-		return failed
+		return nil
+	}
+	ids := make([]int64, len(back))
+	for i, o := range back {
+		ids[i] = o.ID
 	}
 	if err := l.db.WithContext(ctx).Model(&Order{}).Where("id IN ? AND unit_back_at IS NULL", ids).Update("unit_back_at", now).Error; err != nil {
 		// The units are on sale; the sweeper records it (a no-op give-back).
 		l.obs.MySQLError("unit_back")
-		return cmp.Or(failed, fmt.Errorf("record units of %d orders back: %w: %w", len(ids), ErrUnitNotBack, err))
+		return fmt.Errorf("record units of %d orders back: %w: %w", len(ids), ErrUnitNotBack, err)
 	}
 	for _, o := range back {
 		o.UnitBackAt = &now
 	}
-	return failed
+	return nil
+}
+
+// ShardReady reports whether a shard's Redis state is ready to take units
+// back (its ready marker is there): the Sweeper's readiness.
+func (l *Lifecycle) ShardReady(ctx context.Context, shard int) bool {
+	n, err := l.rdb.Exists(ctx, l.keys.Ready(shard)).Result()
+	return err == nil && n == 1
 }
 
 // ExpireAll is Do(Expire) for many orders in one transaction, the way a
@@ -359,28 +487,17 @@ func (l *Lifecycle) giveBackAll(ctx context.Context, orders []*Order) error {
 // statement, and each voucher's stock goes up by its count. Then their
 // units, and those of any order of ids that ended before without its unit
 // reaching Redis, go back to the live sale in one pipeline. It returns
-// every order of ids the database holds, as it is now.
+// every order of ids the database holds, as it is now. An order that
+// cannot be moved (its voucher's stock edited by hand) or whose unit Redis
+// does not take holds up only itself: the others are done, and the error
+// is a *LeftError naming it. Any other error is the whole batch's, and
+// nothing is returned.
 func (l *Lifecycle) ExpireAll(ctx context.Context, ids []int64) (map[int64]*Order, error) {
 	t := transitions[Expire]
-	var (
-		rows  []Order
-		moved int
-		err   error
-	)
-	for attempt := 0; attempt < 3; attempt++ {
-		err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			var err error
-			rows, moved, err = l.expireTx(tx, ids)
-			return err
-		})
-		if err == nil || !db.IsRetryable(err) {
-			break
-		}
-	}
-	if err != nil && len(ids) > 1 && !db.IsRetryable(err) && ctx.Err() == nil {
-		// One order the batch cannot move (its voucher's stock edited by
-		// hand, say) must not hold up the others: one at a time, each in
-		// its own transaction.
+	rows, moved, err := l.expireBatch(ctx, ids)
+	if err != nil && ctx.Err() == nil && (errors.Is(err, errStockFull) || len(ids) > 1 && !db.IsRetryable(err)) {
+		// One order the batch cannot move must not hold up the others: one
+		// at a time, each in its own transaction.
 		l.log.Warn("expiring a batch failed; expiring its orders one by one", "orders", len(ids), "err", err)
 		return l.expireEach(ctx, ids)
 	}
@@ -403,25 +520,54 @@ func (l *Lifecycle) ExpireAll(ctx context.Context, ids []int64) (map[int64]*Orde
 	return out, l.giveBackAll(ctx, ended)
 }
 
+// expireBatch runs expireTx, tried again after a deadlock or lock wait
+// timeout (a writer's batch or a payment meeting these rows).
+func (l *Lifecycle) expireBatch(ctx context.Context, ids []int64) (rows []Order, moved int, err error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			var err error
+			rows, moved, err = l.expireTx(tx, ids)
+			return err
+		})
+		if err == nil || !db.IsRetryable(err) {
+			break
+		}
+	}
+	return rows, moved, err
+}
+
 // expireEach is ExpireAll one order at a time: the orders that can be
-// moved are, and the error names those that could not.
+// moved are; one that cannot (errStockFull) or whose unit Redis did not
+// take is left to the sweeper (a *LeftError). Any other failure is the
+// batch's: the database is failing, and the batch is tried again.
 func (l *Lifecycle) expireEach(ctx context.Context, ids []int64) (map[int64]*Order, error) {
 	out := make(map[int64]*Order, len(ids))
-	var errs []error
+	var (
+		left LeftError
+		errs []error
+	)
 	for _, id := range ids {
 		o, _, err := l.Do(ctx, Expire, id)
 		switch {
-		case err == nil, errors.Is(err, ErrWrongState), errors.Is(err, ErrNotDue), errors.Is(err, ErrUnitNotBack):
+		case err == nil, errors.Is(err, ErrWrongState), errors.Is(err, ErrNotDue):
 			out[id] = &o
-			if errors.Is(err, ErrUnitNotBack) {
-				errs = append(errs, err)
+		case errors.Is(err, ErrUnitNotBack):
+			out[id] = &o
+			left.add(id, err)
+		case errors.Is(err, errStockFull):
+			if o, err := NewStore(l.db).Get(ctx, id); err == nil {
+				out[id] = &o
 			}
+			left.add(id, err)
 		case errors.Is(err, ErrNotFound):
 		default:
 			errs = append(errs, err)
 		}
 	}
-	return out, errors.Join(errs...)
+	if len(errs) > 0 {
+		return nil, errors.Join(append(errs, left.err())...)
+	}
+	return out, left.err()
 }
 
 // expireTx is ExpireAll's transaction: the Expire row of transitions
@@ -430,54 +576,47 @@ func (l *Lifecycle) expireEach(ctx context.Context, ids []int64) (map[int64]*Ord
 func (l *Lifecycle) expireTx(tx *gorm.DB, ids []int64) ([]Order, int, error) {
 	t := transitions[Expire]
 	var rows []Order
-	q := tx
-	if tx.Dialector.Name() == "mysql" {
-		q = tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
-	}
-	if err := q.Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
+	if err := locking(tx).Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
 		return nil, 0, fmt.Errorf("%s %d orders: %w", t.name, len(ids), err)
 	}
 	now := l.now().UTC()
-	var due []int64
-	perVoucher := map[int64]int{}
-	for _, o := range rows {
-		if o.Status == t.from && o.PayDeadline != nil && !o.PayDeadline.After(now) {
-			due = append(due, o.ID)
-			perVoucher[o.VoucherID]++
+	var due []*Order
+	for i := range rows {
+		if t.judge(rows[i], now) == checkMove {
+			due = append(due, &rows[i])
 		}
 	}
 	if len(due) == 0 {
 		return rows, 0, nil
 	}
-	res := tx.Model(&Order{}).Where("id IN ? AND status = ?", due, t.from).
-		Updates(map[string]any{"status": t.to, t.stamp: now, "cancel_reason": t.reason, "live": nil})
-	if res.Error != nil {
-		return nil, 0, fmt.Errorf("%s %d orders: %w", t.name, len(due), res.Error)
-	}
-	if res.RowsAffected != int64(len(due)) {
-		return nil, 0, fmt.Errorf("%s %d orders: %d changed under their locks", t.name, len(due), int64(len(due))-res.RowsAffected)
-	}
-	vids := make([]int64, 0, len(perVoucher))
-	for id := range perVoucher {
-		vids = append(vids, id)
-	}
-	slices.Sort(vids)
-	for _, id := range vids {
-		n := perVoucher[id]
-		up := tx.Exec("UPDATE vouchers SET stock = stock + ?, updated_at = ? WHERE id = ? AND stock + ? <= total_stock", n, now, id, n)
-		if up.Error != nil {
-			return nil, 0, fmt.Errorf("return %d units to voucher %d: %w", n, id, up.Error)
-		}
-		if up.RowsAffected != 1 {
-			return nil, 0, fmt.Errorf("return %d units to voucher %d: stock would pass its total", n, id)
-		}
+	if err := t.moveAll(tx, due, now); err != nil {
+		return nil, 0, fmt.Errorf("%s %d orders: %w", t.name, len(due), err)
 	}
 	reason := t.reason
-	for i := range rows {
-		o := &rows[i]
-		if o.Status == t.from && o.PayDeadline != nil && !o.PayDeadline.After(now) {
-			o.Status, o.CancelledAt, o.CancelReason, o.Live = t.to, &now, &reason, nil
-		}
+	for _, o := range due {
+		o.Status, o.CancelledAt, o.CancelReason, o.Live = t.to, &now, &reason, nil
 	}
 	return rows, len(due), nil
+}
+
+// moveAll makes a transition that gives the unit back on orders already
+// judged to move, and gives back their units: each voucher's in one
+// update, in voucher id order (so concurrent batches lock the vouchers in
+// one order).
+func (t transition) moveAll(tx *gorm.DB, orders []*Order, now time.Time) error {
+	ids := make([]int64, len(orders))
+	perVoucher := map[int64]int{}
+	for i, o := range orders {
+		ids[i] = o.ID
+		perVoucher[o.VoucherID]++
+	}
+	if err := t.move(tx, ids, now); err != nil {
+		return err
+	}
+	for _, v := range slices.Sorted(maps.Keys(perVoucher)) {
+		if err := returnUnits(tx, v, perVoucher[v], now); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -36,16 +36,33 @@ func (c *testClock) now() time.Time { return time.Now().Add(time.Duration(c.ahea
 // pass moves the clock ahead by d.
 func (c *testClock) pass(d time.Duration) { c.ahead.Add(int64(d)) }
 
-// moveCounter counts the moves a lifecycle reports as made now.
+// moveCounter counts the moves a lifecycle reports as made now, and the
+// failed Redis calls it reports.
 type moveCounter struct {
 	nopLifecycleObserver
-	mu    sync.Mutex
-	moves map[string]int
+	mu        sync.Mutex
+	moves     map[string]int
+	redisErrs map[string]int
 }
 
 func (m *moveCounter) Moved(move string) { m.mu.Lock(); m.moves[move]++; m.mu.Unlock() }
 
 func (m *moveCounter) count(move string) int { m.mu.Lock(); defer m.mu.Unlock(); return m.moves[move] }
+
+func (m *moveCounter) RedisError(op string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.redisErrs == nil {
+		m.redisErrs = map[string]int{}
+	}
+	m.redisErrs[op]++
+}
+
+func (m *moveCounter) redisErrors(op string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.redisErrs[op]
+}
 
 // lifeEnv is one database (MariaDB or SQLite) and Redis with a voucher on
 // sale in a ready shard, the writer that turns purchases into orders (and
@@ -77,22 +94,30 @@ func eachLifeDB(t *testing.T, price int64, stock int, f func(t *testing.T, e lif
 
 func newLifeEnv(t *testing.T, dialect string, price int64, stock int) lifeEnv {
 	t.Helper()
+	return newLifeEnvOf(t, dialect, price, stock, 1)
+}
+
+// newLifeEnvOf is newLifeEnv with this many shards, all ready.
+func newLifeEnvOf(t *testing.T, dialect string, price int64, stock, shards int) lifeEnv {
+	t.Helper()
 	g := testenv.DB(t, dialect)
 	ctx := context.Background()
 	if _, err := schema.Apply(ctx, g); err != nil {
 		t.Fatal(err)
 	}
 	rdb := testenv.Redis(t)
-	keys := voucher.NewKeys(testenv.Prefix(t), 1)
+	keys := voucher.NewKeys(testenv.Prefix(t), shards)
 	e := lifeEnv{db: g, rdb: rdb, keys: keys, clock: &testClock{}, moves: &moveCounter{moves: map[string]int{}}, next: new(atomic.Int64)}
 	e.next.Store(10_000)
 	e.life = e.lifecycle()
 	e.exp = NewExpiries(rdb, keys)
 	e.w = NewWriter(g, rdb, keys, WriterConfig{PayWindow: lifeWindow, Expiries: e.exp}, quietLog)
 	e.v = e.newVoucher(t, price, stock)
-	// The shard is ready, as after the service's warm-up.
-	if err := voucher.NewState(rdb, keys).MarkReady(ctx, 0); err != nil {
-		t.Fatal(err)
+	// The shards are ready, as after the service's warm-up.
+	for shard := range shards {
+		if err := voucher.NewState(rdb, keys).MarkReady(ctx, shard); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return e
 }

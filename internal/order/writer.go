@@ -139,14 +139,21 @@ type item struct {
 	// deadline is the pay deadline of its order, inserted awaiting
 	// payment; nil when there is nothing to pay.
 	deadline *time.Time
+	// left: Redis could not be made to agree with what the transaction
+	// recorded for it alone (its voucher's keys cannot be read); its
+	// message is left pending, and the batch's others go on.
+	left error
 }
 
 // Handle writes the batch. Each message ends as an order, a dead letter
 // (with its reservation given back) or, when its buyer lock is held
 // elsewhere or an earlier message of the batch has its order id, a retry
-// through the delay queue. A stale copy of a message whose dead letter was
-// replayed is acknowledged and changes nothing: the replay decides.
-// decide says which, effectsOf what each does.
+// through the delay queue. One whose order or letter is committed but
+// whose voucher's Redis keys cannot be read (errBadKeys) is left pending:
+// it is delivered again after the reclaim idle time, and the others are
+// acked. A stale copy of a message whose dead letter was replayed is
+// acknowledged and changes nothing: the replay decides. decide says
+// which, effectsOf what each does.
 func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, error) {
 	items := w.admit(batch)
 	unlock, err := w.lock(ctx, items)
@@ -173,6 +180,11 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	}
 	if err := w.afterCommit(ctx, work); err != nil {
 		return nil, err
+	}
+	for i := range items {
+		if items[i].left != nil {
+			outcomes[i] = mq.LeavePending
+		}
 	}
 	return outcomes, nil
 }
@@ -220,3 +232,10 @@ func (w *Writer) locking(query string) string {
 
 // errNotReady means a shard's Redis state is being rebuilt.
 var errNotReady = errors.New("shard state not ready")
+
+// errBadKeys means a voucher's Redis keys hold something else than the
+// scripts read (not a hash, or a stock that is not an integer): a stray
+// write or a hand edit. The scripts write nothing for its orders, which
+// wait for their retry path until the keys are mended; the other orders
+// go on.
+var errBadKeys = errors.New("voucher's redis keys hold something the scripts cannot read")
