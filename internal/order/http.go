@@ -63,8 +63,9 @@ type View struct {
 	UsedAt         *time.Time `json:"used_at,omitempty"`
 	CancelledAt    *time.Time `json:"cancelled_at,omitempty"`
 	RefundedAt     *time.Time `json:"refunded_at,omitempty"`
-	// NeedsRefund: a payment arrived after the order was cancelled; an
-	// admin refunds it.
+	// NeedsRefund: money is owed back to the buyer (a payment arrived after
+	// the order was cancelled, or an admin refunded the order) and no admin
+	// has marked it returned yet.
 	NeedsRefund bool `json:"needs_refund,omitempty"`
 }
 
@@ -174,7 +175,7 @@ func (h *HTTP) written(ctx context.Context, id int64) (View, error) {
 	o, err := h.store.Get(ctx, id)
 	if err == nil {
 		v := ViewOf(o, h.now())
-		if o.Status == StatusCancelled {
+		if o.Status == StatusCancelled || o.Status == StatusRefunded {
 			v.NeedsRefund, err = h.store.NeedsRefund(ctx, o.ID)
 		}
 		return v, err
@@ -223,10 +224,6 @@ func (h *HTTP) Cancel(c *gin.Context) { h.move(c, Cancel) }
 
 // Redeem is the shop marking a paid voucher used (an admin route).
 func (h *HTTP) Redeem(c *gin.Context) { h.move(c, Redeem) }
-
-// Refund is an admin refunding a paid order before use: its unit goes back
-// on sale (an admin route).
-func (h *HTTP) Refund(c *gin.Context) { h.move(c, Refund) }
 
 // move makes an action on the order named in the path and answers the
 // order as it is after it. A repeat answers the same; a wrong state 409

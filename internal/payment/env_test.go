@@ -173,6 +173,7 @@ func (e env) service(t testing.TB, cfg Config) service {
 	api.POST("/payments/notify", h.Notify)
 	api.POST("/orders/:id/pay", e.signer.Middleware(), h.Pay)
 	api.POST("/orders/:id/refund", e.signer.Middleware(), auth.RequireAdmin(), h.Refund)
+	api.GET("/orders/:id", e.signer.Middleware(), e.orders.Show)
 	admin := api.Group("/admin", e.signer.Middleware(), auth.RequireAdmin())
 	admin.GET("/refunds", h.Refunds)
 	admin.POST("/payments/:id/refunded", h.MarkRefunded)

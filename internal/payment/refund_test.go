@@ -81,6 +81,9 @@ func TestRefundOwesThePayment(t *testing.T) {
 		if v.Status != order.StatusRefunded || v.RefundedAt == nil || !v.NeedsRefund {
 			t.Fatalf("refund answered %+v, want refunded with its time and a refund owed", v)
 		}
+		if shown := answer[order.View](t, s.as(t, buyer, false, http.MethodGet, "/api/v1/orders/"+strconv.FormatInt(id, 10)), http.StatusOK); shown.Status != order.StatusRefunded || !shown.NeedsRefund {
+			t.Fatalf("the buyer's view of the refunded order %+v, want refunded with a refund owed", shown)
+		}
 		o := e.getOrder(t, id)
 		if o.Status != order.StatusRefunded || o.Live != nil || o.UnitBackAt == nil || e.stock(t) != stock+1 {
 			t.Fatalf("order %+v, stock %d (was %d): want refunded, its unit back on sale", o, e.stock(t), stock)
@@ -111,6 +114,9 @@ func TestRefundOwesThePayment(t *testing.T) {
 		marked := answer[View](t, s.markRefunded(t, p.ID), http.StatusOK)
 		if marked.Status != StatusRefunded || marked.RefundedAt == nil || marked.RefundReason != ReasonOrderRefunded {
 			t.Fatalf("marked %+v, want refunded with its time", marked)
+		}
+		if shown := answer[order.View](t, s.as(t, buyer, false, http.MethodGet, "/api/v1/orders/"+strconv.FormatInt(id, 10)), http.StatusOK); shown.NeedsRefund {
+			t.Fatalf("the buyer's view after the money went back %+v, want nothing owed", shown)
 		}
 		if list := s.refunds(t); len(list) != 1 || list[0].PaymentID != late.ID {
 			t.Fatalf("refunds owed after marking %+v, want only the late payment %d", list, late.ID)
