@@ -390,7 +390,7 @@ func (s *instance) buildWorker(cfg config, c *core, locks *order.Locks) {
 		}, expirer, c.log))
 		s.background = append(s.background, mq.NewPoller(due, mq.PollerConfig{Idle: pollIdle}, c.log))
 	}
-	s.background = append(s.background, order.NewSweeper(c.db, c.life, order.SweeperConfig{Every: cfg.Pay.Sweep, Observer: c.m}, c.log))
+	s.background = append(s.background, order.NewSweeper(c.db, c.life, order.SweeperConfig{Every: cfg.Pay.Sweep, Observer: c.m, Ready: c.life.ShardReady}, c.log))
 	for shard := range c.keys.Shards() {
 		delay := mq.NewDelayQueue(c.rdb, c.keys.Delayed(shard), c.keys.Stream(shard))
 		// Several consumers per shard: one batch's Redis round trips

@@ -48,7 +48,7 @@ var DeadLetterReasons = []string{
 
 // Operations whose failures are counted; any other is counted as "other".
 var (
-	RedisOps = []string{"read", "reclaim", "ack", "delay", "lock", "give_back", "publish", "sample", "schedule_expiry", "unit_back"}
+	RedisOps = []string{"read", "reclaim", "ack", "delay", "lock", "give_back", "publish", "sample", "schedule_expiry", "settle", "unit_back"}
 	MySQLOps = []string{"write", "pay", "cancel", "expire", "redeem", "refund", "unit_back"}
 )
 
