@@ -37,23 +37,10 @@ func TestFailedBatchStaysPending(t *testing.T) {
 		want[i] = e.ID
 	}
 
-	// The failing consumer: every batch fails; each call records the ids
-	// it was handed and what the pending list held at that moment.
-	type call struct {
-		ids     []string
-		pending []redis.XPendingExt
-	}
-	var mu sync.Mutex
-	var calls []call
+	// The failing consumer: every batch fails.
+	var calls handedOver
 	failing := HandlerFunc(func(ctx context.Context, batch []Message) ([]Outcome, error) {
-		c := call{}
-		for _, m := range batch {
-			c.ids = append(c.ids, m.ID)
-		}
-		c.pending, _ = rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "g", Start: "-", End: "+", Count: 100}).Result()
-		mu.Lock()
-		calls = append(calls, c)
-		mu.Unlock()
+		calls.record(ctx, rdb, stream, batch)
 		return nil, errors.New("database down")
 	})
 	actx, stopA := context.WithCancel(ctx)
@@ -64,29 +51,10 @@ func TestFailedBatchStaysPending(t *testing.T) {
 	}, failing, quiet)
 	go func() { defer close(aDone); _ = a.Run(actx) }()
 	t.Cleanup(func() { stopA(); <-aDone })
-	testenv.WaitFor(t, 10*time.Second, "the failing batch handed over three times", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(calls) >= 3
-	})
+	testenv.WaitFor(t, 10*time.Second, "the failing batch handed over three times", func() bool { return calls.count() >= 3 })
 	stopA()
 	<-aDone
-
-	mu.Lock()
-	for i, c := range calls {
-		if !slices.Equal(c.ids, want) {
-			t.Errorf("call %d handed %v, want the whole failed batch %v", i, c.ids, want)
-		}
-		if len(c.pending) != n {
-			t.Errorf("call %d: %d entries pending, want %d", i, len(c.pending), n)
-		}
-		for _, p := range c.pending {
-			if p.Consumer != "a" {
-				t.Errorf("call %d: entry %s pending with %q, want a", i, p.ID, p.Consumer)
-			}
-		}
-	}
-	mu.Unlock()
+	calls.check(t, want, "a")
 	// Stopped while failing: nothing acknowledged, nothing deleted.
 	p, err := rdb.XPending(ctx, stream, "g").Result()
 	if err != nil || p.Count != n || p.Consumers["a"] != n {
@@ -120,6 +88,56 @@ func TestFailedBatchStaysPending(t *testing.T) {
 	for id, d := range deliveries {
 		if d < 2 {
 			t.Errorf("entry %s reclaimed with %d deliveries, want at least 2", id, d)
+		}
+	}
+}
+
+// handedOver records each batch a handler was handed: its ids, and what
+// the group's pending list held at that moment.
+type handedOver struct {
+	mu    sync.Mutex
+	calls []handed
+}
+
+type handed struct {
+	ids     []string
+	pending []redis.XPendingExt
+}
+
+func (h *handedOver) record(ctx context.Context, rdb *redis.Client, stream string, batch []Message) {
+	c := handed{}
+	for _, m := range batch {
+		c.ids = append(c.ids, m.ID)
+	}
+	c.pending, _ = rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "g", Start: "-", End: "+", Count: 100}).Result()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, c)
+}
+
+func (h *handedOver) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.calls)
+}
+
+// check fails unless every batch handed over was the whole of want, all
+// of it pending with consumer at the time.
+func (h *handedOver) check(t testing.TB, want []string, consumer string) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, c := range h.calls {
+		if !slices.Equal(c.ids, want) {
+			t.Errorf("call %d handed %v, want the whole failed batch %v", i, c.ids, want)
+		}
+		if len(c.pending) != len(want) {
+			t.Errorf("call %d: %d entries pending, want %d", i, len(c.pending), len(want))
+		}
+		for _, p := range c.pending {
+			if p.Consumer != consumer {
+				t.Errorf("call %d: entry %s pending with %q, want %s", i, p.ID, p.Consumer, consumer)
+			}
 		}
 	}
 }
