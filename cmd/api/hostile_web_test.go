@@ -222,6 +222,10 @@ func TestHostileVoucherDates(t *testing.T) {
 	s := startWeb(t, map[string]string{"SECKILL_RATE_LIMIT": "off"})
 	admin := token(t, 1, auth.RoleAdmin)
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	g := s.db(t)
+	rdb := testenv.Redis(t)
+	testenv.WaitFor(t, 30*time.Second, "the service ready", func() bool { st, _ := ready(t, s.base); return st == 200 })
+	before := s.snapshot(t, rdb, g)
 	for name, body := range map[string]string{
 		"begin in year 1":     `{"title":"t","face_value":1,"stock":1,"begin_at":"0001-01-01T00:00:00Z","end_at":"` + future + `"}`,
 		"begin in year 999":   `{"title":"t","face_value":1,"stock":1,"begin_at":"0999-01-01T00:00:00Z","end_at":"` + future + `"}`,
@@ -232,5 +236,13 @@ func TestHostileVoucherDates(t *testing.T) {
 		if a.status != 422 || a.code() != "invalid_voucher" {
 			t.Errorf("%s: %d %s, want 422 invalid_voucher", name, a.status, a.raw)
 		}
+	}
+	// Nothing stored: no voucher row, no Redis key written or changed.
+	var rows int64
+	if err := g.Table("vouchers").Count(&rows).Error; err != nil || rows != 0 {
+		t.Errorf("%d voucher rows after the refusals (%v), want none", rows, err)
+	}
+	if d := before.diff(s.snapshot(t, rdb, g)); len(d) > 0 {
+		t.Errorf("refused vouchers changed state: %v", d)
 	}
 }

@@ -62,6 +62,20 @@ type Signer struct {
 	seen atomic.Pointer[sync.Map]
 	// seenN counts entries in seen; at maxSeen it starts over.
 	seenN atomic.Int64
+	// now is the clock every expiry is read against (Mint, verify and
+	// the cache alike); time.Now unless WithClock says otherwise.
+	now func() time.Time
+}
+
+// SignerOption adjusts a Signer made by NewSigner.
+type SignerOption func(*Signer)
+
+// WithClock makes the Signer read the time from now instead of time.Now:
+// tokens it mints start at now(), and a token, cached or not, is refused
+// once now() passes its expiry. Tests use it to step over an expiry
+// without waiting for one.
+func WithClock(now func() time.Time) SignerOption {
+	return func(s *Signer) { s.now = now }
 }
 
 // maxSeen bounds the verified-token cache (about 300 bytes an entry).
@@ -73,17 +87,22 @@ type verified struct {
 }
 
 // NewSigner returns a Signer; the secret must be at least MinSecretLen bytes.
-func NewSigner(secret []byte) (*Signer, error) {
+func NewSigner(secret []byte, options ...SignerOption) (*Signer, error) {
 	if len(secret) < MinSecretLen {
 		return nil, fmt.Errorf("token secret: need at least %d bytes, got %d", MinSecretLen, len(secret))
+	}
+	s := &Signer{secret: secret, now: time.Now}
+	for _, o := range options {
+		o(s)
 	}
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuer(issuer),
 		jwt.WithLeeway(5 * time.Second),
+		jwt.WithTimeFunc(s.now),
 	}
-	s := &Signer{secret: secret, parser: jwt.NewParser(opts...), check: jwt.NewValidator(opts...)}
+	s.parser, s.check = jwt.NewParser(opts...), jwt.NewValidator(opts...)
 	s.macs.New = func() any { return hmac.New(sha256.New, s.secret) }
 	// The header Mint writes: the library's, encoded as the library does.
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{}).SignedString(secret)
@@ -110,7 +129,7 @@ func (s *Signer) Mint(id Identity, ttl time.Duration) (string, error) {
 	if ttl <= 0 {
 		return "", fmt.Errorf("mint token: ttl must be positive")
 	}
-	now := time.Now()
+	now := s.now()
 	c := claims{
 		Role: id.Role,
 		RegisteredClaims: jwt.RegisteredClaims{
@@ -131,7 +150,7 @@ func (s *Signer) Mint(id Identity, ttl time.Duration) (string, error) {
 func (s *Signer) Parse(token string) (Identity, error) {
 	m := s.cache()
 	if v, ok := m.Load(token); ok {
-		if e := v.(verified); time.Now().Before(e.exp) {
+		if e := v.(verified); s.now().Before(e.exp) {
 			return e.id, nil
 		}
 		m.Delete(token)

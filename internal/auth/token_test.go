@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +17,9 @@ import (
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
 
-func mustSigner(t testing.TB, s []byte) *Signer {
+func mustSigner(t testing.TB, s []byte, opts ...SignerOption) *Signer {
 	t.Helper()
-	sg, err := NewSigner(s)
+	sg, err := NewSigner(s, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,5 +203,67 @@ func BenchmarkVerify(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// fakeClock is a clock a test moves by hand.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock(t time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) set(t time.Time)         { c.ns.Store(t.UnixNano()) }
+func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// TestTokenStopsAtItsExpiry: a token works until its expiry (plus the
+// parser's five seconds of leeway for clocks apart) and not after, whether
+// it was verified before (and sits in the cache) or is seen for the first
+// time.
+func TestTokenStopsAtItsExpiry(t *testing.T) {
+	t.Parallel()
+	// A whole second: expiries are written in whole seconds.
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	clock := newFakeClock(t0)
+	s := mustSigner(t, secret, WithClock(clock.now))
+	want := Identity{UserID: 9, Role: RoleUser}
+	cached, err := s.Mint(want, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := s.Mint(Identity{UserID: 10, Role: RoleUser}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := s.Parse(cached); err != nil || id != want {
+		t.Fatalf("at minting: %+v, %v", id, err)
+	}
+	clock.advance(59 * time.Second)
+	if id, err := s.Parse(cached); err != nil || id != want {
+		t.Fatalf("a second before expiry: %+v, %v", id, err)
+	}
+	// Past the expiry and the leeway: refused, cached or not.
+	clock.set(t0.Add(time.Minute + 6*time.Second))
+	if id, err := s.Parse(cached); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("a cached token after its expiry: %+v, %v", id, err)
+	}
+	if id, err := s.Parse(fresh); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("a token first seen after its expiry: %+v, %v", id, err)
+	}
+	// Refused again, now that the cache has dropped it.
+	if _, err := s.Parse(cached); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("a cached token after its expiry, asked twice: %v", err)
+	}
+	// A token minted by the clock's now is valid by the clock's now, though
+	// the machine's own clock is years behind.
+	late, err := s.Mint(want, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := s.Parse(late); err != nil || id != want {
+		t.Fatalf("a token minted at the clock's time: %+v, %v", id, err)
 	}
 }

@@ -203,68 +203,105 @@ func NewPoller(q *DelayQueue, cfg PollerConfig, log *slog.Logger) *Poller {
 	return &Poller{q: q, cfg: cfg, log: log.With("delay_queue", q.key)}
 }
 
-// Run polls until ctx is done.
+// Run polls until ctx is done: each look drains what is due and sets the
+// timer for the next one; a nudge brings the next look forward.
 func (p *Poller) Run(ctx context.Context) error {
-	timer := time.NewTimer(p.cfg.Every)
-	defer timer.Stop()
-	wake := time.Now().Add(p.cfg.Every) // when the timer fires
-	var last time.Time                  // the last look
-	failing := false
+	s := pollState{timer: time.NewTimer(p.cfg.Every), wake: time.Now().Add(p.cfg.Every), log: p.log}
+	defer s.timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-p.q.nudged:
-			due, ok := p.q.takeNudge()
-			if !ok {
-				continue
-			}
-			// Due in the poller's own time: the two clocks differ only
-			// under tests' clocks.
-			at := time.Now().Add(due.Sub(p.cfg.Now()))
-			at = later(at, last.Add(p.cfg.Every))
-			if at.Before(wake) {
-				wake = at
-				timer.Reset(time.Until(at))
-			}
-			continue
-		case <-timer.C:
+			p.nudge(&s)
+		case <-s.timer.C:
+			p.look(ctx, &s)
 		}
-		last = time.Now()
-		// Drain what is due now in bounded calls, without waiting for the
-		// next look while full batches come back.
-		var now, next time.Time
-		moved := 0
-		for {
-			now = p.cfg.Now()
-			n, due, err := p.q.forwardNext(ctx, now, p.cfg.Batch)
-			if err != nil {
-				if !failing && ctx.Err() == nil {
-					p.log.Warn("delay queue poller failing; retrying", "err", err)
-					failing = true
-				}
-				moved = -1 // look again soon
-				break
-			}
-			if failing {
-				p.log.Info("delay queue poller recovered")
-				failing = false
-			}
-			moved += n
-			next = due
-			if n < p.cfg.Batch || ctx.Err() != nil {
-				break
-			}
+	}
+}
+
+// pollState is a running Poller's loop state.
+type pollState struct {
+	timer   *time.Timer
+	wake    time.Time // when the timer fires
+	last    time.Time // the last look
+	log     *slog.Logger
+	failing bool // the last call to Redis failed (logged once per run of failures)
+}
+
+// failed notes a failed look, logging where a run of failures begins.
+func (s *pollState) failed(ctx context.Context, err error) {
+	if !s.failing && ctx.Err() == nil {
+		s.log.Warn("delay queue poller failing; retrying", "err", err)
+		s.failing = true
+	}
+}
+
+// succeeded notes a call that worked, logging where a run of failures ends.
+func (s *pollState) succeeded() {
+	if s.failing {
+		s.log.Info("delay queue poller recovered")
+		s.failing = false
+	}
+}
+
+// nudge brings the next look forward to the earliest due time nudged, but
+// no sooner than Every after the last look.
+func (p *Poller) nudge(s *pollState) {
+	due, ok := p.q.takeNudge()
+	if !ok {
+		return
+	}
+	// Due in the poller's own time: the two clocks differ only under
+	// tests' clocks.
+	at := time.Now().Add(due.Sub(p.cfg.Now()))
+	at = later(at, s.last.Add(p.cfg.Every))
+	if at.Before(s.wake) {
+		s.wake = at
+		s.timer.Reset(time.Until(at))
+	}
+}
+
+// look drains what is due and sets the timer for the next look.
+func (p *Poller) look(ctx context.Context, s *pollState) {
+	s.last = time.Now()
+	wait := p.waitAfter(p.drain(ctx, s))
+	s.wake = time.Now().Add(wait)
+	s.timer.Reset(wait)
+}
+
+// drain moves what is due now in bounded calls, without waiting for the
+// next look while full batches come back. It reports how many moved (-1
+// when a call failed), the time of the last call and the due time of the
+// first member left (zero for none or unknown).
+func (p *Poller) drain(ctx context.Context, s *pollState) (moved int, now, next time.Time) {
+	for {
+		now = p.cfg.Now()
+		n, due, err := p.q.forwardNext(ctx, now, p.cfg.Batch)
+		if err != nil {
+			s.failed(ctx, err)
+			return -1, now, next // look again soon
 		}
-		wait := p.cfg.Idle
-		switch {
-		case moved != 0:
-			wait = p.cfg.Every
-		case !next.IsZero():
-			wait = min(max(next.Sub(now), p.cfg.Every), p.cfg.Idle)
+		s.succeeded()
+		moved += n
+		next = due
+		if n < p.cfg.Batch || ctx.Err() != nil {
+			return moved, now, next
 		}
-		wake = time.Now().Add(wait)
-		timer.Reset(wait)
+	}
+}
+
+// waitAfter is the time to the next look: Every after a look that moved
+// members or failed; until the first member left is due, between Every and
+// Idle; Idle when the queue is empty.
+func (p *Poller) waitAfter(moved int, now, next time.Time) time.Duration {
+	switch {
+	case moved != 0:
+		return p.cfg.Every
+	case !next.IsZero():
+		return min(max(next.Sub(now), p.cfg.Every), p.cfg.Idle)
+	default:
+		return p.cfg.Idle
 	}
 }
 

@@ -320,3 +320,32 @@ func TestConsumerKeepsLiveBatch(t *testing.T) {
 		t.Fatalf("the other consumer took %d entries", otherCalls.Load())
 	}
 }
+
+// TestPollerLooksAgainAfterMoving: a look that moved members does not know
+// when the next is due, so the poller looks again after Every, not Idle:
+// a second member scheduled elsewhere (no nudge), due soon after the
+// first, moves in time although the poller would otherwise sleep a minute.
+func TestPollerLooksAgainAfterMoving(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	stream, key := names(t)
+	q := NewDelayQueue(rdb, key, stream)
+	now := time.Now()
+	for i, due := range []time.Time{now.Add(200 * time.Millisecond), now.Add(400 * time.Millisecond)} {
+		if err := rdb.ZAdd(ctx, key, redis.Z{Score: float64(due.UnixMilli()), Member: Payload(map[string]string{"n": fmt.Sprint(i)})}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = NewPoller(q, PollerConfig{Every: 5 * time.Millisecond, Idle: time.Minute, Batch: 1}, quiet).Run(pctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	testenv.WaitFor(t, 10*time.Second, "both members moved", func() bool {
+		l, err := rdb.XLen(ctx, stream).Result()
+		return err == nil && l == 2
+	})
+}

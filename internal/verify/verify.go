@@ -508,36 +508,91 @@ func (s *sale) endedOnce() {
 func (s *sale) statesHold() {
 	c := named{s: s}
 	for _, o := range s.orders {
-		want, known := stateTimes[o.Status]
-		if !known {
-			c.add("I8: order %d (user %d) is in unknown state %q", o.ID, o.UserID, o.Status)
-			continue
-		}
-		switch live := liveState(o.Status); {
-		case live && !o.Live:
-			c.add("I8: %s order %d (user %d) is not live", o.Status, o.ID, o.UserID)
-		case !live && o.LiveSet:
-			c.add("I8: %s order %d (user %d) is still live", o.Status, o.ID, o.UserID)
-		}
-		for _, t := range o.times() {
-			switch {
-			case t.set && !slices.Contains(want, t.name):
-				c.add("I8: %s order %d (user %d) has %s", o.Status, o.ID, o.UserID, t.name)
-			case !t.set && slices.Contains(want, t.name):
-				c.add("I8: %s order %d (user %d) has no %s", o.Status, o.ID, o.UserID, t.name)
-			}
-		}
-		if o.Status == Cancelled && o.CancelReason != "" && o.CancelReason != "buyer" && o.CancelReason != "expired" {
-			c.add("I8: cancelled order %d (user %d) has cancel_reason %q", o.ID, o.UserID, o.CancelReason)
-		}
-		if o.Status == AwaitingPayment && !o.PayDeadline {
-			c.add("I8: awaiting_payment order %d (user %d) has no pay_deadline", o.ID, o.UserID)
-		}
-		if liveState(o.Status) && o.UnitBackAt {
-			c.add("I8: %s order %d (user %d) has unit_back_at", o.Status, o.ID, o.UserID)
+		for _, v := range o.stateViolations() {
+			c.add("I8: %s", v)
 		}
 	}
 	c.total("I8: ... %d state violations in all")
+}
+
+// stateViolations says what is wrong with the order's state, by I8's rules.
+func (o order) stateViolations() []string {
+	if _, known := stateTimes[o.Status]; !known {
+		return []string{fmt.Sprintf("order %d (user %d) is in unknown state %q", o.ID, o.UserID, o.Status)}
+	}
+	var out []string
+	for _, rule := range stateRules {
+		for _, what := range rule(o) {
+			out = append(out, fmt.Sprintf("%s order %d (user %d) %s", o.Status, o.ID, o.UserID, what))
+		}
+	}
+	return out
+}
+
+// stateRules are I8's checks of an order in a known state, in the order
+// their findings are reported; each says what is wrong, after "<state>
+// order <id> (user <id>)".
+var stateRules = []func(o order) []string{
+	liveAsItsState,
+	timesAsItsState,
+	cancelReasonKnown,
+	deadlineWhileAwaiting,
+	unitHeldWhileLive,
+}
+
+// liveAsItsState: an order is live exactly while its state holds a unit.
+func liveAsItsState(o order) []string {
+	switch live := liveState(o.Status); {
+	case live && !o.Live:
+		return []string{"is not live"}
+	case !live && o.LiveSet:
+		return []string{"is still live"}
+	}
+	return nil
+}
+
+// timesAsItsState: an order has the times its state implies
+// (stateTimes), and no other.
+func timesAsItsState(o order) []string {
+	want := stateTimes[o.Status]
+	var out []string
+	for _, t := range o.times() {
+		switch {
+		case t.set && !slices.Contains(want, t.name):
+			out = append(out, "has "+t.name)
+		case !t.set && slices.Contains(want, t.name):
+			out = append(out, "has no "+t.name)
+		}
+	}
+	return out
+}
+
+// cancelReasons are the reasons an order is cancelled for ("" is
+// timesAsItsState's to judge).
+var cancelReasons = []string{"", "buyer", "expired"}
+
+// cancelReasonKnown: a cancelled order names a known reason.
+func cancelReasonKnown(o order) []string {
+	if o.Status == Cancelled && !slices.Contains(cancelReasons, o.CancelReason) {
+		return []string{fmt.Sprintf("has cancel_reason %q", o.CancelReason)}
+	}
+	return nil
+}
+
+// deadlineWhileAwaiting: an order awaiting payment has a pay deadline.
+func deadlineWhileAwaiting(o order) []string {
+	if o.Status == AwaitingPayment && !o.PayDeadline {
+		return []string{"has no pay_deadline"}
+	}
+	return nil
+}
+
+// unitHeldWhileLive: a live order never got its unit back.
+func unitHeldWhileLive(o order) []string {
+	if liveState(o.Status) && o.UnitBackAt {
+		return []string{"has unit_back_at"}
+	}
+	return nil
 }
 
 // stateTimes names, for each state, the times its orders have; the others

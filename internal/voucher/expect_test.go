@@ -46,3 +46,24 @@ func TestExpectNeverBelowZero(t *testing.T) {
 		}
 	}
 }
+
+// TestExpectTheDatabaseOrderFirst: a buyer with an order in the database
+// and another in flight (bought again after Redis lost the first) keeps
+// the database's order: the one in flight is refused when written (one
+// order per buyer and voucher). Only buyers without a database order
+// count as in flight, and a dead-lettered order in flight holds nothing.
+func TestExpectTheDatabaseOrderFirst(t *testing.T) {
+	t.Parallel()
+	w := &Warmer{ledger: ledgerOf{buyers: map[int64]int64{7: 100}, dead: map[int64]bool{400: true}}}
+	flying := inFlight{5: {7: {200}, 8: {300}, 9: {400}}}
+	e, err := w.expect(context.Background(), Voucher{ID: 5, TotalStock: 10}, flying)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.buyers) != 2 || e.buyers[7] != 100 || e.buyers[8] != 300 {
+		t.Errorf("buyers %v, want user 7 with the database's order 100 and user 8 with 300", e.buyers)
+	}
+	if e.flying != 1 || e.stock != 8 {
+		t.Errorf("%d in flight and stock %d, want 1 and 8", e.flying, e.stock)
+	}
+}

@@ -319,7 +319,21 @@ func TestAnnouncedAgeIsTheOldest(t *testing.T) {
 	a.Learn(sentA, 1, 10, Reservation{OrderID: 1}, nil) // then A
 	ca.t = ca.t.Add(5 * time.Millisecond)               // announced at 160ms
 	b.apply(string(a.encodeAccepted(nil, []accepted{<-a.out, <-a.out})))
-	cb.t = cb.t.Add(100 * time.Millisecond) // 260ms after A was sent
+	// Both are kept on b for what is left of the oldest's bound: 40ms.
+	cb.t = cb.t.Add(39 * time.Millisecond) // 199ms after A was sent
+	for user, order := range map[int64]int64{10: 1, 20: 2} {
+		var held *PurchasedError
+		if err := b.Lookup(1, user); !errors.As(err, &held) || held.OrderID != order {
+			t.Fatalf("buyer %d, 199ms after the oldest was sent (bound 200ms): %v, want order %d", user, err, order)
+		}
+	}
+	cb.t = cb.t.Add(2 * time.Millisecond) // 201ms after A was sent
+	for _, user := range []int64{10, 20} {
+		if err := b.Lookup(1, user); err != nil {
+			t.Fatalf("buyer %d, 201ms after the oldest of the batch was sent (bound 200ms), still answered: %v", user, err)
+		}
+	}
+	cb.t = cb.t.Add(59 * time.Millisecond) // 260ms after A was sent
 	var held *PurchasedError
 	if err := b.Lookup(1, 10); errors.As(err, &held) {
 		t.Fatalf("A's answer, sent to Redis 260ms ago (bound 200ms), still answered: %v", err)
@@ -332,11 +346,23 @@ func TestAnnouncedAgeIsTheOldest(t *testing.T) {
 func TestGivenBackSurvivesAReload(t *testing.T) {
 	t.Parallel()
 	r, _ := newFakeRefusals(time.Hour, 0)
+	r.apply("a 0 3 12 79")
+	var held *PurchasedError
+	if err := r.Lookup(3, 12); !errors.As(err, &held) || held.OrderID != 79 {
+		t.Fatalf("an announced order: %v, want order 79 held", err)
+	}
 	r.apply("g 3 12 79")
 	r.apply("l 3")
 	r.apply("a 0 3 12 79")
-	var held *PurchasedError
 	if err := r.Lookup(3, 12); errors.As(err, &held) {
 		t.Fatalf("a given-back order answered as held after a reload: %v", err)
+	}
+	// Announcements after the reload are kept: the same buyer's next
+	// order, and another buyer's.
+	r.apply("a 0 3 12 80 3 13 81")
+	for user, order := range map[int64]int64{12: 80, 13: 81} {
+		if err := r.Lookup(3, user); !errors.As(err, &held) || held.OrderID != order {
+			t.Fatalf("buyer %d after the reload: %v, want order %d held", user, err, order)
+		}
 	}
 }

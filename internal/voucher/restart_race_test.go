@@ -80,3 +80,56 @@ func TestRunIDRefusedIsAnError(t *testing.T) {
 	// The server's own refusal of the section (the embedded Redis) is an
 	// unknown identity, not an error: covered by TestEmbeddedRedisWarmsByMarker.
 }
+
+// TestRestartBeforeRebuildReopensWithTheNewMaster: a Warm round read the
+// master's run_id at its first shard; the master restarted (keeping its
+// data) before the round reached a shard whose marker is gone. That
+// shard's rebuild reopens it with the run_id of the master serving it
+// now, read under the lease, not the round's older one: else the next
+// round would take its fresh marker for a stale one and rebuild it again.
+// One restart: the lost shard is rebuilt once (missing), the other once
+// (master_changed), and nothing after.
+func TestRestartBeforeRebuildReopensWithTheNewMaster(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t, testenv.RedisOptions{AppendOnly: true})
+	e := newRestartEnv(t, srv.Client(t), 2, 10, ledger{})
+	var log rebuildLog
+	w := e.instance(&log)
+	warm(t, w)
+	log.take()
+	ctx := context.Background()
+	// Shard 0's voucher state is missing: the round loads it and reads the
+	// pending index, where the master restarts. Shard 1's marker is gone:
+	// the round rebuilds it after the restart.
+	if err := e.rdb.Del(ctx, e.keys.State(e.ids[0]), e.keys.Ready(1)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fired := false
+	w.afterPage = func() {
+		if fired {
+			return
+		}
+		fired = true
+		srv.Restart(t)
+		reconnect(t, e.rdb)
+	}
+	if _, err := w.Warm(ctx); err != nil {
+		t.Logf("the round across the restart: %v", err)
+	}
+	w.afterPage = nil
+	if !fired {
+		t.Fatal("the round read no pending index of shard 0: no restart happened")
+	}
+	for range 3 {
+		warm(t, w)
+	}
+	got := log.take()
+	want := map[rebuildEvent]int{{0, RebuildMasterChanged}: 1, {1, RebuildMissing}: 1}
+	seen := map[rebuildEvent]int{}
+	for _, ev := range got {
+		seen[ev]++
+	}
+	if len(seen) != len(want) || seen[rebuildEvent{0, RebuildMasterChanged}] != 1 || seen[rebuildEvent{1, RebuildMissing}] != 1 {
+		t.Fatalf("rebuilds after one restart: %v, want shard 1 once (missing) and shard 0 once (master_changed)", got)
+	}
+}
