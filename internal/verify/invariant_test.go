@@ -157,13 +157,14 @@ func TestInvariantsAlone(t *testing.T) {
 		{"I10 payments match", func(s *sale) {
 			s.orders = append(s.orders, cancelled(904, 4), cancelled(905, 5), refunded(906, 6), cancelled(907, 7))
 			// 7 and 8: paid twice (the second needs a refund, then refunded).
-			s.payments = []payment{{1, 901, "succeeded"}, {2, 904, "needs_refund"}, {3, 905, "refunded"}, {4, 906, "succeeded"}, {5, 906, "refunded"}, {6, 907, "created"},
+			s.payments = []payment{{1, 901, "succeeded"}, {2, 904, "needs_refund"}, {3, 905, "refunded"}, {4, 906, "needs_refund"}, {5, 906, "refunded"}, {6, 907, "created"},
 				{7, 901, "needs_refund"}, {8, 901, "refunded"}}
 			s.index()
 		}, (*sale).paymentsMatch, nil},
 		{"I10 payments at odds", func(s *sale) {
-			s.orders = append(s.orders, cancelled(904, 4), awaiting(905, 5))
-			s.payments = []payment{{1, 904, "succeeded"}, {2, 905, "succeeded"}, {3, 905, "needs_refund"}, {4, 901, "succeeded"}, {5, 901, "succeeded"}, {6, 905, "refunded"}}
+			s.orders = append(s.orders, cancelled(904, 4), awaiting(905, 5), refunded(906, 6))
+			s.payments = []payment{{1, 904, "succeeded"}, {2, 905, "succeeded"}, {3, 905, "needs_refund"}, {4, 901, "succeeded"}, {5, 901, "succeeded"}, {6, 905, "refunded"},
+				{7, 906, "succeeded"}}
 			s.index()
 		}, (*sale).paymentsMatch, []string{
 			"I10: payment 1 succeeded but its order 904 is cancelled",
@@ -171,6 +172,7 @@ func TestInvariantsAlone(t *testing.T) {
 			"I10: payment 3 is needs_refund but its order 905 is awaiting_payment",
 			"I10: payments 4 and 5 both paid order 901",
 			"I10: payment 6 is refunded but its order 905 is awaiting_payment",
+			"I10: payment 7 succeeded but its order 906 is refunded",
 		}},
 	} {
 		s := healthy()

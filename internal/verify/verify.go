@@ -643,11 +643,12 @@ func (s *sale) unitsReturned() {
 	c.total("I9: ... %d ended orders with their unit not back in all")
 }
 
-// paymentsMatch checks I10: a succeeded payment belongs to a paid, used or
-// refunded order, and an order has at most one: a payment of a cancelled
-// order never stays succeeded (money that arrived after the cancellation
-// is needs_refund, then refunded), and a second payment of a paid order is
-// needs_refund too. So a payment needing a refund, or refunded, belongs to
+// paymentsMatch checks I10: a succeeded payment belongs to a paid or used
+// order, and an order has at most one: a payment of a cancelled order never
+// stays succeeded (money that arrived after the cancellation is
+// needs_refund, then refunded), a refund moves its order's payment to
+// needs_refund in the same transaction, and a second payment of a paid
+// order is needs_refund too. So a payment needing a refund, or refunded, belongs to
 // an order that could not take it: one that ended, or one another payment
 // paid; never to an order still awaiting payment. A payment created and
 // never made stays created.
@@ -657,7 +658,7 @@ func (s *sale) paymentsMatch() {
 	for _, p := range s.payments {
 		state := s.stateOfOrder[p.OrderID]
 		switch {
-		case p.Status == "succeeded" && state != Paid && state != Used && state != Refunded:
+		case p.Status == "succeeded" && state != Paid && state != Used:
 			c.add("I10: payment %d succeeded but its order %d is %s", p.ID, p.OrderID, state)
 		case p.Status == "succeeded" && succeeded[p.OrderID] != 0:
 			c.add("I10: payments %d and %d both paid order %d", succeeded[p.OrderID], p.ID, p.OrderID)
