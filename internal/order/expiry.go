@@ -151,9 +151,12 @@ func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome,
 		return outcomes, nil
 	}
 	orders, err := e.life.ExpireAll(ctx, ids)
-	left := &LeftError{}
-	if err != nil && !errors.As(err, &left) {
+	left, isLeft := err.(*LeftError) // only this error says the others are done
+	switch {
+	case err != nil && !isLeft:
 		return nil, err
+	case err == nil:
+		left = &LeftError{}
 	}
 	// The others are done: an order that could not be moved, or whose
 	// unit Redis did not take, holds up only itself.

@@ -565,7 +565,8 @@ func (l *Lifecycle) expireEach(ctx context.Context, ids []int64) (map[int64]*Ord
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(append(errs, left.err())...)
+		// Not a *LeftError: the whole batch is tried again.
+		return nil, errors.Join(errs...)
 	}
 	return out, left.err()
 }

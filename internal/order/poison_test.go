@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -286,6 +287,57 @@ func TestExpirerOneUnmovableOrder(t *testing.T) {
 		}
 		if d := dueOf(t, e); len(d) != 0 {
 			t.Fatalf("scheduled again: %v; want it left to the sweeper", d)
+		}
+	})
+}
+
+// TestExpirerBatchFailureIsNotLeft: an order the database refuses to
+// expire fails the whole batch, which stays pending to be tried again,
+// even when another order of the batch is one left to the sweeper; acking
+// it would drop the refused order's expiry until the sweeper's next round.
+func TestExpirerBatchFailureIsNotLeft(t *testing.T) {
+	t.Parallel()
+	eachLifeDB(t, 1990, 3, func(t *testing.T, e lifeEnv) {
+		full, refusedBuy := e.buy(t), e.buy(t)
+		// The unit of full cannot go back (stock at its total, edited by
+		// hand); the database refuses refusedBuy's move outright.
+		if err := e.db.Exec("UPDATE vouchers SET stock = total_stock WHERE id = ?", full.voucher).Error; err != nil {
+			t.Fatal(err)
+		}
+		trigger := map[string]string{
+			"mysql": fmt.Sprintf(`CREATE TRIGGER refuse_expiry BEFORE UPDATE ON orders FOR EACH ROW
+				IF OLD.id = %d THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test'; END IF`, refusedBuy.order),
+			"sqlite": fmt.Sprintf(`CREATE TRIGGER refuse_expiry BEFORE UPDATE ON orders FOR EACH ROW
+				WHEN OLD.id = %d BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`, refusedBuy.order),
+		}[e.db.Dialector.Name()]
+		if err := e.db.Exec(trigger).Error; err != nil {
+			t.Fatal(err)
+		}
+		e.clock.pass(lifeWindow + time.Second)
+		if n := forward(t, e); n != 2 {
+			t.Fatalf("forwarded %d, want 2", n)
+		}
+		batch := readGroup(t, e, e.exp.Queue(0).Stream(), ExpiryGroup, "c", 10)
+		x := NewExpirer(e.life, e.exp, quietLog)
+		if out, err := x.Handle(context.Background(), batch); err == nil {
+			t.Fatalf("the batch answered %v and no error; want it failed, to be tried again", out)
+		}
+		if o := e.order(t, refusedBuy.order); o.Status != StatusAwaitingPayment {
+			t.Fatalf("refused order %s; want awaiting payment", describe(o))
+		}
+		// Once the database takes them (the trigger gone, the stock as it
+		// was), the same batch, tried again, expires both.
+		if err := e.db.Exec("DROP TRIGGER refuse_expiry").Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := e.db.Exec("UPDATE vouchers SET stock = total_stock - 2 WHERE id = ?", full.voucher).Error; err != nil {
+			t.Fatal(err)
+		}
+		expire(t, x, batch)
+		for _, id := range []int64{full.order, refusedBuy.order} {
+			if o := e.order(t, id); o.Status != StatusCancelled {
+				t.Fatalf("order %s after the batch was tried again; want cancelled", describe(o))
+			}
 		}
 	})
 }
