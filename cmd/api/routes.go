@@ -64,6 +64,8 @@ func addRoutes(r *gin.Engine, d deps) {
 		}
 		r.GET("/", site.Page)
 		r.HEAD("/", site.Page)
+		r.GET("/admin", site.AdminPage)
+		r.HEAD("/admin", site.AdminPage)
 		r.GET("/static/*file", site.Static)
 		r.HEAD("/static/*file", site.Static)
 		r.GET("/docs", site.APIPage)
