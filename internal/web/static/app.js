@@ -512,11 +512,11 @@
 
   // stateText is an order's state in words for its buyer, with the colour
   // to show it in. No order ids: the voucher code is what a buyer needs.
-  function stateText(o) {
+  function stateText(o, brief) {
     switch (o.status) {
       case "pending": return ["Confirming your order…", "warn"];
       case "awaiting_payment": return ["Reserved: pay" + (o.amount > 0 ? " " + money(o.amount) : "") + " in time to make it yours", "warn"];
-      case "paid": return [(o.amount > 0 ? "Paid " + money(o.amount) : "Free") + " ✓ yours" + codeText(o), "ok"];
+      case "paid": return [(o.amount > 0 ? "Paid " + money(o.amount) : "Free") + " ✓ yours" + (brief ? "" : codeText(o)), "ok"];
       case "used": return ["Used at the shop", "ok"];
       case "cancelled":
         return ["Cancelled" + (o.cancel_reason === "expired" ? " (expired: not paid in time)" : o.cancel_reason === "buyer" ? " (by you)" : "") +
@@ -722,10 +722,10 @@
       li.dataset.orderId = o.order_id;
       li.dataset.status = o.status;
       var what = document.createElement("span");
-      what.textContent = (titles.get(o.voucher_id) || "A voucher") + (o.code ? " · code " + o.code : "");
+      what.textContent = (titles.get(o.voucher_id) || "A voucher") + (o.code && o.status === "paid" ? " · code " + o.code + ", show it at the shop" : "");
       var st = document.createElement("span");
       st.className = "st st-" + o.status;
-      st.textContent = stateText(o)[0];
+      st.textContent = stateText(o, true)[0];
       li.append(what, st);
       if (o.status === "awaiting_payment") {
         var box = $("pay-tpl").content.firstElementChild.cloneNode(true);
