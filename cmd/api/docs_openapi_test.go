@@ -238,6 +238,21 @@ func TestOpenAPIAnswers(t *testing.T) {
 	used := buyWritten(t, o.base, priced, usedTok)
 	refunded := buyWritten(t, o.base, priced, refundTok)
 	var paymentID string // used's payment, from its pay answer
+	// coded is paid, then redeemed by its voucher code.
+	codedTok := token(t, 83, auth.RoleUser)
+	var coded string
+	codeOf := func(id, tok string) string {
+		t.Helper()
+		_, v := call(t, "GET", o.base+"/api/v1/orders/"+id, tok, nil)
+		c, _ := v["code"].(string)
+		if c == "" {
+			t.Fatalf("order %s has no code: %v", id, v)
+		}
+		return c
+	}
+	redeemCode := func(id, tok string) func(*exchange) {
+		return func(s *exchange) { s.body = map[string]any{"code": strings.ToLower(codeOf(id, tok))} }
+	}
 	at := func(id string) func(*exchange) { return func(s *exchange) { orderAt(s, id) } }
 	notifyBody := `{"notification_id":"n1","reference":"pay_x","amount":1500,"status":"succeeded"}`
 	signed := map[string]string{"X-Seckill-Timestamp": fmt.Sprint(now.Unix()), "X-Seckill-Signature": "sha256=" + strings.Repeat("0", 64)}
@@ -247,6 +262,8 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", path: "/readyz", status: 200},
 		{method: "GET", path: "/", status: 200},
 		{method: "HEAD", path: "/", status: 200},
+		{method: "GET", path: "/admin", status: 200},
+		{method: "HEAD", path: "/admin", status: 200},
 		{method: "GET", path: "/static/{file}", url: "/static/app.js", params: map[string]string{"file": "/app.js"}, status: 200},
 		{method: "HEAD", path: "/static/{file}", url: "/static/app.css", params: map[string]string{"file": "/app.css"}, status: 200},
 		{method: "GET", path: "/static/{file}", url: "/static/nope.js", params: map[string]string{"file": "/nope.js"}, status: 404},
@@ -299,6 +316,23 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "POST", path: "/api/v1/orders/{id}/refund", prep: at(refunded), token: adminTok, status: 200},
 		{method: "POST", path: "/api/v1/orders/{id}/refund", prep: at(used), token: adminTok, status: 409}, // used: wrong_state
 		{method: "GET", path: "/api/v1/orders/{id}", prep: at(cancelled), token: cancelTok, status: 200},
+		// The cancelled order's unit is back: another buyer pays for it and
+		// the cashier redeems it by its code, once.
+		{method: "POST", path: "/api/v1/orders/{id}/pay", token: codedTok, status: 200,
+			prep: func(s *exchange) { coded = buyWritten(t, o.base, priced, codedTok); orderAt(s, coded) }},
+		{method: "GET", path: "/api/v1/admin/orders", token: adminTok, status: 200,
+			prep: func(s *exchange) { s.url = "/api/v1/admin/orders?q=" + codeOf(coded, codedTok) }},
+		{method: "GET", path: "/api/v1/admin/orders", url: "/api/v1/admin/orders?voucher_id=" + priced + "&limit=10", token: adminTok, status: 200},
+		{method: "GET", path: "/api/v1/admin/orders", url: "/api/v1/admin/orders?limit=0", token: adminTok, badRequest: true, status: 400},
+		{method: "GET", path: "/api/v1/admin/orders", token: codedTok, status: 403},
+		{method: "POST", path: "/api/v1/admin/redeem", token: codedTok, body: map[string]any{"code": "ABCDE23456"}, status: 403},
+		{method: "POST", path: "/api/v1/admin/redeem", token: adminTok, prep: func(s *exchange) { redeemCode(coded, codedTok)(s) }, status: 200},
+		{method: "POST", path: "/api/v1/admin/redeem", token: adminTok, prep: func(s *exchange) { redeemCode(coded, codedTok)(s) }, status: 409}, // code_used
+		{method: "POST", path: "/api/v1/admin/redeem", token: adminTok, body: map[string]any{"code": "ZZZZZZZZZZ"}, status: 404},
+		{method: "POST", path: "/api/v1/admin/redeem", token: adminTok, body: `{"code":`, badRequest: true, status: 400},
+		{method: "GET", path: "/api/v1/admin/figures", token: adminTok, status: 200},
+		{method: "GET", path: "/api/v1/admin/figures", url: "/api/v1/admin/figures?limit=900", token: adminTok, badRequest: true, status: 400},
+		{method: "GET", path: "/api/v1/admin/figures", token: codedTok, status: 403},
 		{method: "GET", path: "/api/v1/users/me/orders", token: refundTok, status: 200},
 		{method: "GET", path: "/api/v1/admin/refunds", token: adminTok, status: 200},
 		{method: "GET", path: "/api/v1/admin/refunds", token: usedTok, status: 403},
@@ -364,6 +398,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 			orderID = acc.OrderID
 		}
 		checkLifecycle(t, *s, status, body, &paymentID)
+		checkConsole(t, *s, status, body, priced)
 	}
 
 	// Answers no route owns.
@@ -442,6 +477,46 @@ func checkLifecycle(t testing.TB, s exchange, status int, body []byte, paymentID
 		if v.Status != "refunded" || v.RefundedAt == nil || !v.NeedsRefund {
 			t.Errorf("refund answered %s, want refunded with its money owed back", body)
 		}
+	}
+}
+
+// checkConsole checks what the schema cannot of the console's routes: a
+// redeem by code answers the order used, or, again, code_used with its
+// time; a search by code finds its one order; the figures name the priced
+// voucher with its orders counted.
+func checkConsole(t testing.TB, s exchange, status int, body []byte, priced string) {
+	t.Helper()
+	var v struct {
+		Code     string
+		Status   string
+		UsedAt   *time.Time `json:"used_at"`
+		Orders   []order.FoundView
+		Vouchers []order.Figures
+	}
+	_ = json.Unmarshal(body, &v)
+	switch {
+	case s.path == "/api/v1/admin/redeem" && status == 200:
+		if v.Status != "used" || v.UsedAt == nil || v.Code == "" {
+			t.Errorf("redeem by code answered %s", body)
+		}
+	case s.path == "/api/v1/admin/redeem" && status == 409:
+		if v.Code != "code_used" || v.UsedAt == nil {
+			t.Errorf("a code redeemed again answered %s", body)
+		}
+	case s.path == "/api/v1/admin/orders" && status == 200 && strings.Contains(s.url, "?q="):
+		if len(v.Orders) != 1 || v.Orders[0].Code == "" || !strings.HasSuffix(s.url, v.Orders[0].Code) {
+			t.Errorf("search by code %s answered %s", s.url, body)
+		}
+	case s.path == "/api/v1/admin/figures" && status == 200:
+		for _, f := range v.Vouchers {
+			if fmt.Sprint(f.VoucherID) == priced {
+				if f.Sold == 0 || f.Sold != f.AwaitingPayment+f.Paid+f.Used || f.Sold+f.StockLeft != f.TotalStock {
+					t.Errorf("figures of the priced voucher: %+v", f)
+				}
+				return
+			}
+		}
+		t.Errorf("the figures do not name the priced voucher %s: %s", priced, body)
 	}
 }
 

@@ -64,6 +64,8 @@ func addRoutes(r *gin.Engine, d deps) {
 		}
 		r.GET("/", site.Page)
 		r.HEAD("/", site.Page)
+		r.GET("/admin", site.AdminPage)
+		r.HEAD("/admin", site.AdminPage)
 		r.GET("/static/*file", site.Static)
 		r.HEAD("/static/*file", site.Static)
 		r.GET("/docs", site.APIPage)
@@ -96,6 +98,9 @@ func addRoutes(r *gin.Engine, d deps) {
 	api.POST("/orders/:id/refund", auth.RequireAdmin(), d.payments.Refund)
 	api.GET("/admin/refunds", auth.RequireAdmin(), d.payments.Refunds)
 	api.POST("/admin/payments/:id/refunded", auth.RequireAdmin(), d.payments.MarkRefunded)
+	api.POST("/admin/redeem", auth.RequireAdmin(), d.orders.RedeemCode)
+	api.GET("/admin/orders", auth.RequireAdmin(), d.orders.Search)
+	api.GET("/admin/figures", auth.RequireAdmin(), d.orders.Figures)
 	// The payment gateway's callback: no token, its signature is checked.
 	r.POST("/api/v1/payments/notify", d.payments.Notify)
 	api.GET("/users/me/orders", d.orders.Mine)

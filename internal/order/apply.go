@@ -199,7 +199,7 @@ func (w *Writer) insertOrLetter(tx *gorm.DB, it *item, sp string) error {
 		return err
 	}
 	row := w.newOrder(it, prices[o.VoucherID], now)
-	err = tx.Create(&row).Error
+	err = w.create(tx, &row)
 	if err == nil {
 		return w.insertedOrLettered(tx, it, sp)
 	}
@@ -316,6 +316,22 @@ func (w *Writer) newOrder(it *item, price int64, now time.Time) Order {
 		d := now.Add(w.cfg.PayWindow)
 		o.Status, o.PaidAt, o.PayDeadline = StatusAwaitingPayment, nil, &d
 		it.deadline = &d
+		return o
 	}
+	code := newCode()
+	o.Code = &code
 	return o
+}
+
+// create inserts one order; a paid one's code that another order holds
+// (the bulk insert met it, or this insert) is drawn again (withCode). A
+// duplicate of another key is the answer.
+func (w *Writer) create(tx *gorm.DB, row *Order) error {
+	if row.Code == nil {
+		return tx.Create(row).Error
+	}
+	return withCode(tx, func(code string) error {
+		row.Code = &code
+		return tx.Create(row).Error
+	})
 }

@@ -63,6 +63,9 @@ type View struct {
 	UsedAt         *time.Time `json:"used_at,omitempty"`
 	CancelledAt    *time.Time `json:"cancelled_at,omitempty"`
 	RefundedAt     *time.Time `json:"refunded_at,omitempty"`
+	// Code is the voucher code of a paid order, what its buyer shows at the
+	// shop to use it (code.go).
+	Code string `json:"code,omitempty"`
 	// NeedsRefund: money is owed back to the buyer (a payment arrived after
 	// the order was cancelled, or an admin refunded the order) and no admin
 	// has marked it returned yet.
@@ -79,6 +82,9 @@ func ViewOf(o Order, now time.Time) View {
 	}
 	if o.CancelReason != nil {
 		v.CancelReason = *o.CancelReason
+	}
+	if o.Code != nil && (o.Status == StatusPaid || o.Status == StatusUsed) {
+		v.Code = *o.Code
 	}
 	if o.Status == StatusAwaitingPayment && o.PayDeadline != nil {
 		v.PayDeadline = utc(o.PayDeadline)

@@ -63,12 +63,14 @@ type transition struct {
 	givesBack bool
 	// due: only once the order's pay deadline has passed.
 	due bool
+	// issuesCode: the order gets its voucher code (code.go) in the move.
+	issuesCode bool
 }
 
 // transitions is the lifecycle, one row per action:
 //
 //	action  from              to         records       unit back  only when due
-//	pay     awaiting_payment  paid       paid_at       -          -
+//	pay     awaiting_payment  paid       paid_at, code -          -
 //	cancel  awaiting_payment  cancelled  cancelled_at  yes        -        (reason buyer)
 //	expire  awaiting_payment  cancelled  cancelled_at  yes        yes      (reason expired)
 //	redeem  paid              used       used_at       -          -
@@ -78,7 +80,7 @@ type transition struct {
 // reason) changes nothing and succeeds: every action is idempotent. From
 // any other state it is refused (ErrWrongState).
 var transitions = [...]transition{
-	Pay:    {name: "pay", from: StatusAwaitingPayment, to: StatusPaid, stamp: "paid_at"},
+	Pay:    {name: "pay", from: StatusAwaitingPayment, to: StatusPaid, stamp: "paid_at", issuesCode: true},
 	Cancel: {name: "cancel", from: StatusAwaitingPayment, to: StatusCancelled, stamp: "cancelled_at", reason: CancelByBuyer, givesBack: true},
 	Expire: {name: "expire", from: StatusAwaitingPayment, to: StatusCancelled, stamp: "cancelled_at", reason: CancelExpired, givesBack: true, due: true},
 	Redeem: {name: "redeem", from: StatusPaid, to: StatusUsed, stamp: "used_at"},
@@ -308,6 +310,24 @@ func (t transition) move(tx *gorm.DB, ids []int64, now time.Time) error {
 	if t.givesBack {
 		sets["live"] = nil
 	}
+	if !t.issuesCode {
+		return t.update(tx, ids, sets)
+	}
+	// A code each: one order at a time.
+	for _, id := range ids {
+		err := withCode(tx, func(code string) error {
+			sets["code"] = code
+			return t.update(tx, []int64{id}, sets)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// update sets the orders of ids, each still in the from state.
+func (t transition) update(tx *gorm.DB, ids []int64, sets map[string]any) error {
 	res := tx.Model(&Order{}).Where("id IN ? AND status = ?", ids, t.from).Updates(sets)
 	if res.Error != nil {
 		return res.Error

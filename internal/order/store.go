@@ -32,6 +32,9 @@ type Order struct {
 	RefundedAt   *time.Time `gorm:"column:refunded_at"`
 	// UnitBackAt is when Redis took back the unit of an ended order.
 	UnitBackAt *time.Time `gorm:"column:unit_back_at"`
+	// Code is the voucher code of an order paid (code.go); nil before,
+	// and on orders paid before codes were given.
+	Code *string `gorm:"column:code"`
 }
 
 // TableName is the table of sql/*/0001_init.sql.

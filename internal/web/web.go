@@ -38,6 +38,7 @@ type asset struct {
 // Site holds the page's files, read once from the binary.
 type Site struct {
 	index  asset
+	admin  asset
 	api    asset
 	assets map[string]asset
 }
@@ -68,6 +69,9 @@ func New() (*Site, error) {
 		return nil, fmt.Errorf("read web files: no index.html")
 	}
 	s.index = idx
+	if s.admin, ok = s.assets["admin.html"]; !ok {
+		return nil, fmt.Errorf("read web files: no admin.html")
+	}
 	if s.api, ok = s.assets["api.html"]; !ok {
 		return nil, fmt.Errorf("read web files: no api.html")
 	}
@@ -110,6 +114,13 @@ var (
 func (s *Site) Page(c *gin.Context) {
 	c.Header("Content-Security-Policy", PageCSP)
 	serve(c, s.index)
+}
+
+// AdminPage serves admin.html, the shop's console: the page is public,
+// what it shows comes from the admin API routes, with an admin's token.
+func (s *Site) AdminPage(c *gin.Context) {
+	c.Header("Content-Security-Policy", PageCSP)
+	serve(c, s.admin)
 }
 
 // Static serves /static/*file.

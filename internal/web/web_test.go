@@ -20,6 +20,7 @@ func engine(t testing.TB) *gin.Engine {
 	r := gin.New()
 	r.Use(Headers())
 	r.GET("/", s.Page)
+	r.GET("/admin", s.AdminPage)
 	r.GET("/static/*file", s.Static)
 	r.GET("/api/v1/x", func(c *gin.Context) { c.JSON(200, gin.H{}) })
 	return r
@@ -80,7 +81,38 @@ func TestNoInlineCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	html := string(s.index.body)
+	for page, html := range map[string]string{"index.html": string(s.index.body), "admin.html": string(s.admin.body)} {
+		noInlineCode(t, page, html)
+	}
+	for _, name := range []string{"app.js", "admin.js"} {
+		js := string(s.assets[name].body)
+		for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"} {
+			if strings.Contains(js, bad) {
+				t.Errorf("%s uses %s", name, bad)
+			}
+		}
+	}
+}
+
+// TestAdminPage: the console is its own page under the page's CSP, and
+// the shop page offers no token box (the console does).
+func TestAdminPage(t *testing.T) {
+	t.Parallel()
+	r := engine(t)
+	w := get(r, "/admin")
+	if w.Code != 200 || w.Header().Get("Content-Security-Policy") != PageCSP || !strings.Contains(w.Body.String(), `src="static/admin.js"`) {
+		t.Fatalf("console page: %d %v", w.Code, w.Header())
+	}
+	if !strings.Contains(w.Body.String(), `id="token-form"`) {
+		t.Error("the console has no token box for staff")
+	}
+	if shop := get(r, "/").Body.String(); strings.Contains(shop, `id="token"`) || strings.Contains(shop, "admin.js") {
+		t.Error("the shop page offers a token box or the console's script")
+	}
+}
+
+func noInlineCode(t *testing.T, page, html string) {
+	t.Helper()
 	for name, re := range map[string]*regexp.Regexp{
 		"event handler":    regexp.MustCompile(`(?i)\son[a-z]+\s*=`),
 		"style attribute":  regexp.MustCompile(`(?i)\sstyle\s*=`),
@@ -88,18 +120,12 @@ func TestNoInlineCode(t *testing.T) {
 		"absolute api url": regexp.MustCompile(`["'(]/(api|static)/`),
 	} {
 		if loc := re.FindStringIndex(html); loc != nil {
-			t.Errorf("index.html has an %s: %q", name, html[loc[0]:min(len(html), loc[1]+40)])
+			t.Errorf("%s has an %s: %q", page, name, html[loc[0]:min(len(html), loc[1]+40)])
 		}
 	}
 	for _, m := range regexp.MustCompile(`(?is)<script([^>]*)>(.*?)</script>`).FindAllStringSubmatch(html, -1) {
 		if !strings.Contains(m[1], "src=") || strings.TrimSpace(m[2]) != "" {
-			t.Errorf("index.html has an inline script: %q", m[0])
-		}
-	}
-	js := string(s.assets["app.js"].body)
-	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"} {
-		if strings.Contains(js, bad) {
-			t.Errorf("app.js uses %s", bad)
+			t.Errorf("%s has an inline script: %q", page, m[0])
 		}
 	}
 }

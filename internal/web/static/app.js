@@ -17,7 +17,6 @@
   var DUE_GIVE_UP_MS = 120000;
   // An order paid on a gateway's page is asked for this often meanwhile.
   var GATEWAY_ASK_EVERY_MS = 3000;
-  var REFUNDS_EVERY_POLLS = 5;
 
   var $ = function (id) { return document.getElementById(id); };
   var state = {
@@ -55,15 +54,12 @@
     $("logout").hidden = !s;
     $("who").textContent = s ? ((s.phone || ("user " + s.user_id)) + (s.role === "admin" ? " · admin" : "")) : "";
     $("orders-panel").hidden = !s;
-    $("admin-panel").hidden = !(s && s.role === "admin");
-    $("refunds-panel").hidden = !(s && s.role === "admin");
+    $("console-link").hidden = !(s && s.role === "admin");
     state.mine = new Map(); // the previous user's
     state.orders = new Map();
     state.list = [];
     say($("orders-msg"), "", "");
-    say($("refunds-msg"), "", "");
     if (s) { loadOrders(); } else { $("orders").replaceChildren(); }
-    if (s && s.role === "admin") { loadRefunds(); } else { $("refunds").replaceChildren(); }
     // Messages on the cards belong to the previous user.
     state.cards.forEach(function (c) {
       say(c.msg, "", "");
@@ -307,7 +303,6 @@
     clearTimeout(state.listTimer);
     var next = function () { state.listTimer = setTimeout(pollVouchers, LIST_EVERY_MS); };
     if (document.visibilityState === "hidden") { next(); return; }
-    if (++state.polls % REFUNDS_EVERY_POLLS === 0) { loadRefunds(); }
     loadVouchers().then(next, next);
   }
 
@@ -347,8 +342,9 @@
       if (list.children[i] !== c.li) { list.insertBefore(c.li, list.children[i] || null); }
       c.v = v;
       c.title.textContent = v.title;
-      c.face.textContent = money(v.face_value);
-      c.price.textContent = v.price > 0 ? "for " + money(v.price) : "free";
+      // What the buyer pays is the main figure; what it is worth beside it.
+      c.price.textContent = v.price > 0 ? money(v.price) : "Free";
+      c.face.textContent = "worth " + money(v.face_value);
       c.price.classList.toggle("free", !(v.price > 0));
       var pct = v.total_stock > 0 ? Math.round(100 * v.stock / v.total_stock) : 0;
       c.bar.style.width = pct + "%";
@@ -394,13 +390,17 @@
         c.when.textContent = whenText("Ends", Date.parse(v.end_at), t);
     }
     // A voucher the buyer holds is theirs whatever the sale does next.
+    // It is "Yours" only once paid: reserved until then, with the time
+    // left to pay.
     var mine = state.session ? state.mine.get(v.id) : undefined;
-    c.li.classList.toggle("mine", !!mine);
-    c.grab.classList.toggle("yours", !!mine && !c.busy);
-    c.grab.title = mine ? "You hold order " + mine.order : "";
+    var owned = !!mine && (mine.status === "paid" || mine.status === "used");
+    c.li.classList.toggle("mine", owned);
+    c.li.classList.toggle("reserved", !!mine && !owned);
+    c.grab.classList.toggle("yours", owned && !c.busy);
+    c.grab.classList.toggle("reserved", !!mine && !owned && !c.busy);
     var waiting = c.holdUntil > Date.now();
     c.grab.disabled = !!mine || p !== "on_sale" || c.busy || waiting;
-    c.grab.textContent = c.busy ? "Grabbing…" : mine ? "Yours" :
+    c.grab.textContent = c.busy ? "Grabbing…" : owned ? "Yours" : mine ? heldText(mine) :
       (waiting && p === "on_sale" ? "Wait " + Math.ceil((c.holdUntil - Date.now()) / 1000) + "s" : label);
     // Units came back (an order was cancelled or refunded): the refusal
     // the buyer was shown no longer holds.
@@ -409,6 +409,16 @@
       c.msg.dataset.code = "restocked";
     }
     paintPayBox(c.pay, mine ? state.orders.get(mine.order) : undefined, mine ? mine.status : "");
+  }
+
+  // heldText is the button of a voucher the buyer holds and has not paid
+  // for yet.
+  function heldText(mine) {
+    if (mine.status !== "awaiting_payment") { return "Confirming…"; }
+    var e = state.orders.get(mine.order);
+    if (!e || !e.dueAt) { return "Reserved"; }
+    var left = e.dueAt - Date.now();
+    return left > 0 ? "Reserved, pay within " + clock(left) : "Reserved, time is up";
   }
 
   // paintPayBox shows an order awaiting payment: the time left, its Pay
@@ -485,7 +495,7 @@
         followOrder(c, r.body.order_id);
         loadVouchers();
       } else if (r.body.code === "already_purchased") {
-        say(c.msg, "Already purchased: you hold order " + r.body.order_id + ".", "warn");
+        say(c.msg, "Already yours: see My orders.", "warn");
         c.msg.dataset.code = "already_purchased";
         hold(id, r.body.order_id, "pending");
         loadOrders();
@@ -500,28 +510,33 @@
     });
   }
 
-  // stateText is an order's state in words, with the colour to show it in.
-  function stateText(o) {
+  // stateText is an order's state in words for its buyer, with the colour
+  // to show it in. No order ids: the voucher code is what a buyer needs.
+  function stateText(o, brief) {
     switch (o.status) {
-      case "pending": return ["pending, confirming…", "warn"];
-      case "awaiting_payment": return ["awaiting payment" + (o.amount > 0 ? " of " + money(o.amount) : ""), "warn"];
-      case "paid": return ["paid" + (o.amount > 0 ? " " + money(o.amount) : " (free)") + " ✓ the voucher is yours", "ok"];
-      case "created": return ["created ✓ the voucher is yours", "ok"];
-      case "used": return ["used", "ok"];
+      case "pending": return ["Confirming your order…", "warn"];
+      case "awaiting_payment": return ["Reserved: pay" + (o.amount > 0 ? " " + money(o.amount) : "") + " in time to make it yours", "warn"];
+      case "paid": return [(o.amount > 0 ? "Paid " + money(o.amount) : "Free") + " ✓ yours" + (brief ? "" : codeText(o)), "ok"];
+      case "used": return ["Used at the shop", "ok"];
       case "cancelled":
-        return ["cancelled" + (o.cancel_reason === "expired" ? " (expired: not paid in time)" : o.cancel_reason === "buyer" ? " (by you)" : "") +
+        return ["Cancelled" + (o.cancel_reason === "expired" ? " (expired: not paid in time)" : o.cancel_reason === "buyer" ? " (by you)" : "") +
           (o.needs_refund ? "; your late payment will be refunded" : ""), "bad"];
-      case "refunded": return ["refunded", "warn"];
-      case "failed": return ["failed" + (o.reason ? " (" + o.reason + ")" : ""), "bad"];
+      case "refunded": return ["Refunded" + (o.needs_refund ? "; your money is on its way back" : ""), "warn"];
+      case "failed": return ["Not confirmed" + (o.reason ? " (" + o.reason.replace(/_/g, " ") + ")" : ""), "bad"];
     }
     return [o.status, "warn"];
+  }
+
+  // codeText tells a paid order's voucher code and how to use it.
+  function codeText(o) {
+    return o.code ? ". Voucher code " + o.code + ": show it at the shop to use the voucher" : "";
   }
 
   // showOrder writes an order's state on its card; data-seen keeps every
   // state the card showed, in order.
   function showOrder(c, o) {
     var w = stateText(o);
-    say(c.msg, "Order " + o.order_id + ": " + w[0] + ".", w[1]);
+    say(c.msg, w[0] + ".", w[1]);
     var status = o.status;
     c.msg.dataset.code = "order";
     c.msg.dataset.order = o.order_id;
@@ -542,7 +557,7 @@
           return;
         }
         if (Date.now() > until) {
-          say(c.msg, "Order " + orderID + " is still being confirmed; see My orders later.", "warn");
+          say(c.msg, "Your order is still being confirmed; see My orders in a moment.", "warn");
           return;
         }
         if (r.status === 401) { return; }
@@ -610,15 +625,15 @@
           settle(got);
           if (msg.id === "orders-msg") {
             var w = stateText(o);
-            say(msg, "Order " + o.order_id + ": " + w[0] + ".", w[1]);
+            say(msg, w[0] + ".", w[1]);
           }
           if (got.payUrl) {
-            say(msg, "Order " + o.order_id + ": continue to payment on the payment page; this page follows it.", "warn");
+            say(msg, "Continue to payment on the payment page; this page follows it.", "warn");
           }
         }
       } else {
         var x = explain(r);
-        say(msg, "Order " + id + ": " + (r.body.code === "wrong_state" ? r.body.message : x[0]), x[1]);
+        say(msg, r.body.code === "wrong_state" ? "This order can no longer be changed." : x[0], x[1]);
         if (msg.dataset) { msg.dataset.code = r.body.code || "error"; }
       }
       repaint();
@@ -707,10 +722,10 @@
       li.dataset.orderId = o.order_id;
       li.dataset.status = o.status;
       var what = document.createElement("span");
-      what.textContent = (titles.get(o.voucher_id) || ("Voucher " + o.voucher_id)) + " · order " + o.order_id;
+      what.textContent = (titles.get(o.voucher_id) || "A voucher") + (o.code && o.status === "paid" ? " · code " + o.code + ", show it at the shop" : "");
       var st = document.createElement("span");
       st.className = "st st-" + o.status;
-      st.textContent = stateText(o)[0];
+      st.textContent = stateText(o, true)[0];
       li.append(what, st);
       if (o.status === "awaiting_payment") {
         var box = $("pay-tpl").content.firstElementChild.cloneNode(true);
@@ -725,168 +740,8 @@
     $("orders-empty").hidden = items.length > 0;
   }
 
-  // ---- a pasted token ------------------------------------------------------
-
-  // claimsOf reads a token's claims (the server checks the signature): its
-  // user, role and expiry become the session, as a login's answer does.
-  function claimsOf(token) {
-    var parts = token.split(".");
-    if (parts.length !== 3) { return null; }
-    try {
-      var b64 = parts[1].replace(/-/g, "+").replace(/_/g, "/");
-      var c = JSON.parse(atob(b64 + "===".slice((b64.length + 3) % 4)));
-      var user = Number(c.sub);
-      if (!(Number.isInteger(user) && user > 0) || typeof c.exp !== "number" || (c.role !== "user" && c.role !== "admin")) { return null; }
-      return { user_id: user, role: c.role, expires_at: new Date(c.exp * 1000).toISOString() };
-    } catch (e) {
-      return null;
-    }
-  }
-
-  $("token-form").addEventListener("submit", function (ev) {
-    ev.preventDefault();
-    var msg = $("token-msg");
-    var token = $("token").value.trim().replace(/^Bearer\s+/i, "");
-    var c = claimsOf(token);
-    if (!c) { say(msg, "That is not a seckill token.", "bad"); return; }
-    if (Date.parse(c.expires_at) <= now()) { say(msg, "That token has expired; mint a new one.", "bad"); return; }
-    $("use-token").disabled = true;
-    // Any signed-in route tells whether the service takes the token.
-    call("GET", "users/me/orders?limit=1", undefined, token).then(function (r) {
-      $("use-token").disabled = false;
-      if (r.status === 200) {
-        $("token").value = "";
-        $("token-entry").open = false;
-        say(msg, "", "");
-        releaseResend();
-        $("login-form").hidden = true;
-        say($("login-msg"), "", "");
-        saveSession({ token: token, role: c.role, user_id: c.user_id, expires_at: c.expires_at, phone: "" });
-        notice("", "");
-        return;
-      }
-      say(msg, r.status === 401 ? "The service does not take this token (another secret, or expired)." : explain(r)[0], "bad");
-    });
-  });
-
-  // ---- admin -------------------------------------------------------------
-
-  function localInput(d) {
-    var pad = function (n) { return (n < 10 ? "0" : "") + n; };
-    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + "T" + pad(d.getHours()) + ":" + pad(d.getMinutes());
-  }
-
-  function resetAdminTimes() {
-    var start = new Date(now());
-    start.setSeconds(0, 0);
-    $("v-begin").value = localInput(start);
-    $("v-end").value = localInput(new Date(start.getTime() + 24 * 3600 * 1000));
-  }
-
-  $("admin-form").addEventListener("submit", function (ev) {
-    ev.preventDefault();
-    var msg = $("admin-msg");
-    var title = $("v-title").value.trim();
-    var face = Math.round(parseFloat($("v-face").value) * 100);
-    var priceText = $("v-price").value.trim();
-    var price = priceText === "" ? 0 : Math.round(parseFloat(priceText) * 100);
-    var stock = Number($("v-stock").value);
-    var begin = new Date($("v-begin").value);
-    var end = new Date($("v-end").value);
-    var problem =
-      !title ? "Enter a title." :
-      !(face >= 0) ? "Enter the face value, such as 10.00." :
-      !(price >= 0) ? "Enter the price to pay, such as 9.90, or 0 for free." :
-      price > face ? "The price to pay cannot be above the face value." :
-      !(Number.isInteger(stock) && stock > 0) ? "Enter the stock: a whole number above 0." :
-      isNaN(begin) || isNaN(end) ? "Enter when the sale starts and ends." :
-      begin >= end ? "The sale must start before it ends." : "";
-    if (problem) { say(msg, problem, "bad"); return; }
-    $("v-create").disabled = true;
-    call("POST", "vouchers", {
-      title: title, face_value: face, price: price, stock: stock, begin_at: begin.toISOString(), end_at: end.toISOString(),
-    }).then(function (r) {
-      $("v-create").disabled = false;
-      if (r.status === 201) {
-        say(msg, "Created voucher " + r.body.voucher.id + ": " + r.body.voucher.title + ".", "ok");
-        $("admin-form").reset();
-        resetAdminTimes();
-        loadVouchers();
-        return;
-      }
-      var e = explain(r);
-      say(msg, r.body.code === "invalid_voucher" || r.body.code === "bad_request" ? r.body.message : e[0], "bad");
-    });
-  });
-
-  // loadRefunds lists payments that arrived after their order was
-  // cancelled: the shop owes them back.
-  function loadRefunds() {
-    var s = state.session;
-    if (!s || s.role !== "admin") { return; }
-    call("GET", "admin/refunds").then(function (r) {
-      if (state.session !== s) { return; }
-      if (r.status !== 200) {
-        say($("refunds-msg"), "Cannot list the refunds: " + explain(r)[0], "bad");
-        return;
-      }
-      var items = (r.body.payments || []).map(function (p) {
-        var li = document.createElement("li");
-        li.dataset.paymentId = String(p.payment_id);
-        var what = document.createElement("span");
-        what.textContent = "Order " + p.order_id + " · " + money(p.amount || 0) + " · " + p.provider + " " + p.reference +
-          (p.succeeded_at ? " · paid " + dateText(Date.parse(p.succeeded_at)) : "");
-        var btn = document.createElement("button");
-        btn.type = "button";
-        btn.className = "small";
-        btn.textContent = "Mark refunded";
-        btn.addEventListener("click", function () {
-          btn.disabled = true;
-          call("POST", "admin/payments/" + p.payment_id + "/refunded").then(function (a) {
-            if (a.status === 200) {
-              say($("refunds-msg"), "Payment " + p.payment_id + " of order " + p.order_id + " marked refunded.", "ok");
-            } else {
-              btn.disabled = false;
-              say($("refunds-msg"), "Payment " + p.payment_id + ": " + (a.body.code === "wrong_state" ? a.body.message : explain(a)[0]), "bad");
-            }
-            loadRefunds();
-          });
-        });
-        li.append(what, btn);
-        return li;
-      });
-      var ul = $("refunds");
-      ul.replaceChildren.apply(ul, items);
-      $("refunds-empty").hidden = items.length > 0;
-    });
-  }
-
-  // The shop marks an order used when the voucher is spent, or refunds a
-  // paid one (its unit goes back on sale).
-  function orderAction(what) {
-    var msg = $("refunds-msg");
-    var id = $("a-order").value.trim();
-    if (!/^[0-9]{1,20}$/.test(id)) { say(msg, "Enter the order id, digits only.", "bad"); return; }
-    $("a-redeem").disabled = $("a-refund").disabled = true;
-    call("POST", "orders/" + id + "/" + what).then(function (r) {
-      $("a-redeem").disabled = $("a-refund").disabled = false;
-      if (r.status === 200) {
-        var w = stateText(r.body);
-        say(msg, "Order " + id + ": " + w[0] + ".", "ok");
-        $("a-order").value = "";
-        loadVouchers();
-        if (state.orders.has(id)) { refreshOrder(id); }
-        return;
-      }
-      say(msg, "Order " + id + ": " + (r.body.code === "wrong_state" ? r.body.message : explain(r)[0]), "bad");
-    });
-  }
-  $("order-admin-form").addEventListener("submit", function (ev) { ev.preventDefault(); orderAction("redeem"); });
-  $("a-refund").addEventListener("click", function () { orderAction("refund"); });
-
   // ---- start -------------------------------------------------------------
 
-  resetAdminTimes();
   renderSession();
   pollVouchers();
 })();

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"seckill/internal/auth"
+	"seckill/internal/testenv"
+)
+
+// dbFigures is a voucher's sale as the database holds it, counted here
+// the test's own way, to hold the console's figures against.
+type dbFigures struct {
+	stockLeft, sold, awaiting, paid, used, cancelled, expired, refunded, revenue int64
+}
+
+func readFigures(t testing.TB, s webService, vid int64) dbFigures {
+	t.Helper()
+	g := s.db(t)
+	var f dbFigures
+	if err := g.Raw("SELECT stock FROM vouchers WHERE id = ?", vid).Scan(&f.stockLeft).Error; err != nil {
+		t.Fatal(err)
+	}
+	var rows []struct {
+		Status, Reason string
+		N, Amount      int64
+	}
+	if err := g.Raw("SELECT status, COALESCE(cancel_reason, '') AS reason, COUNT(*) AS n, SUM(amount) AS amount FROM orders WHERE voucher_id = ? GROUP BY status, reason", vid).Scan(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		switch {
+		case r.Status == "awaiting_payment":
+			f.awaiting = r.N
+		case r.Status == "paid":
+			f.paid, f.revenue = r.N, f.revenue+r.Amount
+		case r.Status == "used":
+			f.used, f.revenue = r.N, f.revenue+r.Amount
+		case r.Status == "cancelled" && r.Reason == "expired":
+			f.expired = r.N
+		case r.Status == "cancelled":
+			f.cancelled = r.N
+		case r.Status == "refunded":
+			f.refunded = r.N
+		}
+	}
+	f.sold = f.awaiting + f.paid + f.used
+	return f
+}
+
+// cells is how the console's row spells the figures (data-n of each cell,
+// revenue in cents).
+func (f dbFigures) cells() string {
+	return fmt.Sprintf("%d %d %d %d %d %d %d %d %d", f.stockLeft, f.sold, f.awaiting, f.paid, f.used, f.cancelled, f.expired, f.refunded, f.revenue)
+}
+
+// figuresRowJS reads a voucher's row of the console's figures table in the
+// order of dbFigures.cells.
+const figuresRowJS = `(() => {
+	const tr = document.querySelector('#figures tr[data-voucher-id="%d"]');
+	if (!tr) return "";
+	return [...tr.querySelectorAll("td[data-n]")].map(td => td.dataset.n).concat([tr.dataset.revenue]).join(" ");
+})()`
+
+// TestConsoleInBrowser drives the shop's console (/admin) in chromium as
+// the shop's staff during a priced sale: a shopper's token is refused and
+// an admin token pasted opens it; the live figures change while buyers buy
+// and pay and agree with the database; an order is found by its voucher
+// code; the code is redeemed, and redeemed again is refused with the time
+// it was used; an order found by its id is refunded, its money listed to
+// return, and marked returned; a voucher is created with its price. At
+// desktop and phone sizes, with screenshots as artifacts.
+//
+// Not parallel, as TestSaleInBrowser.
+func TestConsoleInBrowser(t *testing.T) {
+	ctx := browser(t)
+	s := startWeb(t, map[string]string{"SECKILL_PAY_WINDOW": "10m", "SECKILL_PAY_PROVIDER": "dev"})
+	adminTok := token(t, 1, auth.RoleAdmin)
+	vid := func() int64 {
+		a := sendJSON(t, "POST", s.base+"/api/v1/vouchers", adminTok, map[string]any{
+			"title": "¥50 for ¥9.90", "face_value": 5000, "price": 990, "stock": 30,
+			"begin_at": time.Now().Add(-time.Minute).Format(time.RFC3339), "end_at": time.Now().Add(time.Hour).Format(time.RFC3339),
+		})
+		if a.status != 201 {
+			t.Fatalf("create voucher: %d %s", a.status, a.raw)
+		}
+		return int64(a.body["voucher"].(map[string]any)["id"].(float64))
+	}()
+
+	tctx, cancel := context.WithTimeout(ctx, 150*time.Second)
+	defer cancel()
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(tctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return v
+	}
+	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
+	dir := artifacts(t)
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", path)
+	}
+	row := func() string {
+		t.Helper()
+		v, err := chromedp.Run(tctx, chromedp.Evaluate[string](fmt.Sprintf(figuresRowJS, vid)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// agree waits until the console's row shows what the database holds.
+	agree := func(what string) dbFigures {
+		t.Helper()
+		var f dbFigures
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			f = readFigures(t, s, vid)
+			if row() == f.cells() {
+				return f
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the console shows %q, the database %q", what, row(), f.cells())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// Staff sign in with a token; a shopper's is refused.
+	do("open the console", chromedp.Navigate(s.base+"/admin"), visible("#token-form"))
+	do("a shopper's token", chromedp.SetValue(chromedp.ID("token"), token(t, 5, auth.RoleUser)), chromedp.Click(chromedp.ID("use-token")),
+		visible("#token-msg.bad"))
+	do("the admin token", chromedp.SetValue(chromedp.ID("token"), "Bearer "+adminTok), chromedp.Click(chromedp.ID("use-token")),
+		visible("#figures-panel"), visible(fmt.Sprintf(`#figures tr[data-voucher-id="%d"]`, vid)))
+	before := agree("before the sale")
+	if before.sold != 0 || before.stockLeft != 30 {
+		t.Fatalf("figures before the sale: %+v", before)
+	}
+
+	// Buyers buy while the console watches: 8 grab, 5 pay, 1 cancels.
+	var orders []string
+	for u := range int64(8) {
+		orders = append(orders, buyWritten(t, s.base, strconv.FormatInt(vid, 10), token(t, 100+u, auth.RoleUser)))
+	}
+	agree("after 8 grabs")
+	for i := range 5 {
+		if a := sendJSON(t, "POST", s.base+"/api/v1/orders/"+orders[i]+"/pay", token(t, 100+int64(i), auth.RoleUser), nil); a.status != 200 {
+			t.Fatalf("pay: %d %s", a.status, a.raw)
+		}
+	}
+	if a := sendJSON(t, "POST", s.base+"/api/v1/orders/"+orders[7]+"/cancel", token(t, 107, auth.RoleUser), nil); a.status != 200 {
+		t.Fatalf("cancel: %d %s", a.status, a.raw)
+	}
+	f := agree("after 5 payments and a cancel")
+	if f.sold != 7 || f.paid != 5 || f.awaiting != 2 || f.cancelled != 1 || f.revenue != 5*990 || f.stockLeft != 23 {
+		t.Fatalf("the sale in the database: %+v", f)
+	}
+	if rate := text(fmt.Sprintf(`#figures tr[data-voucher-id="%d"] td[data-k="per_second"]`, vid)); rate == "0.0" {
+		t.Errorf("purchases per second read %s right after 8 purchases", rate)
+	}
+	shot("console-figures-desktop.png")
+
+	// Find an order by the code its buyer shows.
+	var code string
+	if err := s.db(t).Raw("SELECT code FROM orders WHERE id = ?", orders[0]).Scan(&code).Error; err != nil || len(code) != 10 {
+		t.Fatalf("code of order %s: %q %v", orders[0], code, err)
+	}
+	do("search by code", chromedp.SetValue(chromedp.ID("q"), strings.ToLower(code)), chromedp.Click(chromedp.ID("search")),
+		visible(fmt.Sprintf(`#found li[data-code="%s"]`, code)))
+	if n, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll("#found li").length`)); err != nil || n != 1 {
+		t.Errorf("search by code found %d orders (%v)", n, err)
+	}
+
+	// Redeem by the code, then again: refused, with when it was used.
+	do("redeem by code", chromedp.SetValue(chromedp.ID("r-code"), code), chromedp.Click(chromedp.ID("r-redeem")),
+		visible(`#redeem-msg[data-code="redeemed"]`))
+	var status string
+	if err := s.db(t).Raw("SELECT status FROM orders WHERE id = ?", orders[0]).Scan(&status).Error; err != nil || status != "used" {
+		t.Fatalf("order redeemed in the console: %q %v", status, err)
+	}
+	shot("console-redeemed-desktop.png")
+	do("redeem again", chromedp.SetValue(chromedp.ID("r-code"), code), chromedp.Click(chromedp.ID("r-redeem")),
+		visible(`#redeem-msg[data-code="code_used"]`))
+	if msg := text("#redeem-msg"); !strings.HasPrefix(msg, "Already used at ") {
+		t.Errorf("a code redeemed twice reads %q", msg)
+	}
+
+	// Refund an order found by its id: its money is listed to return, and
+	// marked returned.
+	refunded := orders[1]
+	do("search by order id", chromedp.SetValue(chromedp.ID("q"), refunded), chromedp.Click(chromedp.ID("search")),
+		visible(fmt.Sprintf(`#found li[data-order-id="%s"][data-status="paid"] .refund:enabled`, refunded)))
+	do("refund", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#found li[data-order-id="%s"] .refund`, refunded))),
+		visible(fmt.Sprintf(`#found li[data-order-id="%s"][data-status="refunded"]`, refunded)),
+		visible(fmt.Sprintf(`#refunds li[data-order-id="%s"]`, refunded)))
+	f = agree("after a redeem and a refund")
+	if f.used != 1 || f.refunded != 1 || f.paid != 3 || f.revenue != 4*990 || f.stockLeft != 24 {
+		t.Fatalf("the sale in the database: %+v", f)
+	}
+	shot("console-refund-desktop.png")
+	do("mark the money returned", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#refunds li[data-order-id="%s"] button`, refunded))),
+		visible("#refunds-empty"))
+	var pay string
+	if err := s.db(t).Raw("SELECT status FROM payments WHERE order_id = ?", refunded).Scan(&pay).Error; err != nil || pay != "refunded" {
+		t.Fatalf("payment of order %s after Mark returned: %q %v", refunded, pay, err)
+	}
+
+	// A new voucher, its price and pay window explained beside the fields.
+	if hint := text("#create-panel"); !strings.Contains(hint, "pay window") || !strings.Contains(hint, "What a buyer pays") {
+		t.Errorf("the new voucher form explains nothing: %q", hint)
+	}
+	do("create a voucher", chromedp.SendKeys(chromedp.ID("v-title"), "Made in the console"),
+		chromedp.SendKeys(chromedp.ID("v-face"), "12.50"), chromedp.SendKeys(chromedp.ID("v-price"), "9.90"),
+		chromedp.SendKeys(chromedp.ID("v-stock"), "7"), chromedp.Click(chromedp.ID("v-create")),
+		visible("#admin-msg.ok"))
+	var made struct {
+		ID               int64
+		FaceValue, Price int64
+		TotalStock       int
+	}
+	if err := s.db(t).Raw("SELECT id, face_value, price, total_stock FROM vouchers WHERE title = ?", "Made in the console").Scan(&made).Error; err != nil ||
+		made.FaceValue != 1250 || made.Price != 990 || made.TotalStock != 7 {
+		t.Fatalf("voucher made in the console: %+v, %v", made, err)
+	}
+	do("it shows in the figures", visible(fmt.Sprintf(`#figures tr[data-voucher-id="%d"]`, made.ID)))
+
+	do("phone-sized", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	agree("on a phone")
+	shot("console-phone.png")
+	if wide, err := chromedp.Run(tctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > document.documentElement.clientWidth`)); err != nil || wide {
+		t.Errorf("the console scrolls sideways on a phone (%v)", err)
+	}
+	testenv.WaitFor(t, time.Second, "nothing", func() bool { return true })
+}
