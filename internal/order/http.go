@@ -67,8 +67,8 @@ type View struct {
 	// shop to use it (code.go).
 	Code string `json:"code,omitempty"`
 	// NeedsRefund: money is owed back to the buyer (a payment arrived after
-	// the order was cancelled, or an admin refunded the order) and no admin
-	// has marked it returned yet.
+	// the order was cancelled, a second payment paid it again, or an admin
+	// refunded the order) and no admin has marked it returned yet.
 	NeedsRefund bool `json:"needs_refund,omitempty"`
 }
 
@@ -181,7 +181,7 @@ func (h *HTTP) written(ctx context.Context, id int64) (View, error) {
 	o, err := h.store.Get(ctx, id)
 	if err == nil {
 		v := ViewOf(o, h.now())
-		if o.Status == StatusCancelled || o.Status == StatusRefunded {
+		if o.Status != StatusAwaitingPayment { // such an order owes nothing yet (I10)
 			v.NeedsRefund, err = h.store.NeedsRefund(ctx, o.ID)
 		}
 		return v, err

@@ -252,7 +252,7 @@ func (t transition) judge(o Order, now time.Time) check {
 // (Lifecycle.GiveBack) when the move gave one.
 func (l *Lifecycle) DoTx(tx *gorm.DB, a Action, id int64) (Order, bool, error) {
 	t := transitions[a]
-	o, err := lockOrder(tx, id)
+	o, err := LockOrder(tx, id)
 	if err != nil {
 		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, err)
 	}
@@ -279,19 +279,22 @@ func (l *Lifecycle) DoTx(tx *gorm.DB, a Action, id int64) (Order, bool, error) {
 	return o, true, nil
 }
 
-// locking makes q a locking read on MySQL; SQLite has one writer and
-// needs nothing.
-func locking(q *gorm.DB) *gorm.DB {
+// Locking makes q a locking read on MySQL: the rows it reads stay locked
+// until the transaction ends. SQLite needs nothing: its transaction holds
+// the one write lock already (it begins immediate).
+func Locking(q *gorm.DB) *gorm.DB {
 	if q.Dialector.Name() == "mysql" {
 		return q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 	}
 	return q
 }
 
-// lockOrder reads order id and locks its row for the transaction.
-func lockOrder(tx *gorm.DB, id int64) (Order, error) {
+// LockOrder reads order id and locks its row for the transaction;
+// ErrNotFound when there is none. The lifecycle and the payments lock an
+// order this one way, before anything else of it.
+func LockOrder(tx *gorm.DB, id int64) (Order, error) {
 	var o Order
-	err := locking(tx).Where("id = ?", id).Take(&o).Error
+	err := Locking(tx).Where("id = ?", id).Take(&o).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return Order{}, ErrNotFound
 	}
@@ -597,7 +600,7 @@ func (l *Lifecycle) expireEach(ctx context.Context, ids []int64) (map[int64]*Ord
 func (l *Lifecycle) expireTx(tx *gorm.DB, ids []int64) ([]Order, int, error) {
 	t := transitions[Expire]
 	var rows []Order
-	if err := locking(tx).Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
+	if err := Locking(tx).Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
 		return nil, 0, fmt.Errorf("%s %d orders: %w", t.name, len(ids), err)
 	}
 	now := l.now().UTC()

@@ -152,8 +152,8 @@ func (s *Store) ByUser(ctx context.Context, userID int64, limit int) ([]Order, [
 }
 
 // NeedsRefund reports whether a payment of the order is waiting for its
-// money to go back (it arrived after the order was cancelled, or the order
-// was refunded).
+// money to go back (it arrived after the order was cancelled, it paid the
+// order a second time, or the order was refunded).
 func (s *Store) NeedsRefund(ctx context.Context, orderID int64) (bool, error) {
 	var n int64
 	if err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM payments WHERE order_id = ? AND status = 'needs_refund'", orderID).Scan(&n).Error; err != nil {

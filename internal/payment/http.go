@@ -136,7 +136,7 @@ func (h *HTTP) Pay(c *gin.Context) {
 		return
 	}
 	view := order.ViewOf(o, h.cfg.Now())
-	view.NeedsRefund = o.Status == order.StatusCancelled && p.Status == StatusNeedsRefund
+	view.NeedsRefund = p.Status == StatusNeedsRefund // its money goes back, whatever the order did
 	pv := ViewOf(p)
 	if p.Status == StatusCreated {
 		pv.PayURL = co.PayURL

@@ -457,6 +457,9 @@ func TestPaidTwice(t *testing.T) {
 		if o := e.getOrder(t, id); o.Status != order.StatusPaid || ps[0].Status != StatusSucceeded || ps[1].Status != StatusNeedsRefund {
 			t.Fatalf("order %s, payments %s and %s; want paid, succeeded and needs_refund", o.Status, ps[0].Status, ps[1].Status)
 		}
+		if v := answer[order.View](t, s.as(t, buyer, false, http.MethodGet, "/api/v1/orders/"+strconv.FormatInt(id, 10)), http.StatusOK); v.Status != order.StatusPaid || !v.NeedsRefund {
+			t.Fatalf("the buyer's view %+v; want paid, with the second payment's money owed back", v)
+		}
 	})
 }
 

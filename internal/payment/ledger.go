@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"seckill/internal/db"
 	"seckill/internal/order"
@@ -40,22 +39,10 @@ func (l *ledger) inTx(ctx context.Context, fn func(tx *gorm.DB) error) error {
 	}
 }
 
-// forUpdate locks the rows a query reads until the transaction ends; on
-// SQLite the transaction holds the one write lock already (it begins
-// immediate).
-func forUpdate(tx *gorm.DB) *gorm.DB {
-	if tx.Dialector.Name() == "mysql" {
-		return tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
-	}
-	return tx
-}
-
+// lockOrder locks the order's row for the transaction, as the lifecycle
+// does.
 func lockOrder(tx *gorm.DB, id int64) (order.Order, error) {
-	var o order.Order
-	err := forUpdate(tx).Where("id = ?", id).Take(&o).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return o, fmt.Errorf("order %d: %w", id, order.ErrNotFound)
-	}
+	o, err := order.LockOrder(tx, id)
 	if err != nil {
 		return o, fmt.Errorf("lock order %d: %w", id, err)
 	}
@@ -136,7 +123,7 @@ func (l *ledger) settle(ctx context.Context, n notice) (verdict, Payment, order.
 		if err != nil {
 			return fmt.Errorf("record notification %s: %w", n.id, err)
 		}
-		err = forUpdate(tx).Where("provider = ? AND reference = ?", n.provider, n.reference).Take(&p).Error
+		err = order.Locking(tx).Where("provider = ? AND reference = ?", n.provider, n.reference).Take(&p).Error
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return fmt.Errorf("payment %s: %w", n.reference, ErrNotFound)
 		}
@@ -239,7 +226,7 @@ func (l *ledger) refund(ctx context.Context, id int64) (o order.Order, moved, ow
 		// The payments first, then the order: the order settle locks
 		// them in.
 		var ps []Payment
-		if err := forUpdate(tx).Where("order_id = ?", id).Order("id").Find(&ps).Error; err != nil {
+		if err := order.Locking(tx).Where("order_id = ?", id).Order("id").Find(&ps).Error; err != nil {
 			return fmt.Errorf("lock payments of order %d: %w", id, err)
 		}
 		var err error
@@ -270,7 +257,7 @@ func (l *ledger) markRefunded(ctx context.Context, id int64) (Payment, error) {
 	var p Payment
 	err := l.inTx(ctx, func(tx *gorm.DB) error {
 		p = Payment{}
-		err := forUpdate(tx).Where("id = ?", id).Take(&p).Error
+		err := order.Locking(tx).Where("id = ?", id).Take(&p).Error
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return fmt.Errorf("payment %d: %w", id, ErrNotFound)
 		}
