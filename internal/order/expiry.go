@@ -342,7 +342,8 @@ func (s *Sweeper) inReadyShards(ctx context.Context, q *gorm.DB) (_ *gorm.DB, ok
 		return q, false
 	}
 	s.log.Debug("units of shards not ready left for a later round", "ready_shards", ready)
-	return q.Where("voucher_id % ? IN ?", n, ready), true
+	cond, args := s.life.keys.InShards("voucher_id", ready)
+	return q.Where(cond, args...), true
 }
 
 // count tells the observer how many orders are in each state, and how

@@ -199,7 +199,9 @@ func (l *Lifecycle) Do(ctx context.Context, a Action, id int64) (Order, bool, er
 		return o, false, err // the order as it is: what the caller decides by
 	}
 	if err != nil {
-		if !errors.Is(err, ErrNotFound) {
+		// A missing order or a stock at its total is the data's state, not
+		// a failed call: the caller logs it, and the sweeper meets it again.
+		if !errors.Is(err, ErrNotFound) && !errors.Is(err, errStockFull) {
 			l.obs.MySQLError(transitions[a].name)
 		}
 		return Order{}, false, err

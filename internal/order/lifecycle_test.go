@@ -37,13 +37,18 @@ func (c *testClock) now() time.Time { return time.Now().Add(time.Duration(c.ahea
 func (c *testClock) pass(d time.Duration) { c.ahead.Add(int64(d)) }
 
 // moveCounter counts the moves a lifecycle reports as made now, and the
-// failed Redis calls it reports.
+// failed Redis and MySQL calls it reports.
 type moveCounter struct {
 	nopLifecycleObserver
 	mu        sync.Mutex
 	moves     map[string]int
 	redisErrs map[string]int
+	mysqlErrs int
 }
+
+func (m *moveCounter) MySQLError(string) { m.mu.Lock(); m.mysqlErrs++; m.mu.Unlock() }
+
+func (m *moveCounter) mysqlErrors() int { m.mu.Lock(); defer m.mu.Unlock(); return m.mysqlErrs }
 
 func (m *moveCounter) Moved(move string) { m.mu.Lock(); m.moves[move]++; m.mu.Unlock() }
 

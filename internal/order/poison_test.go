@@ -288,6 +288,9 @@ func TestExpirerOneUnmovableOrder(t *testing.T) {
 		if d := dueOf(t, e); len(d) != 0 {
 			t.Fatalf("scheduled again: %v; want it left to the sweeper", d)
 		}
+		if n := e.moves.mysqlErrors(); n != 0 {
+			t.Fatalf("%d MySQL errors counted; a stock at its total is no failed call", n)
+		}
 	})
 }
 

@@ -97,6 +97,13 @@ func (k Keys) Prefix() string { return k.prefix }
 // Shard is the shard a voucher's keys and orders live in.
 func (k Keys) Shard(voucherID int64) int { return int(uint64(voucherID) % uint64(len(k.tags))) }
 
+// InShards is Shard as an SQL condition on a voucher id column (ids are
+// positive): the rows of vouchers that live in one of shards. Use it with
+// Where(cond, args...).
+func (k Keys) InShards(column string, shards []int) (cond string, args []any) {
+	return column + " % ? IN ?", []any{len(k.tags), shards}
+}
+
 // Tag is the hash-tagged head of every key of a shard. A shard outside
 // 0..Shards()-1 gets the single-server spelling.
 func (k Keys) Tag(shard int) string {
