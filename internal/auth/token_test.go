@@ -176,6 +176,16 @@ func TestVerifiedTokenCache(t *testing.T) {
 			t.Errorf("%q accepted after the good token was cached", bad)
 		}
 	}
+	// The cache finds a token by its signature: the signature of the
+	// cached token pasted onto another payload or header is still refused.
+	other6, _ := s.Mint(Identity{UserID: 6, Role: RoleAdmin}, time.Minute)
+	p6 := strings.Split(other6, ".")
+	none := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`))
+	for _, spliced := range []string{p6[0] + "." + p6[1] + "." + parts[2], none + "." + parts[1] + "." + parts[2], parts[1] + "." + parts[2]} {
+		if id, err := s.Parse(spliced); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("%q with the cached token's signature: %+v, %v", spliced, id, err)
+		}
+	}
 	// Another signer (another secret) does not share the cache.
 	other := mustSigner(t, []byte("another-secret-another-secret-xx"))
 	if _, err := other.Parse(tok); !errors.Is(err, ErrInvalidToken) {
@@ -266,4 +276,32 @@ func TestTokenStopsAtItsExpiry(t *testing.T) {
 	if id, err := s.Parse(late); err != nil || id != want {
 		t.Fatalf("a token minted at the clock's time: %+v, %v", id, err)
 	}
+}
+
+// BenchmarkParse is the middleware's check: tokens never seen before (a
+// sale's first presses: verify, then cache), and one seen before.
+func BenchmarkParse(b *testing.B) {
+	s := mustSigner(b, secret)
+	toks := make([]string, 1<<17)
+	for i := range toks {
+		toks[i], _ = s.Mint(Identity{UserID: int64(i + 1), Role: RoleUser}, time.Hour)
+	}
+	b.Run("new", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := s.Parse(toks[i%len(toks)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("seen", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Parse(toks[0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -330,7 +330,7 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, l
 	script = time.Since(began)
 	h.refusals.Learn(mark, id, buyer.UserID, res, err)
 	if err == nil {
-		c.JSON(http.StatusAccepted, purchaseResponse{OrderID: res.OrderID, Status: "pending"})
+		writeWithID(c, http.StatusAccepted, acceptedHead, res.OrderID, acceptedTail)
 		return "accepted", script, false
 	}
 	return h.answer(c, id, err), script, false
@@ -342,18 +342,24 @@ func (h *HTTP) answer(c *gin.Context, id int64, err error) string {
 	var held *PurchasedError
 	switch {
 	case errors.Is(err, ErrSoldOut):
-		apierr.Abort(c, http.StatusConflict, "sold_out", "this voucher is sold out")
+		c.Abort()
+		writeAnswer(c, http.StatusConflict, soldOutAnswer)
 		return "sold_out"
 	case errors.As(err, &held):
-		c.AbortWithStatusJSON(http.StatusConflict, apierr.Body{
-			Code: "already_purchased", Message: "you already hold an order for this voucher", OrderID: held.OrderID,
-		})
+		c.Abort()
+		if held.OrderID == 0 { // omitted from the body: encode it as it is
+			c.JSON(http.StatusConflict, apierr.Body{Code: "already_purchased", Message: "you already hold an order for this voucher"})
+		} else {
+			writeWithID(c, http.StatusConflict, heldHead, held.OrderID, heldTail)
+		}
 		return "already_purchased"
 	case errors.Is(err, ErrNotStarted):
-		apierr.Abort(c, http.StatusForbidden, "not_started", "the sale has not started")
+		c.Abort()
+		writeAnswer(c, http.StatusForbidden, notStartedAnswer)
 		return "not_started"
 	case errors.Is(err, ErrEnded):
-		apierr.Abort(c, http.StatusForbidden, "ended", "the sale has ended")
+		c.Abort()
+		writeAnswer(c, http.StatusForbidden, endedAnswer)
 		return "ended"
 	case errors.Is(err, ErrNotReady):
 		apierr.Unavailable(c, "not_ready", "the sale is being prepared; try again shortly")
