@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -91,10 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := fs.Parse(rest); errors.Is(err, flag.ErrHelp) {
 		cmd.help(stdout, fs)
 		return nil
-	} else if err != nil || fs.NArg() != cmd.nargs {
-		if err == nil {
-			err = fmt.Errorf("api %s takes %d arguments after its flags, not %q", cmd.name, cmd.nargs, fs.Args())
-		}
+	} else if err := cmd.checkLine(fs, err); err != nil {
 		fmt.Fprintln(stderr, err)
 		cmd.help(stderr, fs)
 		return errUsage
@@ -108,6 +106,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		e.cfg, e.log = cfg, newLogger(cfg, stderr)
 	}
 	return act(ctx, e)
+}
+
+// checkLine is what is wrong with the command line fs parsed (parseErr
+// from parsing it): a flag refused, a required flag missing, another count
+// of arguments.
+func (c *command) checkLine(fs *flag.FlagSet, parseErr error) error {
+	if parseErr != nil {
+		return parseErr
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var missing []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if isRequired(f) && !given[f.Name] {
+			missing = append(missing, "--"+f.Name)
+		}
+	})
+	if len(missing) > 0 {
+		return fmt.Errorf("api %s needs %s", c.name, strings.Join(missing, " and "))
+	}
+	if fs.NArg() != c.nargs {
+		return fmt.Errorf("api %s takes %d arguments after its flags, not %q", c.name, c.nargs, fs.Args())
+	}
+	return nil
 }
 
 func isHelp(s string) bool { return s == "help" || s == "-h" || s == "--help" || s == "-help" }
@@ -164,7 +186,7 @@ func (c *command) help(w io.Writer, fs *flag.FlagSet) {
 	var flags []string
 	fs.VisitAll(func(f *flag.Flag) {
 		kind, doc := flag.UnquoteUsage(f)
-		flags = append(flags, fmt.Sprintf("  --%s %s\t%s (default %s)", f.Name, kind, doc, f.DefValue))
+		flags = append(flags, fmt.Sprintf("  --%s %s\t%s (%s)", f.Name, kind, doc, flagDefault(f)))
 	})
 	if len(flags) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -238,12 +260,55 @@ func (f ttlFlag) String() string {
 	return f.d.String()
 }
 
+// requiredFlag is a flag with no default: a command line without it is
+// refused.
+type requiredFlag interface {
+	flag.Value
+	required()
+}
+
+func isRequired(f *flag.Flag) bool {
+	_, ok := f.Value.(requiredFlag)
+	return ok
+}
+
+// flagDefault is how --help and the README's settings table state a
+// flag's default: "default 50", or "required".
+func flagDefault(f *flag.Flag) string {
+	if isRequired(f) {
+		return "required"
+	}
+	return "default " + f.DefValue
+}
+
+// idFlag is a required flag holding a positive id (token's --user).
+type idFlag struct{ id *int64 }
+
+func (idFlag) required() {}
+
+func (f idFlag) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return errors.New("must be a positive integer")
+	}
+	*f.id = n
+	return nil
+}
+
+func (f idFlag) String() string {
+	if f.id == nil || *f.id == 0 {
+		return ""
+	}
+	return strconv.FormatInt(*f.id, 10)
+}
+
 func tokenFlags(fs *flag.FlagSet) action {
-	user := fs.Int64("user", 0, "the `ID` of the user the token is for")
+	var user int64
+	fs.Var(idFlag{&user}, "user", "the `ID` of the user the token is for, a positive integer")
 	admin := fs.Bool("admin", false, "give the token the admin role")
 	var ttl time.Duration
 	fs.Var(ttlFlag{&ttl}, "ttl", "how long the token is valid, such as 24h")
-	return func(_ context.Context, e *cmdEnv) error { return printToken(e, *user, *admin, ttl) }
+	return func(_ context.Context, e *cmdEnv) error { return printToken(e, user, *admin, ttl) }
 }
 
 func dlqListFlags(fs *flag.FlagSet) action {

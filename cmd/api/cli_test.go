@@ -142,7 +142,7 @@ func TestCLIRefusesUnknownArguments(t *testing.T) {
 	env, redisTap, mysqlTap, dataDir := hostileEnv(t)
 	for _, args := range [][]string{
 		{"serve", "--bogus"}, {"serve", "extra"}, {"migrate", "now"}, {"token", "--user", "1", "extra"}, {"token", "--nope"},
-		{"token", "--ttl", "-1h"}, {"dlq"}, {"dlq", "bogus"}, {"dlq", "replay"}, {"dlq", "replay", "1", "2"}, {"dlq", "list", "--limit"},
+		{"token", "--ttl", "-1h"}, {"token"}, {"token", "--admin"}, {"token", "--user", "0"}, {"token", "--user", "-3"}, {"dlq"}, {"dlq", "bogus"}, {"dlq", "replay"}, {"dlq", "replay", "1", "2"}, {"dlq", "list", "--limit"},
 		{"reconcile", "-x"}, {"shards", "all"}, {"version", "--short"}, {"bogus"}, {"-v"},
 	} {
 		err, stdout, stderr := cliRun(env, args...)
@@ -154,6 +154,27 @@ func TestCLIRefusesUnknownArguments(t *testing.T) {
 	mysqlTap.untouched(t, "the database")
 	if _, err := os.Stat(dataDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the data dir was made: %v", err)
+	}
+}
+
+// TestCLITokenNeedsUser: "api token" without --user is a usage error
+// naming the flag (no token for a user 0 that minting refuses anyway),
+// and --help says the flag is required, as the README's table does.
+func TestCLITokenNeedsUser(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"SECKILL_TOKEN_SECRET": testSecret, "SECKILL_DATA_DIR": filepath.Join(t.TempDir(), "never-made")}
+	err, stdout, stderr := cliRun(env, "token", "--admin")
+	if !errors.Is(err, errUsage) || stdout != "" || !strings.Contains(stderr, "api token needs --user") || !strings.Contains(stderr, "usage: api token --user ID") {
+		t.Errorf("api token --admin: err %v, stdout %q, stderr %q; want a usage error naming --user", err, stdout, stderr)
+	}
+	if _, stdout, _ := cliRun(nil, "token", "--help"); !regexp.MustCompile(`--user ID .*\(required\)`).MatchString(stdout) {
+		t.Errorf("api token --help does not say --user is required:\n%s", stdout)
+	}
+	if cell := readmeSettings(t)["api token --user"]; strings.TrimSpace(cell) != "(required)" {
+		t.Errorf("README.md's settings table gives api token --user the default %q, want (required)", cell)
+	}
+	if err, stdout, _ := cliRun(env, "token", "--user", "42"); err != nil || strings.Count(stdout, ".") != 2 {
+		t.Errorf("api token --user 42: err %v, stdout %q; want a token", err, stdout)
 	}
 }
 

@@ -131,16 +131,25 @@ func openDB(ctx context.Context, cfg config, log *slog.Logger, create bool) (*go
 	return g, func() { db.Close(g) }, nil
 }
 
+// secretPath is where the embedded mode keeps its token secret.
+func secretPath(dir string) string { return filepath.Join(dir, "token-secret") }
+
+// readSecret reads the embedded mode's token secret from the data dir;
+// the error wraps fs.ErrNotExist when there is none yet.
+func readSecret(dir string) (string, error) {
+	b, err := os.ReadFile(secretPath(dir))
+	if err != nil {
+		return "", fmt.Errorf("read token secret: %w", err)
+	}
+	return string(b), nil
+}
+
 // embeddedSecret reads the token secret of the embedded mode from the data
 // dir, creating it on first start; created reports a first start.
 func embeddedSecret(dir string) (secret string, created bool, err error) {
-	path := filepath.Join(dir, "token-secret")
-	b, err := os.ReadFile(path)
-	if err == nil {
-		return string(b), false, nil
-	}
+	secret, err = readSecret(dir)
 	if !errors.Is(err, fs.ErrNotExist) {
-		return "", false, fmt.Errorf("read token secret: %w", err)
+		return secret, false, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", false, fmt.Errorf("data dir: %w", err)
@@ -150,7 +159,7 @@ func embeddedSecret(dir string) (secret string, created bool, err error) {
 		return "", false, err
 	}
 	secret = hex.EncodeToString(raw[:])
-	if err := os.WriteFile(path, []byte(secret), 0o600); err != nil {
+	if err := os.WriteFile(secretPath(dir), []byte(secret), 0o600); err != nil {
 		return "", false, fmt.Errorf("write token secret: %w", err)
 	}
 	return secret, true, nil

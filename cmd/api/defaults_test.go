@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/auth"
+	"seckill/internal/order"
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
 )
@@ -160,5 +161,70 @@ func TestShardCountChange(t *testing.T) {
 	}
 	if n, _ := rdb.Exists(ctx, keysOf(3).Ready(0)).Result(); n != 0 {
 		t.Errorf("shard 0's ready marker survived the switch: its state would not be rebuilt under the new count")
+	}
+}
+
+// TestShardCountChangeWaitsForEveryBacklog: a start with another shard
+// count is refused while anything waits under the old layout, not only an
+// order on its stream: an order in the retry delay queue, a pay deadline
+// queued (due in a quarter of an hour) or due on the expiries' stream. The
+// refusal says to keep the old count and to stop every instance before
+// switching; once the entry is gone the switch is taken.
+func TestShardCountChangeWaitsForEveryBacklog(t *testing.T) {
+	t.Parallel()
+	rs := testenv.StartRedis(t, testenv.RedisOptions{})
+	rdb := rs.Client(t)
+	log := slog.New(slog.DiscardHandler)
+	due := redis.Z{Score: float64(time.Now().Add(15 * time.Minute).UnixMilli()), Member: `["order_id","7"]`}
+	cases := []struct {
+		name string
+		add  func(ctx context.Context, old voucher.Keys) (key string, err error)
+		want string
+	}{
+		{"retry delay queue", func(ctx context.Context, old voucher.Keys) (string, error) {
+			return old.Delayed(1), rdb.ZAdd(ctx, old.Delayed(1), due).Err()
+		}, "1 orders not yet written and 0 pay deadlines"},
+		{"pay deadline queued", func(ctx context.Context, old voucher.Keys) (string, error) {
+			_, queue := order.ExpiryKeys(old, 1)
+			return queue, rdb.ZAdd(ctx, queue, due).Err()
+		}, "0 orders not yet written and 1 pay deadlines"},
+		{"pay deadline due", func(ctx context.Context, old voucher.Keys) (string, error) {
+			stream, _ := order.ExpiryKeys(old, 0)
+			return stream, rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"order_id", "7"}}).Err()
+		}, "0 orders not yet written and 1 pay deadlines"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			prefix := testenv.Prefix(t)
+			cfgOf := func(shards int) config { return config{KeyPrefix: prefix, Shards: shards} }
+			keysOf := func(shards int) voucher.Keys { return voucher.NewKeys(prefix, shards) }
+			if err := checkShardCount(ctx, cfgOf(2), rdb, keysOf(2), log); err != nil {
+				t.Fatalf("first start: %v", err)
+			}
+			key, err := c.add(ctx, keysOf(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = checkShardCount(ctx, cfgOf(3), rdb, keysOf(3), log)
+			if err == nil {
+				t.Fatalf("SECKILL_SHARDS=3 taken with %s still holding an entry of the 2-shard layout", key)
+			}
+			for _, want := range []string{c.want, "keep SECKILL_SHARDS=2", "stop every instance", "with SECKILL_SHARDS=3"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("refusal %q does not say %q", err, want)
+				}
+			}
+			if n, _ := rdb.Get(ctx, shardCountKey(prefix)).Int(); n != 2 {
+				t.Fatalf("the recorded count is %d after a refusal, want 2", n)
+			}
+			if err := rdb.Del(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := checkShardCount(ctx, cfgOf(3), rdb, keysOf(3), log); err != nil {
+				t.Fatalf("another count once drained: %v", err)
+			}
+		})
 	}
 }

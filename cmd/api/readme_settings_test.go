@@ -86,13 +86,20 @@ func codeSettings(t testing.TB) (env []string) {
 }
 
 // commandFlags is every flag of the commands table, as "api <command>
-// --<flag>", with its default as --help prints it.
+// --<flag>", with its default as the README's table writes it: `50`, or
+// (required) for a flag without one.
 func commandFlags() map[string]string {
 	out := map[string]string{}
 	for _, c := range commands {
 		fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 		c.flags(fs)
-		fs.VisitAll(func(f *flag.Flag) { out["api "+c.name+" --"+f.Name] = f.DefValue })
+		fs.VisitAll(func(f *flag.Flag) {
+			cell := "`" + f.DefValue + "`"
+			if isRequired(f) {
+				cell = "(required)"
+			}
+			out["api "+c.name+" --"+f.Name] = cell
+		})
 	}
 	return out
 }
@@ -115,8 +122,8 @@ func TestReadmeSettings(t *testing.T) {
 		}
 		table[s.name] = s.defaultCell()
 	}
-	for name, def := range commandFlags() {
-		table[name] = "`" + def + "`"
+	for name, cell := range commandFlags() {
+		table[name] = cell
 	}
 	if len(table) < 40 {
 		t.Fatalf("the settings table has only %d rows: is it read?", len(table))

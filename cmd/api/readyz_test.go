@@ -118,3 +118,33 @@ func TestReadyzProbesOncePerSecond(t *testing.T) {
 	}
 	t.Logf("%d /readyz calls in %v: %d PINGs", callers*each, took, probes)
 }
+
+// TestConfigRefusesBadRedisSettings: a cluster URL naming a database other
+// than 0, a wait for replicas of the embedded Redis, and a wait shorter
+// than Redis counts are refused at start-up with a message naming the
+// setting; their neighbours that make sense are taken.
+func TestConfigRefusesBadRedisSettings(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		env  map[string]string
+		want string // "" for taken
+	}{
+		{map[string]string{"SECKILL_REDIS_URL": "redis-cluster://127.0.0.1:7000/2"}, "SECKILL_REDIS_URL is refused: redis cluster url names database 2: a Redis Cluster has only database 0"},
+		{map[string]string{"SECKILL_REDIS_URL": "redis-cluster://127.0.0.1:7000?db=3"}, "SECKILL_REDIS_URL is refused: redis cluster url sets db"},
+		{map[string]string{"SECKILL_REDIS_URL": "mysql://127.0.0.1:7000"}, "SECKILL_REDIS_URL is refused"},
+		{map[string]string{"SECKILL_REDIS_URL": "redis-cluster://127.0.0.1:7000/0"}, ""},
+		{map[string]string{"SECKILL_REDIS_WAIT_REPLICAS": "1"}, "SECKILL_REDIS_WAIT_REPLICAS needs SECKILL_REDIS_URL: the embedded Redis has no replicas"},
+		{map[string]string{"SECKILL_REDIS_URL": "redis://127.0.0.1:6379/0", "SECKILL_REDIS_WAIT_REPLICAS": "1"}, ""},
+		{map[string]string{"SECKILL_REDIS_URL": "redis://127.0.0.1:6379/0", "SECKILL_REDIS_WAIT_TIMEOUT": "500us"}, "SECKILL_REDIS_WAIT_TIMEOUT must be a duration of at least 1ms"},
+		{map[string]string{"SECKILL_REDIS_URL": "redis://127.0.0.1:6379/0", "SECKILL_REDIS_WAIT_TIMEOUT": "1ms"}, ""},
+	}
+	for _, c := range cases {
+		_, err := loadConfig(func(k string) string { return c.env[k] })
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: refused (%v), want taken", c.env, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: err %v, want one saying %q", c.env, err, c.want)
+		}
+	}
+}

@@ -45,15 +45,14 @@ func tokenSecret(cfg config, create bool) (secret, from string, created bool, er
 	if !cfg.embeddedDB() {
 		return "", "", false, errors.New("SECKILL_TOKEN_SECRET is required with SECKILL_MYSQL_DSN (at least 32 bytes, the same on every instance)")
 	}
-	path := filepath.Join(cfg.DataDir, "token-secret")
-	from = "the embedded mode's secret in " + path
+	from = "the embedded mode's secret in " + secretPath(cfg.DataDir)
 	if !create {
-		b, err := os.ReadFile(path)
+		secret, err := readSecret(cfg.DataDir)
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", "", false, fmt.Errorf("no token secret: SECKILL_TOKEN_SECRET is not set and %s does not exist; "+
-				"set SECKILL_TOKEN_SECRET to the service's, or run the service once in embedded mode (SECKILL_DATA_DIR=%s)", path, cfg.DataDir)
+				"set SECKILL_TOKEN_SECRET to the service's, or run the service once in embedded mode (SECKILL_DATA_DIR=%s)", secretPath(cfg.DataDir), cfg.DataDir)
 		}
-		return string(b), from, false, err
+		return secret, from, false, err
 	}
 	secret, created, err = embeddedSecret(cfg.DataDir)
 	return secret, from, created, err

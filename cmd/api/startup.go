@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/order"
 	"seckill/internal/redisconn"
 	"seckill/internal/voucher"
 )
@@ -17,11 +18,12 @@ import (
 // checkShardCount holds SECKILL_SHARDS against the count the data in
 // Redis was written with (recorded at start-up). Another count moves
 // vouchers to other shards and, on a cluster, renames every stream: the
-// old streams' orders would wait for a worker that no longer reads them.
-// So a change is refused while the old layout's streams or delay queues
-// hold anything, and once they are drained it is taken: every shard's
-// state is rebuilt from the database. A Redis that does not answer is
-// left to the warmer and the probes.
+// old streams' orders and pay deadlines would wait for a worker that no
+// longer reads them. So a change is refused while the old layout's order
+// streams, retry delay queues, pay-deadline streams or pay-deadline delay
+// queues hold anything, and once they are drained it is taken: every
+// shard's state is rebuilt from the database. A Redis that does not answer
+// is left to the warmer and the probes.
 func checkShardCount(ctx context.Context, cfg config, rdb redis.UniversalClient, keys voucher.Keys, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -39,14 +41,16 @@ func checkShardCount(ctx context.Context, cfg config, rdb redis.UniversalClient,
 		return err
 	}
 	oldKeys := voucher.KeysFor(cfg.KeyPrefix, old, redisconn.IsCluster(rdb))
-	backlog, err := backlogOf(ctx, rdb, oldKeys)
+	left, err := backlogOf(ctx, rdb, oldKeys)
 	if err != nil {
 		return fmt.Errorf("SECKILL_SHARDS=%d, but the data in Redis was written with %d shards and its streams cannot be read: %w", cfg.Shards, old, err)
 	}
-	if backlog > 0 {
-		return fmt.Errorf("SECKILL_SHARDS=%d, but the data in Redis was written with %d shards and its streams and delay queues still hold %d entries, "+
-			"which no worker would read: start with SECKILL_SHARDS=%d, stop purchases and let the worker drain them "+
-			"(seckill_stream_length and seckill_delay_queue_size at 0), then switch", cfg.Shards, old, backlog, old)
+	if left.orders > 0 || left.deadlines > 0 {
+		return fmt.Errorf("SECKILL_SHARDS=%d, but the data in Redis was written with %d shards, and its streams and delay queues still hold "+
+			"%d orders not yet written and %d pay deadlines not yet handled, which no worker would read: keep SECKILL_SHARDS=%d, "+
+			"stop purchases and let the workers drain them (seckill_stream_length and seckill_delay_queue_size at 0, and "+
+			"SECKILL_PAY_WINDOW past the last purchase for the pay deadlines), then stop every instance and start them all with SECKILL_SHARDS=%d",
+			cfg.Shards, old, left.orders, left.deadlines, old, cfg.Shards)
 	}
 	log.Warn("SECKILL_SHARDS changed on existing data; the old streams are empty, so every shard's state is rebuilt from the database under the new count",
 		"was", old, "now", cfg.Shards)
@@ -58,22 +62,43 @@ func checkShardCount(ctx context.Context, cfg config, rdb redis.UniversalClient,
 	return rdb.Set(ctx, key, cfg.Shards, 0).Err()
 }
 
-// backlogOf counts the entries of every shard stream and delay queue of
-// keys.
-func backlogOf(ctx context.Context, rdb redis.UniversalClient, keys voucher.Keys) (int64, error) {
-	var n int64
+// backlog is what a shard layout's streams and delay queues still hold.
+type backlog struct {
+	orders    int64 // order stream entries and orders waiting to go back onto it
+	deadlines int64 // pay deadlines due on their stream or waiting in their queue
+}
+
+// backlogOf counts the entries of every shard's order stream, retry delay
+// queue, pay-deadline stream and pay-deadline delay queue under keys.
+func backlogOf(ctx context.Context, rdb redis.UniversalClient, keys voucher.Keys) (backlog, error) {
+	var b backlog
 	for shard := range keys.Shards() {
-		l, err := rdb.XLen(ctx, keys.Stream(shard)).Result()
+		n, err := entries(ctx, rdb, keys.Stream(shard), keys.Delayed(shard))
 		if err != nil {
-			return 0, err
+			return backlog{}, err
 		}
-		z, err := rdb.ZCard(ctx, keys.Delayed(shard)).Result()
+		b.orders += n
+		stream, queue := order.ExpiryKeys(keys, shard)
+		n, err = entries(ctx, rdb, stream, queue)
 		if err != nil {
-			return 0, err
+			return backlog{}, err
 		}
-		n += l + z
+		b.deadlines += n
 	}
-	return n, nil
+	return b, nil
+}
+
+// entries is the length of a stream plus the size of its delay queue.
+func entries(ctx context.Context, rdb redis.UniversalClient, stream, queue string) (int64, error) {
+	l, err := rdb.XLen(ctx, stream).Result()
+	if err != nil {
+		return 0, err
+	}
+	z, err := rdb.ZCard(ctx, queue).Result()
+	if err != nil {
+		return 0, err
+	}
+	return l + z, nil
 }
 
 // warnUnpayable warns when priced vouchers are on sale while payments are

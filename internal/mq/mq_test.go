@@ -321,10 +321,11 @@ func TestConsumerKeepsLiveBatch(t *testing.T) {
 	}
 }
 
-// TestPollerLooksAgainAfterMoving: a look that moved members does not know
-// when the next is due, so the poller looks again after Every, not Idle:
-// a second member scheduled elsewhere (no nudge), due soon after the
-// first, moves in time although the poller would otherwise sleep a minute.
+// TestPollerLooksAgainAfterMoving: a look that moved fewer members than a
+// batch learns nothing of the next due time (the script reports it only
+// when nothing was due), so the poller looks again after Every, not Idle:
+// a second member scheduled elsewhere (no nudge), due soon after the first,
+// moves in time although the poller would otherwise sleep a minute.
 func TestPollerLooksAgainAfterMoving(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t)
@@ -337,15 +338,51 @@ func TestPollerLooksAgainAfterMoving(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = NewPoller(q, PollerConfig{Every: 5 * time.Millisecond, Idle: time.Minute, Batch: 1}, quiet).Run(pctx)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	// Batch above one: the look that moves the first member returns after
+	// one call, with the second member's due time unknown.
+	runPoller(t, NewPoller(q, PollerConfig{Every: 5 * time.Millisecond, Idle: time.Minute, Batch: 10}, quiet))
 	testenv.WaitFor(t, 10*time.Second, "both members moved", func() bool {
 		l, err := rdb.XLen(ctx, stream).Result()
 		return err == nil && l == 2
 	})
+}
+
+// TestPollerRetriesFailedLookSoon: a look whose call to Redis failed knows
+// nothing of the queue, so the poller looks again after Every, not Idle;
+// once the queue is readable again, a due member moves without a nudge.
+func TestPollerRetriesFailedLookSoon(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	stream, key := names(t)
+	q := NewDelayQueue(rdb, key, stream)
+	if err := rdb.Set(ctx, key, "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var looks atomic.Int64 // the poller reads its clock once per call to Redis
+	now := func() time.Time { looks.Add(1); return time.Now() }
+	runPoller(t, NewPoller(q, PollerConfig{Every: 5 * time.Millisecond, Idle: time.Minute, Now: now}, quiet))
+	testenv.WaitFor(t, 5*time.Second, "three failed looks", func() bool { return looks.Load() >= 3 })
+	if l, err := rdb.XLen(ctx, stream).Result(); err != nil || l != 0 {
+		t.Fatalf("stream length %d, %v after failed looks; want 0", l, err)
+	}
+	pipe := rdb.TxPipeline()
+	pipe.Del(ctx, key)
+	pipe.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().UnixMilli()), Member: Payload(map[string]string{"n": "0"})})
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the member moved once the queue was readable", func() bool {
+		l, err := rdb.XLen(ctx, stream).Result()
+		return err == nil && l == 1
+	})
+}
+
+// runPoller runs p until the test ends.
+func runPoller(tb testing.TB, p *Poller) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	tb.Cleanup(func() { cancel(); <-done })
 }
