@@ -121,7 +121,7 @@ var coreSettings = []setting{
 		doc:   "all, api (HTTP only) or worker (order worker only)",
 		field: func(c *config) value { return oneOf{&c.Role, []string{"all", "api", "worker"}} }},
 	{name: "SECKILL_SHARDS", def: "1",
-		doc:   "stream shards (on a Redis Cluster a multiple of the masters); recorded with the data: another count waits until its streams are drained",
+		doc:   "stream shards (on a Redis Cluster a multiple of the masters); recorded with the data: another count is refused until the old layout's orders and pay deadlines are drained; stop every instance, then start all with the new count",
 		field: func(c *config) value { return integer{&c.Shards, 1, 1024} }},
 	{name: "SECKILL_KEY_PREFIX", def: "seckill",
 		doc:   "prefix of every Redis key",
