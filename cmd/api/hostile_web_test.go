@@ -224,7 +224,7 @@ func TestHostileVoucherDates(t *testing.T) {
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	g := s.db(t)
 	rdb := testenv.Redis(t)
-	testenv.WaitFor(t, 30*time.Second, "the service ready", func() bool { st, _ := ready(t, s.base); return st == 200 })
+	testenv.WaitFor(t, 30*time.Second, "the service ready", func() bool { st, _ := call(t, "GET", s.base+"/readyz", "", nil); return st == 200 })
 	before := s.snapshot(t, rdb, g)
 	for name, body := range map[string]string{
 		"begin in year 1":     `{"title":"t","face_value":1,"stock":1,"begin_at":"0001-01-01T00:00:00Z","end_at":"` + future + `"}`,
