@@ -109,11 +109,14 @@ func TestConsumerLargeBatch(t *testing.T) {
 		Stream: stream, Group: "g", Consumer: "c", Batch: n, Block: 20 * time.Millisecond,
 		ReclaimIdle: 150 * time.Millisecond, ReclaimEvery: time.Hour, Observer: w,
 	}, h, quiet))
-	testenv.WaitFor(t, 20*time.Second, "stream and pending list drained", func() bool {
-		if errs, _, _ := w.read(); errs["ack"] > 0 {
+	// The outcomes are reported just after the acknowledgement: wait for
+	// both.
+	testenv.WaitFor(t, 20*time.Second, "stream and pending list drained, outcomes reported", func() bool {
+		errs, acked, _ := w.read()
+		if errs["ack"] > 0 {
 			t.Fatalf("acknowledging the batch failed %d times", errs["ack"])
 		}
-		return drained(rdb, stream, key)()
+		return acked >= n && drained(rdb, stream, key)()
 	})
 	mu.Lock()
 	defer mu.Unlock()
