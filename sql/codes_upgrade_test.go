@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"seckill/internal/testenv"
 )
 
 // TestUpgradeLeavesOldPaidOrdersWithoutCode applies the migrations before
@@ -18,28 +16,7 @@ func TestUpgradeLeavesOldPaidOrdersWithoutCode(t *testing.T) {
 	for _, dialect := range []string{"mysql", "sqlite"} {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
-			g := testenv.DB(t, dialect)
-			ms, err := Migrations(dialect)
-			if err != nil {
-				t.Fatal(err)
-			}
-			exec := func(q string, args ...any) {
-				t.Helper()
-				if err := g.Exec(q, args...).Error; err != nil {
-					t.Fatalf("%s: %v", q, err)
-				}
-			}
-			exec("CREATE TABLE schema_migrations (version INT NOT NULL PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at DATETIME(3) NOT NULL)")
-			now := time.Now().UTC().Truncate(time.Millisecond)
-			for _, m := range ms {
-				if m.Version > 5 {
-					break
-				}
-				for _, stmt := range statements(m.SQL) {
-					exec(stmt)
-				}
-				exec("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", m.Version, m.Name, now)
-			}
+			g, exec, now := oldDB(t, dialect, 5)
 			exec("INSERT INTO vouchers (id, title, face_value, price, total_stock, stock, begin_at, end_at, created_at, updated_at) VALUES (1, 'v', 1000, 500, 10, 7, ?, ?, ?, ?)",
 				now.Add(-time.Hour), now.Add(time.Hour), now, now)
 			const ocols = "id, user_id, voucher_id, accepted_at, created_at, status, live, amount, paid_at, used_at"
