@@ -193,8 +193,8 @@ func drainLargestBatch(t *testing.T, g *gorm.DB) {
 var quietLog = slog.New(slog.DiscardHandler)
 
 // placeholderPool passes every call to its ConnPool and keeps in most the
-// largest count of placeholders an insert of orders had, in transactions
-// too.
+// largest count of values an insert of orders had (placeholders, or
+// values written into the statement), in transactions too.
 type placeholderPool struct {
 	gorm.ConnPool
 	most *atomic.Int64
@@ -202,7 +202,10 @@ type placeholderPool struct {
 
 func (p *placeholderPool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if strings.HasPrefix(query, "INSERT INTO orders") || strings.HasPrefix(query, "INSERT INTO `orders`") {
-		if n := int64(strings.Count(query, "?")); n > p.most.Load() {
+		// Values, with placeholders or written in: columns times rows.
+		cols, rows, _ := strings.Cut(query, " VALUES ")
+		n := int64(strings.Count(cols, ",")+1) * int64(strings.Count(rows, "),(")+1)
+		if n > p.most.Load() {
 			p.most.Store(n)
 		}
 	}
