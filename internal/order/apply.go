@@ -1,6 +1,7 @@
 package order
 
 import (
+	"database/sql"
 	"fmt"
 	"slices"
 	"strconv"
@@ -135,8 +136,17 @@ func (w *Writer) anyLiveLetter(tx *gorm.DB, items []*item) (bool, error) {
 		}
 	}
 	var keyed []orderOwner
-	if err := tx.Raw(w.locking("SELECT order_id AS id, user_id, voucher_id FROM dead_letters WHERE order_id IN " + inList(ids) + " AND replayed_at IS NULL")).
-		Scan(&keyed).Error; err != nil {
+	err := queryRows(tx, w.locking("SELECT order_id, user_id, voucher_id FROM dead_letters WHERE order_id IN "+inList(ids)+" AND replayed_at IS NULL"), func(r *sql.Rows) error {
+		var user, voucherID sql.NullInt64 // NULL (an undecodable message's) reads as 0
+		var k orderOwner
+		if err := r.Scan(&k.ID, &user, &voucherID); err != nil {
+			return err
+		}
+		k.UserID, k.VoucherID = user.Int64, voucherID.Int64
+		keyed = append(keyed, k)
+		return nil
+	})
+	if err != nil {
 		return false, fmt.Errorf("find dead letters of orders: %w", err)
 	}
 	for _, k := range keyed {
@@ -287,16 +297,17 @@ func (w *Writer) orderWritten(tx *gorm.DB, it *item) (bool, error) {
 
 // prices reads the price of each voucher.
 func (w *Writer) prices(tx *gorm.DB, vids []int64) (map[int64]int64, error) {
-	var rows []struct {
-		ID    int64
-		Price int64
-	}
-	if err := tx.Raw("SELECT id, price FROM vouchers WHERE id IN " + inList(vids)).Scan(&rows).Error; err != nil {
+	out := make(map[int64]int64, len(vids))
+	err := queryRows(tx, "SELECT id, price FROM vouchers WHERE id IN "+inList(vids), func(r *sql.Rows) error {
+		var id, price int64
+		if err := r.Scan(&id, &price); err != nil {
+			return err
+		}
+		out[id] = price
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read prices of %d vouchers: %w", len(vids), err)
-	}
-	out := make(map[int64]int64, len(rows))
-	for _, r := range rows {
-		out[r.ID] = r.Price
 	}
 	return out, nil
 }
