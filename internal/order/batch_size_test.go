@@ -2,8 +2,11 @@ package order
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,15 +45,11 @@ func TestWorkerLargestBatch(t *testing.T) {
 			}
 			// The most placeholders one insert of orders took: bounded
 			// whatever the batch, or a larger batch passes SQLite's
-			// 32,766 (and MySQL's 65,535) and stalls the shard.
+			// 32,766 (and MySQL's 65,535) and stalls the shard. The
+			// writer inserts on the transaction's connection, so the
+			// connections are watched.
 			var most atomic.Int64
-			if err := g.Callback().Create().After("gorm:create").Register("test:placeholders", func(tx *gorm.DB) {
-				if tx.Statement.Table == "orders" && int64(len(tx.Statement.Vars)) > most.Load() {
-					most.Store(int64(len(tx.Statement.Vars)))
-				}
-			}); err != nil {
-				t.Fatal(err)
-			}
+			g.Statement.ConnPool = &placeholderPool{ConnPool: g.Statement.ConnPool, most: &most}
 			drainLargestBatch(t, g)
 			if n := most.Load(); n == 0 || n > maxPlaceholders {
 				t.Fatalf("an insert of orders took %d placeholders, want at most %d", n, maxPlaceholders)
@@ -192,3 +191,47 @@ func drainLargestBatch(t *testing.T, g *gorm.DB) {
 }
 
 var quietLog = slog.New(slog.DiscardHandler)
+
+// placeholderPool passes every call to its ConnPool and keeps in most the
+// largest count of values an insert of orders had (placeholders, or
+// values written into the statement), in transactions too.
+type placeholderPool struct {
+	gorm.ConnPool
+	most *atomic.Int64
+}
+
+func (p *placeholderPool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if strings.HasPrefix(query, "INSERT INTO orders") || strings.HasPrefix(query, "INSERT INTO `orders`") {
+		// Values, with placeholders or written in: columns times rows.
+		cols, rows, _ := strings.Cut(query, " VALUES ")
+		n := int64(strings.Count(cols, ",")+1) * int64(strings.Count(rows, "),(")+1)
+		if n > p.most.Load() {
+			p.most.Store(n)
+		}
+	}
+	return p.ConnPool.ExecContext(ctx, query, args...)
+}
+
+func (p *placeholderPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool, error) {
+	tx, err := p.ConnPool.(gorm.TxBeginner).BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &placeholderTx{placeholderPool{tx, p.most}, tx}, nil
+}
+
+func (p *placeholderPool) GetDBConn() (*sql.DB, error) {
+	if db, ok := p.ConnPool.(*sql.DB); ok {
+		return db, nil
+	}
+	return nil, errors.New("not a *sql.DB")
+}
+
+// placeholderTx is a transaction of placeholderPool.
+type placeholderTx struct {
+	placeholderPool
+	tx *sql.Tx
+}
+
+func (t *placeholderTx) Commit() error   { return t.tx.Commit() }
+func (t *placeholderTx) Rollback() error { return t.tx.Rollback() }

@@ -108,7 +108,7 @@ func (w *Writer) undoEnded(ctx context.Context, did map[int64]settled) error {
 		return nil
 	}
 	var ended []orderOwner
-	if err := w.db.WithContext(ctx).Raw("SELECT id, user_id, voucher_id FROM orders WHERE id IN ? AND live IS NULL", ids).Scan(&ended).Error; err != nil {
+	if err := w.db.WithContext(ctx).Raw("SELECT id, user_id, voucher_id FROM orders WHERE id IN " + inList(ids) + " AND live IS NULL").Scan(&ended).Error; err != nil {
 		w.cfg.Observer.MySQLError("write")
 		return fmt.Errorf("find orders ended since written: %w", err)
 	}

@@ -1,7 +1,9 @@
 package order
 
 import (
+	"database/sql"
 	"fmt"
+	"strconv"
 
 	"gorm.io/gorm"
 )
@@ -65,44 +67,59 @@ func (w *Writer) loadHoldings(tx *gorm.DB, items []*item) error {
 }
 
 // rowsOf reads the orders and dead letters under these order ids, and
-// which of the orders ended (gave their unit back).
+// which of the orders ended (gave their unit back). The reads go straight
+// to the transaction's connection (queryRows): gorm's scan into structs
+// was a tenth of the worker's time in the transaction.
 func (w *Writer) rowsOf(tx *gorm.DB, ids []int64) (map[int64]*orderOwner, map[int64]*letterRow, map[int64]bool, error) {
-	var rows []struct {
-		ID, UserID, VoucherID int64
-		Ended                 bool
-	}
-	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id, live IS NULL AS ended FROM orders WHERE id IN ?"), ids).Scan(&rows).Error; err != nil {
+	list := inList(ids)
+	orders := make(map[int64]*orderOwner)
+	ended := map[int64]bool{}
+	err := queryRows(tx, w.locking("SELECT id, user_id, voucher_id, live IS NULL AS ended FROM orders WHERE id IN "+list), func(r *sql.Rows) error {
+		var o orderOwner
+		var isEnded bool
+		if err := r.Scan(&o.ID, &o.UserID, &o.VoucherID, &isEnded); err != nil {
+			return err
+		}
+		orders[o.ID] = &o
+		if isEnded {
+			ended[o.ID] = true
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, nil, nil, fmt.Errorf("find written orders: %w", err)
 	}
-	done := make([]orderOwner, len(rows))
-	ended := map[int64]bool{}
-	for i, r := range rows {
-		done[i] = orderOwner{r.ID, r.UserID, r.VoucherID}
-		if r.Ended {
-			ended[r.ID] = true
+	letters := make(map[int64]*letterRow)
+	err = queryRows(tx, w.locking("SELECT order_id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed, stream, message_id FROM dead_letters WHERE order_id IN "+list), func(r *sql.Rows) error {
+		var user, voucherID sql.NullInt64 // NULL (an undecodable message's) reads as 0
+		var l letterRow
+		if err := r.Scan(&l.owner.ID, &user, &voucherID, &l.reason, &l.replayed, &l.stream, &l.message); err != nil {
+			return err
 		}
-	}
-	var dead []struct {
-		OrderID   int64
-		UserID    int64
-		VoucherID int64
-		Reason    string
-		Replayed  bool
-		Stream    string
-		MessageID string
-	}
-	if err := tx.Raw(w.locking("SELECT order_id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed, stream, message_id FROM dead_letters WHERE order_id IN ?"), ids).Scan(&dead).Error; err != nil {
+		l.owner.UserID, l.owner.VoucherID = user.Int64, voucherID.Int64
+		letters[l.owner.ID] = &l
+		return nil
+	})
+	if err != nil {
 		return nil, nil, nil, fmt.Errorf("find dead letters: %w", err)
 	}
-	orders := make(map[int64]*orderOwner, len(done))
-	for i := range done {
-		orders[done[i].ID] = &done[i]
-	}
-	letters := make(map[int64]*letterRow, len(dead))
-	for _, d := range dead {
-		letters[d.OrderID] = &letterRow{orderOwner{d.OrderID, d.UserID, d.VoucherID}, d.Reason, d.Replayed, d.Stream, d.MessageID}
-	}
 	return orders, letters, ended, nil
+}
+
+// queryRows runs query, which has no arguments, on the transaction's
+// connection and calls scan for each row.
+func queryRows(tx *gorm.DB, query string, scan func(*sql.Rows) error) error {
+	rows, err := tx.Statement.ConnPool.QueryContext(tx.Statement.Context, query)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // holdingOf says what the order and the dead letter under an item's order
@@ -180,4 +197,24 @@ type orderOwner struct {
 
 func (it *item) owner() orderOwner {
 	return orderOwner{ID: it.ord.OrderID, UserID: it.ord.UserID, VoucherID: it.ord.VoucherID}
+}
+
+// inList is ids as an SQL list, "(1,2,3)", written into the statement:
+// a statement without arguments goes to MySQL as one query, where one
+// with arguments is prepared, executed and closed (three calls, and the
+// server parses hundreds of placeholders). ids are numbers, so nothing
+// needs quoting. No ids is "(NULL)", which matches nothing.
+func inList(ids []int64) string {
+	if len(ids) == 0 {
+		return "(NULL)"
+	}
+	b := make([]byte, 0, 2+len(ids)*20)
+	b = append(b, '(')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ')'))
 }

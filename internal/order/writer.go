@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -110,6 +111,8 @@ type Writer struct {
 	release *redis.Script
 	// settleScript is lua/settle.lua.
 	settleScript *redis.Script
+	// inserts holds insertSQL's statements by row count (int -> string).
+	inserts sync.Map
 }
 
 // NewWriter returns a Writer; it owns none of its clients.
