@@ -360,19 +360,9 @@ const insertRows = 300
 // CPU per order). A duplicate key fails the statement, as it did.
 func (w *Writer) insertOrders(tx *gorm.DB, rows []Order) error {
 	ctx := tx.Statement.Context
-	literal := w.db.Dialector.Name() == "mysql"
 	args := make([]any, 0, 11*min(len(rows), insertRows))
 	for len(rows) > 0 {
 		n := min(len(rows), insertRows)
-		if literal {
-			if q, ok := insertLiteral(rows[:n]); ok {
-				if _, err := tx.Statement.ConnPool.ExecContext(ctx, q); err != nil {
-					return err
-				}
-				rows = rows[n:]
-				continue
-			}
-		}
 		args = args[:0]
 		for i := range rows[:n] {
 			o := &rows[i]
@@ -404,82 +394,6 @@ func (w *Writer) insertSQL(n int) string {
 	}
 	s, _ := w.inserts.LoadOrStore(n, b.String())
 	return s.(string)
-}
-
-// insertLiteral is the insert of rows with their values written into the
-// statement, for MySQL: a statement without arguments is one query, where
-// one with arguments is prepared, executed and closed, the server parsing
-// 3,300 placeholders each time. Numbers and times are written as the
-// driver writes them when it interpolates; a string is written only when
-// it holds letters, digits and '_' alone (statuses and voucher codes
-// always do), else ok is false and the rows go with placeholders.
-func insertLiteral(rows []Order) (q string, ok bool) {
-	b := make([]byte, 0, len(orderColumns)+len(rows)*200)
-	b = append(b, orderColumns...)
-	for i := range rows {
-		o := &rows[i]
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '(')
-		b = strconv.AppendInt(b, o.ID, 10)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, o.UserID, 10)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, o.VoucherID, 10)
-		b = append(b, ',')
-		b = appendTime(b, &o.AcceptedAt)
-		b = append(b, ',')
-		b = appendTime(b, &o.CreatedAt)
-		b = append(b, ',')
-		if b, ok = appendWord(b, &o.Status); !ok {
-			return "", false
-		}
-		b = append(b, ',')
-		if o.Live == nil {
-			b = append(b, "NULL"...)
-		} else {
-			b = strconv.AppendInt(b, int64(*o.Live), 10)
-		}
-		b = append(b, ',')
-		b = strconv.AppendInt(b, o.Amount, 10)
-		b = append(b, ',')
-		b = appendTime(b, o.PayDeadline)
-		b = append(b, ',')
-		b = appendTime(b, o.PaidAt)
-		b = append(b, ',')
-		if b, ok = appendWord(b, o.Code); !ok {
-			return "", false
-		}
-		b = append(b, ')')
-	}
-	return string(b), true
-}
-
-// appendTime writes t in UTC to the microsecond, quoted, or NULL for nil.
-func appendTime(b []byte, t *time.Time) []byte {
-	if t == nil {
-		return append(b, "NULL"...)
-	}
-	b = append(b, '\'')
-	b = t.UTC().AppendFormat(b, "2006-01-02 15:04:05.000000")
-	return append(b, '\'')
-}
-
-// appendWord writes s quoted, or NULL for nil; ok is false when s holds
-// anything but letters, digits and '_' (nothing is escaped).
-func appendWord(b []byte, s *string) ([]byte, bool) {
-	if s == nil {
-		return append(b, "NULL"...), true
-	}
-	for _, c := range []byte(*s) {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
-			return b, false
-		}
-	}
-	b = append(b, '\'')
-	b = append(b, *s...)
-	return append(b, '\''), true
 }
 
 // nullInt, nullTime and nullString pass a nil pointer as NULL and a set
