@@ -65,10 +65,17 @@ func withCode(tx *gorm.DB, write func(code string) error) error {
 	return err
 }
 
-// codeTaken reports whether an order holds the code.
+// codeTaken reports whether an order holds the code. On MySQL the read
+// locks: a plain read sees the transaction's snapshot, which misses a code
+// another transaction committed since, the very one the unique key just
+// refused; a locking read sees the latest committed row.
 func codeTaken(tx *gorm.DB, code string) (bool, error) {
+	q := "SELECT COUNT(*) FROM orders WHERE code = ?"
+	if tx.Dialector.Name() == "mysql" {
+		q += " FOR UPDATE"
+	}
 	var n int64
-	err := tx.Raw("SELECT COUNT(*) FROM orders WHERE code = ?", code).Scan(&n).Error
+	err := tx.Raw(q, code).Scan(&n).Error
 	return n > 0, err
 }
 

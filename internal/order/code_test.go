@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
 
 	"seckill/internal/db"
 )
@@ -150,6 +151,36 @@ func TestWithCodeDrawsAgain(t *testing.T) {
 			t.Fatalf("withCode on another key's duplicate: %v after %d calls; want it at once", err, calls)
 		}
 	})
+}
+
+// TestWithCodeDrawsAgainPastTheSnapshot: on MariaDB a transaction reads
+// from its snapshot; a code another transaction committed after that
+// snapshot is refused by the unique key all the same, and must be seen as
+// taken (drawn again), not answered as some other key's duplicate (the
+// writer would then take the order for a buyer's second one).
+func TestWithCodeDrawsAgainPastTheSnapshot(t *testing.T) {
+	t.Parallel()
+	e := newLifeEnv(t, "mariadb", 0, 5)
+	a, b := e.buy(t).order, e.buy(t).order
+	calls := 0
+	err := e.db.Transaction(func(tx *gorm.DB) error {
+		var n int64
+		if err := tx.Raw("SELECT COUNT(*) FROM orders").Scan(&n).Error; err != nil { // the snapshot
+			return err
+		}
+		return withCode(tx, func(code string) error {
+			calls++
+			if calls == 1 { // another transaction takes the code drawn first, and commits
+				if err := e.db.Exec("UPDATE orders SET code = ? WHERE id = ?", code, a).Error; err != nil {
+					return err
+				}
+			}
+			return tx.Exec("UPDATE orders SET code = ? WHERE id = ?", code, b).Error
+		})
+	})
+	if err != nil || calls != 2 || *e.order(t, a).Code == *e.order(t, b).Code {
+		t.Fatalf("withCode: %v after %d calls; want a second draw that succeeds", err, calls)
+	}
 }
 
 // TestNormalizeCode: what a cashier types.
