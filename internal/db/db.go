@@ -5,6 +5,8 @@ package db
 
 import (
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -36,8 +38,10 @@ func OpenMySQL(dsn string, maxOpen int) (*gorm.DB, error) {
 	// Arguments are written into each statement by the driver, escaped:
 	// one query a statement, where a prepared one is a prepare, an execute
 	// and a close, and MariaDB parses every placeholder each time (the
-	// worker's insert has 3,300).
-	mc.InterpolateParams = true
+	// worker's insert has 3,300). Only where the DSN leaves it unset, and
+	// only with charsets whose escaping is safe (multi-byte ones such as
+	// gbk or sjis can hide a quote from it).
+	mc.InterpolateParams = interpolateSafe(dsn)
 	if mc.Timeout == 0 {
 		mc.Timeout = dialTimeout
 	}
@@ -85,4 +89,29 @@ func Close(g *gorm.DB) {
 	if sqlDB, err := g.DB(); err == nil {
 		_ = sqlDB.Close()
 	}
+}
+
+// interpolateSafe reports whether the driver may write arguments into
+// statements for dsn: the DSN does not set interpolateParams itself (its
+// own value stands then), and names no charset but ones whose escaping a
+// multi-byte sequence cannot defeat (the driver's default is utf8mb4).
+func interpolateSafe(dsn string) bool {
+	_, query, _ := strings.Cut(dsn, "?")
+	params, err := url.ParseQuery(query)
+	if err != nil {
+		return false
+	}
+	if v, set := params["interpolateParams"]; set {
+		return len(v) > 0 && v[len(v)-1] == "true"
+	}
+	for _, list := range params["charset"] {
+		for _, cs := range strings.Split(list, ",") {
+			switch strings.ToLower(cs) {
+			case "utf8", "utf8mb3", "utf8mb4", "latin1", "ascii", "binary":
+			default:
+				return false
+			}
+		}
+	}
+	return true
 }
