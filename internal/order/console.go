@@ -41,8 +41,11 @@ type Found struct {
 
 // Search finds orders, newest first, at most limit: of one voucher when
 // voucherID is not 0, and matching q when it is not "": an order id, a
-// voucher code (NormalizeCode) or a buyer's phone (with or without its +).
-// The phone is the users table's (internal/auth), joined here.
+// voucher code (NormalizeCode) or a buyer's phone (with or without its +;
+// spaces, dashes, dots and brackets do not matter). The phone is the users
+// table's (internal/auth), joined here. What q can be is looked up first,
+// each through a key the tables have (orders' id and code, users' phone,
+// orders' user_id), rather than one OR over the join of every order.
 func (s *Store) Search(ctx context.Context, voucherID int64, q string, limit int) ([]Found, error) {
 	tx := s.db.WithContext(ctx).Table("orders o").Select("o.*, u.phone").
 		Joins("LEFT JOIN users u ON u.id = o.user_id")
@@ -50,11 +53,14 @@ func (s *Store) Search(ctx context.Context, voucherID int64, q string, limit int
 		tx = tx.Where("o.voucher_id = ?", voucherID)
 	}
 	if q = strings.TrimSpace(q); q != "" {
-		conds, args := searchConds(q)
-		if len(conds) == 0 {
+		ids, err := s.matching(ctx, q, limit)
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
 			return nil, nil
 		}
-		tx = tx.Where("("+strings.Join(conds, " OR ")+")", args...)
+		tx = tx.Where("o.id IN ?", ids)
 	}
 	var out []Found
 	if err := tx.Order("o.id DESC").Limit(limit).Find(&out).Error; err != nil {
@@ -63,18 +69,37 @@ func (s *Store) Search(ctx context.Context, voucherID int64, q string, limit int
 	return out, nil
 }
 
-// searchConds are what q can be, each a condition and its argument.
-func searchConds(q string) (conds []string, args []any) {
-	if code, ok := NormalizeCode(q); ok {
-		conds, args = append(conds, "o.code = ?"), append(args, code)
+// matching returns the ids of the orders q can name: the order of that
+// id, the order of that code, the newest limit orders of that phone's
+// buyer.
+func (s *Store) matching(ctx context.Context, q string, limit int) ([]int64, error) {
+	var ids []int64
+	look := func(query string, args ...any) error {
+		var found []int64
+		if err := s.db.WithContext(ctx).Raw(query, args...).Scan(&found).Error; err != nil {
+			return fmt.Errorf("search orders: %w", err)
+		}
+		ids = append(ids, found...)
+		return nil
 	}
-	if digits := strings.TrimPrefix(q, "+"); digits != "" && strings.Trim(digits, "0123456789") == "" {
-		conds, args = append(conds, "u.phone = ?"), append(args, "+"+digits)
-		if id, err := strconv.ParseInt(q, 10, 64); err == nil && id > 0 {
-			conds, args = append(conds, "o.id = ?"), append(args, id)
+	if code, ok := NormalizeCode(q); ok {
+		if err := look("SELECT id FROM orders WHERE code = ?", code); err != nil {
+			return nil, err
 		}
 	}
-	return conds, args
+	digits := strings.TrimPrefix(strings.NewReplacer(" ", "", "-", "", ".", "", "(", "", ")", "").Replace(q), "+")
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return ids, nil
+	}
+	if err := look("SELECT o.id FROM users u JOIN orders o ON o.user_id = u.id WHERE u.phone = ? ORDER BY o.id DESC LIMIT ?", "+"+digits, limit); err != nil {
+		return nil, err
+	}
+	if id, err := strconv.ParseInt(q, 10, 64); err == nil && id > 0 {
+		if err := look("SELECT id FROM orders WHERE id = ?", id); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
 }
 
 // Figures are a voucher's sale at a glance, all from the database: its

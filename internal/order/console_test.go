@@ -51,6 +51,8 @@ func TestSearch(t *testing.T) {
 			{0, code[:5] + "-" + code[5:], []int64{a.order}},
 			{0, "+8613800000001", []int64{b.order}},
 			{0, "8613800000000", []int64{a.order}},
+			{0, "+86 138-0000-0001", []int64{b.order}},
+			{0, "(86) 138.0000.0001", []int64{b.order}},
 			{other.ID, "8613800000000", []int64{}},
 			{0, "no such thing", []int64{}},
 			{0, "ZZZZZZZZZZ", []int64{}},
