@@ -44,17 +44,24 @@
 --   3 the entry taken over from the buyer's later pending order
 --   4 nothing: its voucher's keys cannot be read (see above)
 
--- readable says whether a voucher's state and buyers keys are what this
--- script reads: hashes (or missing), the stock an integer.
-local function readable(state, buyers)
-  for _, k in ipairs({state, buyers}) do
-    local t = redis.call('TYPE', k).ok
-    if t ~= 'hash' and t ~= 'none' then
-      return false
-    end
+-- read is what order i's keys hold that this script reads: the buyer's
+-- entry and the voucher's stock, each false when missing; ok is false when
+-- a key is not a hash or the stock is not an integer. The reads are
+-- protected (pcall), so a key of another type answers here, before any
+-- write, without TYPE calls of its own on every order.
+local function read(state, buyers, user)
+  local held = redis.pcall('HGET', buyers, user)
+  if type(held) == 'table' and held.err then
+    return false
   end
-  local stock = redis.call('HGET', state, 'stock')
-  return not stock or string.match(stock, '^-?%d+$') ~= nil
+  local stock = redis.pcall('HGET', state, 'stock')
+  if type(stock) == 'table' and stock.err then
+    return false
+  end
+  if stock and not string.match(stock, '^-?%d+$') then
+    return false
+  end
+  return true, held, stock
 end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -65,11 +72,11 @@ local did = {1}
 local function settle(i)
   local user, order, voucher = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
   local state, buyers = KEYS[2 * i + 1], KEYS[2 * i + 2]
-  if not readable(state, buyers) then
+  local ok, held, stock = read(state, buyers, user)
+  if not ok then
     return 4
   end
   redis.call('HDEL', KEYS[2], order)
-  local held = redis.call('HGET', buyers, user)
   if not held then
     redis.call('HSET', buyers, user, order)
     -- At 0 the unit was sold again after Redis lost this order (a failover
@@ -77,7 +84,7 @@ local function settle(i)
     -- order, so it will refuse one of the later ones as out of stock, whose
     -- dead letter gives nothing back. Redis stays at 0, as the database
     -- will, and never goes below.
-    if tonumber(redis.call('HGET', state, 'stock') or '0') > 0 then
+    if tonumber(stock or '0') > 0 then
       redis.call('HINCRBY', state, 'stock', -1)
       return 1
     end

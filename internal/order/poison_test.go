@@ -344,3 +344,34 @@ func TestExpirerBatchFailureIsNotLeft(t *testing.T) {
 		}
 	})
 }
+
+// TestWriterSettleStockNotAnInteger: the settle of an order whose buyer
+// Redis lost (it records the buyer and takes the unit) meets a stock that
+// is not an integer: that order alone is left pending, nothing written for
+// it, the others settled; once the stock is mended it settles.
+func TestWriterSettleStockNotAnInteger(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	w := NewWriter(e.db, e.rdb, e.keys, WriterConfig{}, quietLog)
+	ctx := context.Background()
+	v, bad := e.voucher(t, 10), e.voucher(t, 10)
+	stateEnv(t, e, v, 10, nil)
+	stateEnv(t, e, bad, 10, nil)
+	batch := reserveAll(t, e, [][3]int64{{6001, 1, v}, {6002, 2, bad}, {6003, 3, v}})
+	if err := e.rdb.HDel(ctx, e.keys.Buyers(bad), "2").Err(); err != nil { // lost, as after a rebuild
+		t.Fatal(err)
+	}
+	mend := poisonStock(t, e.rdb, e.keys.State(bad))
+	sameOutcomes(t, handle(t, w, batch), []mq.Outcome{mq.Ack, mq.LeavePending, mq.Ack})
+	if buyers, err := e.rdb.HGetAll(ctx, e.keys.Buyers(bad)).Result(); err != nil || len(buyers) != 0 {
+		t.Fatalf("bad voucher's buyers %v (%v); want none written", buyers, err)
+	}
+	if pending, err := e.rdb.HKeys(ctx, e.keys.Pending(0)).Result(); err != nil || len(pending) != 1 || pending[0] != "6002" {
+		t.Fatalf("pending index %v (%v); want only 6002", pending, err)
+	}
+	mend()
+	sameOutcomes(t, handle(t, w, batch[1:2]), []mq.Outcome{mq.Ack})
+	if stock, buyers := redisStock(t, e, bad); stock != 8 || buyers["2"] != "6002" {
+		t.Fatalf("mended: redis stock %d buyers %v; want 8 (the lost buyer's unit taken again) and 2 -> 6002", stock, buyers)
+	}
+}
