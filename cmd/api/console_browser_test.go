@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,34 +95,8 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	tctx, cancel := context.WithTimeout(ctx, 150*time.Second)
 	defer cancel()
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(tctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return v
-	}
-	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
-	dir := artifacts(t)
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s", path)
-	}
+	b := tab{t: t, ctx: tctx, dir: artifacts(t)}
+	do, text, shot, visible := b.do, b.text, b.shot, waitVisible
 	row := func() string {
 		t.Helper()
 		v, err := chromedp.Run(tctx, chromedp.Evaluate[string](fmt.Sprintf(figuresRowJS, vid)))

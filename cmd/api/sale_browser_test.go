@@ -76,6 +76,48 @@ func artifacts(t testing.TB) string {
 	return dir
 }
 
+// tab drives a browser tab for a test: each step fails the test on an
+// error; screenshots go to dir.
+type tab struct {
+	t   *testing.T
+	ctx context.Context
+	dir string
+}
+
+func (b tab) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (b tab) text(sel string) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return v
+}
+
+func (b tab) shot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(b.dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s", path)
+}
+
+// waitVisible waits until the element sel names is visible.
+func waitVisible(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.CSS(sel))
+}
+
 // waitCode polls the outbox until a code for phone is there: the page
 // asks for it asynchronously.
 func waitCode(t testing.TB, outbox, phone string) string {
@@ -168,35 +210,9 @@ func TestSaleInBrowser(t *testing.T) {
 
 	tctx, cancel := context.WithTimeout(ctx, 180*time.Second)
 	defer cancel()
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(tctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return v
-	}
-	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
+	b := tab{t: t, ctx: tctx, dir: artifacts(t)}
+	do, text, shot, visible := b.do, b.text, b.shot, waitVisible
 	card := func(id int64) string { return fmt.Sprintf(`li[data-voucher-id="%d"]`, id) }
-	dir := artifacts(t)
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s", path)
-	}
 
 	do("open the page", chromedp.Navigate(s.base+"/"),
 		visible(card(onSale)+`[data-phase="on_sale"] .grab:enabled`),
