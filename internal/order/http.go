@@ -181,7 +181,9 @@ func (h *HTTP) written(ctx context.Context, id int64) (View, error) {
 	o, err := h.store.Get(ctx, id)
 	if err == nil {
 		v := ViewOf(o, h.now())
-		if o.Status != StatusAwaitingPayment { // such an order owes nothing yet (I10)
+		// An order with nothing to pay has no payment; one awaiting payment
+		// owes nothing yet (I10): neither costs a query.
+		if o.Amount > 0 && o.Status != StatusAwaitingPayment {
 			v.NeedsRefund, err = h.store.NeedsRefund(ctx, o.ID)
 		}
 		return v, err
