@@ -147,3 +147,75 @@ func (k Keys) Delayed(shard int) string { return k.Tag(shard) + ":delayed" }
 // PUBLISH reaches the subscribers of every node of a Redis Cluster, so the
 // channel carries no hash tag.
 func (k Keys) Events() string { return k.prefix + ":events" }
+
+// MaxBuckets bounds a voucher's buckets (the schema's check says the
+// same); a voucher also has at most one bucket per shard.
+const MaxBuckets = 64
+
+// BucketCount is v's number of buckets, 1 for a voucher written before
+// buckets existed (0 in memory).
+func (v Voucher) BucketCount() int { return max(v.Buckets, 1) }
+
+// Home is the bucket a buyer buys in, of nb: a stable hash of the user id
+// (splitmix64's finaliser), 0 when nb <= 1. It is frozen: one order per
+// buyer holds across buckets only because a buyer is never sent to any
+// other bucket of a voucher, and a voucher's nb never changes. A golden
+// test holds its values.
+func Home(userID int64, nb int) int {
+	if nb <= 1 {
+		return 0
+	}
+	z := uint64(userID) + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return int(z % uint64(nb))
+}
+
+// BucketShard is the shard that holds bucket b of a voucher with nb
+// buckets: bucket 0 is the voucher's own shard (Shard), and the others
+// follow at a stride of Shards()/nb, so with shards spread over the
+// masters (NewClusterKeys) the buckets land on different masters. A shard
+// holds at most one bucket of a voucher while nb <= Shards().
+func (k Keys) BucketShard(voucherID int64, b, nb int) int {
+	n := len(k.tags)
+	if nb <= 1 || b <= 0 {
+		return k.Shard(voucherID)
+	}
+	return (k.Shard(voucherID) + b*max(n/nb, 1)) % n
+}
+
+// StateAt is a voucher's sale state in one shard: the State of the
+// voucher's bucket that lives there (bucket 0: State itself). Fields:
+// stock, begin_ms, end_ms, and for a voucher of more than one bucket
+// also the Field* names below.
+func (k Keys) StateAt(shard int, voucherID int64) string {
+	return k.Tag(shard) + ":voucher:" + strconv.FormatInt(voucherID, 10)
+}
+
+// BuyersAt is the buyers hash of the voucher's bucket in one shard.
+func (k Keys) BuyersAt(shard int, voucherID int64) string {
+	return k.StateAt(shard, voucherID) + buyersSuffix
+}
+
+// Fields of a bucket's state hash that a voucher of more than one bucket
+// has beside stock, begin_ms and end_ms. The purchase script, the
+// loader and the bucket package's transfer scripts share them.
+const (
+	// FieldBuckets is the voucher's bucket count, which the purchase
+	// script checks against the caller's.
+	FieldBuckets = "nb"
+	// FieldTotal is the voucher's total stock.
+	FieldTotal = "total"
+	// FieldAlloc is the units this bucket holds or sold, net of moves:
+	// changed by a load, a transfer and a rebuild, never by a sale or a
+	// give-back. Over a voucher's buckets, sum(alloc) + units in transit
+	// = total.
+	FieldAlloc = "alloc"
+	// FieldOut is the units this bucket gave to a transfer still in its
+	// journal.
+	FieldOut = "out"
+	// FieldFenceUntil (ms, Redis time) refuses transfers out of the
+	// bucket before it: a rebuild of another bucket holds it.
+	FieldFenceUntil = "fence_until"
+)

@@ -22,8 +22,12 @@ type Voucher struct {
 	Stock      int       `gorm:"column:stock"`
 	BeginAt    time.Time `gorm:"column:begin_at"`
 	EndAt      time.Time `gorm:"column:end_at"`
-	CreatedAt  time.Time `gorm:"column:created_at"`
-	UpdatedAt  time.Time `gorm:"column:updated_at"`
+	// Buckets is how many Redis buckets hold the voucher's stock (1 or
+	// more; see Keys.BucketShard). Fixed at creation: a buyer's bucket is
+	// Home(user, Buckets).
+	Buckets   int       `gorm:"column:buckets;default:1"`
+	CreatedAt time.Time `gorm:"column:created_at"`
+	UpdatedAt time.Time `gorm:"column:updated_at"`
 }
 
 // TableName is the table of sql/*/0001_init.sql.
