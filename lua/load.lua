@@ -10,11 +10,13 @@
 -- ARGV[1] stock
 -- ARGV[2] sale begin, unix ms
 -- ARGV[3] sale end, unix ms
+-- ARGV[4..n] further fields of a bucket of a voucher of more than one bucket:
+--            field, value, ... (nb, total, alloc, out)
 --
 -- Returns 1 when the state was written, 0 when it was already there.
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
-redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'begin_ms', ARGV[2], 'end_ms', ARGV[3])
+redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'begin_ms', ARGV[2], 'end_ms', ARGV[3], unpack(ARGV, 4))
 return 1

@@ -24,7 +24,10 @@
 -- ARGV[5] stock
 -- ARGV[6] sale begin, unix ms
 -- ARGV[7] sale end, unix ms
--- ARGV[8..n] user id, order id, user id, order id, ...
+-- ARGV[8] e, the number of further state fields (0, or for a bucket of a voucher
+--         of more than one: nb, total, alloc, out)
+-- ARGV[9..8+2e] field, value, ... written with the state on the last call
+-- ARGV[9+2e..n] user id, order id, user id, order id, ...
 --
 -- Returns 1 when replaced, 0 when the lease is not the caller's.
 
@@ -35,10 +38,14 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if ARGV[3] == '1' then
   redis.call('UNLINK', KEYS[2], KEYS[3])
 end
-if #ARGV >= 9 then
-  redis.call('HSET', KEYS[3], unpack(ARGV, 8))
+local e = tonumber(ARGV[8])
+if #ARGV >= 10 + 2 * e then
+  redis.call('HSET', KEYS[3], unpack(ARGV, 9 + 2 * e))
 end
 if ARGV[4] == '1' then
   redis.call('HSET', KEYS[2], 'stock', ARGV[5], 'begin_ms', ARGV[6], 'end_ms', ARGV[7])
+  if e > 0 then
+    redis.call('HSET', KEYS[2], unpack(ARGV, 9, 8 + 2 * e))
+  end
 end
 return 1

@@ -32,7 +32,7 @@ func (w *Writer) afterCommit(ctx context.Context, work []*item) error {
 	if err != nil {
 		return err
 	}
-	if err := w.undoEnded(ctx, did); err != nil {
+	if err := w.undoEnded(ctx, did, work); err != nil {
 		return err
 	}
 	return w.scheduleWritten(ctx, work)
@@ -48,10 +48,15 @@ func (w *Writer) leave(it *item, op string, err error) {
 		"message_id", it.msg.ID, "order_id", it.ord.OrderID, "voucher_id", it.ord.VoucherID, "step", op, "err", err)
 }
 
-// releaseKeys are release.lua's keys for an order of the voucher.
-func releaseKeys(k voucher.Keys, voucherID int64) []string {
-	shard := k.Shard(voucherID)
-	return []string{k.Ready(shard), k.State(voucherID), k.Buyers(voucherID), k.Pending(shard)}
+// releaseKeys are release.lua's keys for an order of the voucher taken in
+// the voucher's bucket on shard (Keys.BucketShard).
+func releaseKeys(k voucher.Keys, shard int, voucherID int64) []string {
+	return []string{k.Ready(shard), k.StateAt(shard, voucherID), k.BuyersAt(shard, voucherID), k.Pending(shard)}
+}
+
+// shardOf is the shard of the bucket a message's order was taken in.
+func shardOf(k voucher.Keys, m voucher.Message) int {
+	return k.BucketShard(m.VoucherID, m.Bucket, m.Buckets)
 }
 
 // released decodes release.lua's answer, the one place that does: given
@@ -97,7 +102,7 @@ func (d settled) recorded() bool {
 // was sold again meanwhile); both only while the entry names the order.
 // An entry it took over from the buyer's later order cannot be handed
 // back here: that is logged, and the next rebuild or reconcile sees it.
-func (w *Writer) undoEnded(ctx context.Context, did map[int64]settled) error {
+func (w *Writer) undoEnded(ctx context.Context, did map[int64]settled, items []*item) error {
 	ids := make([]int64, 0, len(did))
 	for id, d := range did {
 		if d.recorded() {
@@ -112,6 +117,10 @@ func (w *Writer) undoEnded(ctx context.Context, did map[int64]settled) error {
 		w.cfg.Observer.MySQLError("write")
 		return fmt.Errorf("find orders ended since written: %w", err)
 	}
+	shards := make(map[int64]int, len(ended))
+	for _, it := range items {
+		shards[it.ord.OrderID] = shardOf(w.keys, it.ord)
+	}
 	for _, o := range ended {
 		if did[o.ID] == settledTakeover {
 			w.log.Warn("an order cancelled while being written took over its buyer's later order in redis; reconcile the voucher",
@@ -121,7 +130,7 @@ func (w *Writer) undoEnded(ctx context.Context, did map[int64]settled) error {
 		// A failure fails the batch. Were it the order's keys, made
 		// unreadable since settle read them, the batch tried again settles
 		// none of that order (settledBadKeys) and leaves its message alone.
-		if err := w.undoSettled(ctx, o, did[o.ID] == settledTook); err != nil {
+		if err := w.undoSettled(ctx, o, shards[o.ID], did[o.ID] == settledTook); err != nil {
 			return err
 		}
 	}
@@ -130,8 +139,8 @@ func (w *Writer) undoEnded(ctx context.Context, did map[int64]settled) error {
 
 // undoSettled drops the buyer entry settle recorded for an order ended
 // since, with the unit it took when restock.
-func (w *Writer) undoSettled(ctx context.Context, o orderOwner, restock bool) error {
-	given, err := released(w.release.Run(ctx, w.rdb, releaseKeys(w.keys, o.VoucherID), o.UserID, o.ID, scriptFlag(restock)))
+func (w *Writer) undoSettled(ctx context.Context, o orderOwner, shard int, restock bool) error {
+	given, err := released(w.release.Run(ctx, w.rdb, releaseKeys(w.keys, shard, o.VoucherID), o.UserID, o.ID, scriptFlag(restock)))
 	if err != nil {
 		if !errors.Is(err, errNotReady) {
 			w.cfg.Observer.RedisError("give_back")
@@ -194,7 +203,7 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 		}
 		o := it.ord
 		restock := it.v.fate == ended || restocks(it.v.reason)
-		cmds = append(cmds, w.release.Eval(ctx, pipe, releaseKeys(w.keys, o.VoucherID), o.UserID, o.OrderID, scriptFlag(restock)))
+		cmds = append(cmds, w.release.Eval(ctx, pipe, releaseKeys(w.keys, shardOf(w.keys, o), o.VoucherID), o.UserID, o.OrderID, scriptFlag(restock)))
 		given = append(given, it)
 	}
 	if len(cmds) == 0 {
@@ -245,13 +254,13 @@ func (w *Writer) settle(ctx context.Context, items []*item) (map[int64]settled, 
 		}
 		o := it.ord
 		written = append(written, o)
-		shard := w.keys.Shard(o.VoucherID)
+		shard := shardOf(w.keys, o)
 		c := calls[shard]
 		if c == nil {
 			c = &settleCall{shard: shard, keys: []string{w.keys.Ready(shard), w.keys.Pending(shard)}}
 			calls[shard] = c
 		}
-		c.keys = append(c.keys, w.keys.State(o.VoucherID), w.keys.Buyers(o.VoucherID))
+		c.keys = append(c.keys, w.keys.StateAt(shard, o.VoucherID), w.keys.BuyersAt(shard, o.VoucherID))
 		c.args = append(c.args, o.UserID, o.OrderID, o.VoucherID)
 		c.items = append(c.items, it)
 	}

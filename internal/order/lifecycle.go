@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -138,9 +139,11 @@ func (nopLifecycleObserver) MySQLError(string)      {}
 // update in one transaction, and for a move that gives the unit back, the
 // unit returned to the live sale in Redis after the commit.
 type Lifecycle struct {
-	db      *gorm.DB
-	rdb     redis.UniversalClient
-	keys    voucher.Keys
+	db   *gorm.DB
+	rdb  redis.UniversalClient
+	keys voucher.Keys
+	// buckets caches each voucher's bucket count (voucher id -> int).
+	buckets sync.Map
 	events  *voucher.Events
 	obs     LifecycleObserver
 	log     *slog.Logger
@@ -434,10 +437,20 @@ func (l *Lifecycle) giveBackAll(ctx context.Context, orders []*Order) error {
 	if len(orders) == 0 {
 		return nil
 	}
+	layouts, err := l.layouts(ctx, orders)
+	if err != nil {
+		var left LeftError
+		for _, o := range orders {
+			left.add(o.ID, fmt.Errorf("give back unit of order %d: %w: %w", o.ID, ErrUnitNotBack, err))
+		}
+		return left.err()
+	}
 	pipe := l.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(orders))
 	for i, o := range orders {
-		cmds[i] = l.release.Eval(ctx, pipe, releaseKeys(l.keys, o.VoucherID), o.UserID, o.ID, "1")
+		nb := layouts[o.VoucherID]
+		shard := l.keys.BucketShard(o.VoucherID, voucher.Home(o.UserID, nb), nb)
+		cmds[i] = l.release.Eval(ctx, pipe, releaseKeys(l.keys, shard, o.VoucherID), o.UserID, o.ID, "1")
 	}
 	_, _ = pipe.Exec(ctx) // each command's answer is read below
 	var (
@@ -468,6 +481,39 @@ func (l *Lifecycle) giveBackAll(ctx context.Context, orders []*Order) error {
 		}
 	}
 	return left.err()
+}
+
+// layouts returns the bucket count of the orders' vouchers: a unit goes
+// back to the bucket its order was taken in, the buyer's home bucket. The
+// count never changes, so each voucher's is read from the database once.
+func (l *Lifecycle) layouts(ctx context.Context, orders []*Order) (map[int64]int, error) {
+	out := make(map[int64]int, len(orders))
+	var missing []int64
+	for _, o := range orders {
+		if nb, ok := l.buckets.Load(o.VoucherID); ok {
+			out[o.VoucherID] = nb.(int)
+		} else if _, ok := out[o.VoucherID]; !ok {
+			out[o.VoucherID] = 1
+			missing = append(missing, o.VoucherID)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	var rows []struct {
+		ID      int64
+		Buckets int
+	}
+	if err := l.db.WithContext(ctx).Raw("SELECT id, buckets FROM vouchers WHERE id IN ?", missing).Scan(&rows).Error; err != nil {
+		l.obs.MySQLError("unit_back")
+		return nil, fmt.Errorf("read the bucket count of %d vouchers: %w", len(missing), err)
+	}
+	for _, r := range rows {
+		nb := max(r.Buckets, 1)
+		out[r.ID] = nb
+		l.buckets.Store(r.ID, nb)
+	}
+	return out, nil
 }
 
 // tellBack tells the observer and every instance of a unit Redis took back

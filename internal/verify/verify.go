@@ -65,6 +65,12 @@ type Report struct {
 	DBStock    int
 	RedisStock int64
 	RedisState bool
+	// Buckets is the voucher's bucket count; for more than one, Alloc
+	// and Out sum their alloc and out fields, and BucketStocks holds each
+	// bucket's stock (RedisStock is their sum).
+	Buckets      int
+	Alloc, Out   int64
+	BucketStocks []int64
 	// Orders counts the voucher's orders, whatever their state; Live
 	// those holding a unit; ByState each state's (a state of no order is
 	// absent).
@@ -207,11 +213,12 @@ func (s *sale) readDatabase(ctx context.Context, db *gorm.DB) error {
 	var v struct {
 		TotalStock int
 		Stock      int
+		Buckets    int
 	}
-	if err := db.WithContext(ctx).Raw("SELECT total_stock, stock FROM vouchers WHERE id = ?", s.in.VoucherID).Scan(&v).Error; err != nil {
+	if err := db.WithContext(ctx).Raw("SELECT total_stock, stock, buckets FROM vouchers WHERE id = ?", s.in.VoucherID).Scan(&v).Error; err != nil {
 		return fmt.Errorf("read voucher: %w", err)
 	}
-	s.r.TotalStock, s.r.DBStock = v.TotalStock, v.Stock
+	s.r.TotalStock, s.r.DBStock, s.r.Buckets = v.TotalStock, v.Stock, max(v.Buckets, 1)
 	if err := db.WithContext(ctx).Raw(ordersQuery, s.in.VoucherID).Scan(&s.orders).Error; err != nil {
 		return fmt.Errorf("read orders: %w", err)
 	}
@@ -287,22 +294,67 @@ func (c *named) total(format string) {
 	}
 }
 
-// readRedis reads the voucher's stock and buyers in Redis, and what is
-// left in its shard's stream, group, delay queue and pending-order index.
-// The shard's keys: other vouchers of the shard must have drained too.
+// readRedis reads the voucher's stock and buyers in Redis, over every
+// bucket, and what is left in its buckets' shards' streams, groups, delay
+// queues and pending-order indexes. The shards' keys: other vouchers of
+// the shards must have drained too.
 func (s *sale) readRedis(ctx context.Context, rdb redis.UniversalClient, keys voucher.Keys) error {
-	n, err := rdb.HGet(ctx, keys.State(s.in.VoucherID), "stock").Int64()
-	switch {
-	case err == redis.Nil:
-	case err != nil:
-		return fmt.Errorf("read redis stock: %w", err)
-	default:
-		s.r.RedisState, s.r.RedisStock = true, n
+	nb := s.r.Buckets
+	s.redisBuyers = map[string]string{}
+	s.r.RedisState = true
+	for b := range nb {
+		shard := keys.BucketShard(s.in.VoucherID, b, nb)
+		if err := s.readBucket(ctx, rdb, keys, b, shard); err != nil {
+			return err
+		}
+		if err := s.readShard(ctx, rdb, keys, shard); err != nil {
+			return err
+		}
 	}
-	if s.redisBuyers, err = rdb.HGetAll(ctx, keys.Buyers(s.in.VoucherID)).Result(); err != nil {
-		return fmt.Errorf("read redis buyers: %w", err)
+	return s.readExpiries(ctx, rdb, keys, keys.Shard(s.in.VoucherID))
+}
+
+// readBucket reads one bucket's stock, alloc, out and buyers. A buyer in
+// a bucket other than its home is a violation of I2's premise: reported.
+func (s *sale) readBucket(ctx context.Context, rdb redis.UniversalClient, keys voucher.Keys, b, shard int) error {
+	f, err := rdb.HMGet(ctx, keys.StateAt(shard, s.in.VoucherID), "stock", voucher.FieldAlloc, voucher.FieldOut).Result()
+	if err != nil {
+		return fmt.Errorf("read redis stock of bucket %d: %w", b, err)
 	}
-	shard := keys.Shard(s.in.VoucherID)
+	stock, ok := f[0].(string)
+	n, err := strconv.ParseInt(stock, 10, 64)
+	if !ok || err != nil {
+		s.r.RedisState = false
+	}
+	s.r.RedisStock += n
+	s.r.BucketStocks = append(s.r.BucketStocks, n)
+	if s.r.Buckets > 1 {
+		alloc, _ := f[1].(string)
+		out, _ := f[2].(string)
+		a, err1 := strconv.ParseInt(alloc, 10, 64)
+		o, err2 := strconv.ParseInt(out, 10, 64)
+		if err1 != nil || err2 != nil {
+			s.violation("I5: bucket %d has no alloc or out (%q, %q)", b, alloc, out)
+		}
+		s.r.Alloc += a
+		s.r.Out += o
+	}
+	buyers, err := rdb.HGetAll(ctx, keys.BuyersAt(shard, s.in.VoucherID)).Result()
+	if err != nil {
+		return fmt.Errorf("read redis buyers of bucket %d: %w", b, err)
+	}
+	for u, o := range buyers {
+		if id, err := strconv.ParseInt(u, 10, 64); err == nil && voucher.Home(id, s.r.Buckets) != b {
+			s.violation("I2: user %d is a buyer of bucket %d, not of its home bucket", id, b)
+		}
+		s.redisBuyers[u] = o
+	}
+	return nil
+}
+
+// readShard adds what is left in a shard's stream, group, delay queue and
+// pending-order index.
+func (s *sale) readShard(ctx context.Context, rdb redis.UniversalClient, keys voucher.Keys, shard int) error {
 	stream := keys.Stream(shard)
 	if s.in.Group != "" {
 		p, err := rdb.XPending(ctx, stream, s.in.Group).Result()
@@ -312,19 +364,23 @@ func (s *sale) readRedis(ctx context.Context, rdb redis.UniversalClient, keys vo
 		case err != nil:
 			return fmt.Errorf("read pending: %w", err)
 		default:
-			s.r.Pending = p.Count
+			s.r.Pending += p.Count
 		}
 	}
-	if s.r.StreamLength, err = rdb.XLen(ctx, stream).Result(); err != nil {
+	n, err := rdb.XLen(ctx, stream).Result()
+	if err != nil {
 		return fmt.Errorf("read stream length: %w", err)
 	}
-	if s.r.Delayed, err = rdb.ZCard(ctx, keys.Delayed(shard)).Result(); err != nil {
+	s.r.StreamLength += n
+	if n, err = rdb.ZCard(ctx, keys.Delayed(shard)).Result(); err != nil {
 		return fmt.Errorf("read delay queue: %w", err)
 	}
-	if s.indexed, err = rdb.HLen(ctx, keys.Pending(shard)).Result(); err != nil {
+	s.r.Delayed += n
+	if n, err = rdb.HLen(ctx, keys.Pending(shard)).Result(); err != nil {
 		return fmt.Errorf("read pending-order index: %w", err)
 	}
-	return s.readExpiries(ctx, rdb, keys, shard)
+	s.indexed += n
+	return nil
 }
 
 // readExpiries reads the shard's pay deadlines: what the expirers hold,
@@ -364,6 +420,11 @@ func (s *sale) noOversell() {
 	}
 	if s.r.RedisState && s.r.RedisStock < 0 {
 		s.violation("I1: Redis stock is %d", s.r.RedisStock)
+	}
+	for b, n := range s.r.BucketStocks {
+		if n < 0 && s.r.Buckets > 1 {
+			s.violation("I1: Redis stock of bucket %d is %d", b, n)
+		}
 	}
 }
 
@@ -444,6 +505,9 @@ func (s *sale) conserved() {
 	case s.r.RedisStock != int64(s.r.TotalStock-s.r.Live):
 		s.violation("I5: Redis stock %d != total stock %d - live orders %d", s.r.RedisStock, s.r.TotalStock, s.r.Live)
 	}
+	if s.r.Buckets > 1 && s.r.Alloc+s.r.Out != int64(s.r.TotalStock) {
+		s.violation("I5: buckets' alloc %d + units in transit %d != total stock %d", s.r.Alloc, s.r.Out, s.r.TotalStock)
+	}
 	wrong := 0
 	for _, o := range s.orders {
 		if !o.Live {
@@ -481,6 +545,9 @@ func (s *sale) drained() {
 	}
 	if s.indexed != 0 {
 		s.violation("I6: %d orders left in the shard's pending-order index", s.indexed)
+	}
+	if s.r.Out != 0 {
+		s.violation("I6: %d units still in a transfer between buckets", s.r.Out)
 	}
 	if s.r.ExpiryPending+s.r.ExpiryLength+s.r.ExpiryOverdue != 0 {
 		s.violation("I6: pay deadlines not drained: %d held by the expirers, %d on their stream, %d due in the delay queue",

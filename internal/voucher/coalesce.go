@@ -56,10 +56,11 @@ type CoalesceStats struct {
 // purchaseCall is one purchase on its way through the coalescer. Calls are
 // pooled: a stampede reuses them instead of allocating one per purchase.
 type purchaseCall struct {
-	ctx  context.Context
-	args [11]any // evalsha, digest, numkeys, 5 keys, voucher, user, order
-	cmd  *redis.Cmd
-	err  error // set instead of cmd when the call was not sent
+	ctx   context.Context
+	args  [13]any // evalsha, digest, numkeys, 5 keys, voucher, user, order[, bucket, nb]
+	nargs int     // how many of args the command has
+	cmd   *redis.Cmd
+	err   error // set instead of cmd when the call was not sent
 	// wake gets true when this call leads the next flight (batch holds the
 	// calls it flies, this one first), false when its reply is in. Every
 	// call gets exactly one false, and a leader a true before it.
@@ -192,7 +193,7 @@ func (co *coalescer) send(ctx context.Context, batch []*purchaseCall, pick func(
 			cl.err = err
 			continue
 		}
-		cl.cmd = redis.NewCmd(ctx, cl.args[:]...)
+		cl.cmd = redis.NewCmd(ctx, cl.args[:cl.nargs]...)
 		cl.cmd.SetFirstKeyPos(3)
 		_ = pipe.Process(ctx, cl.cmd)
 		n++

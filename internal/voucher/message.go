@@ -14,6 +14,11 @@ type Message struct {
 	UserID     int64
 	VoucherID  int64
 	AcceptedAt time.Time
+	// Bucket and Buckets name the bucket the order was taken in, of how
+	// many (both 0 for a voucher of one bucket, whose messages carry
+	// neither): its keys are on shard Keys.BucketShard(VoucherID, Bucket,
+	// Buckets).
+	Bucket, Buckets int
 }
 
 // messageVersion is the "v" field the script writes.
@@ -79,17 +84,51 @@ func Decode(values map[string]any) (Message, error) {
 		// The database would refuse it, and the batch would fail for good.
 		return Message{}, fmt.Errorf("%w: field \"at\" is out of range", ErrBadMessage)
 	}
+	if err := m.decodeBucket(values, str); err != nil {
+		return Message{}, err
+	}
 	return m, nil
+}
+
+// decodeBucket reads the fields "b" and "nb" a purchase of a voucher of
+// more than one bucket writes: both or neither, 0 <= b < nb,
+// 2 <= nb <= MaxBuckets.
+func (m *Message) decodeBucket(values map[string]any, str func(string) (string, error)) error {
+	_, hasB := values["b"]
+	_, hasNB := values["nb"]
+	if !hasB && !hasNB {
+		return nil
+	}
+	bs, err := str("b")
+	if err != nil {
+		return err
+	}
+	nbs, err := str("nb")
+	if err != nil {
+		return err
+	}
+	b, err1 := strconv.Atoi(bs)
+	nb, err2 := strconv.Atoi(nbs)
+	if err1 != nil || err2 != nil || nb < 2 || nb > MaxBuckets || b < 0 || b >= nb {
+		return fmt.Errorf("%w: bucket %q of %q is not a bucket", ErrBadMessage, bs, nbs)
+	}
+	m.Bucket, m.Buckets = b, nb
+	return nil
 }
 
 // Encode returns the stream fields of m, as purchase.lua writes them. Tests
 // and operators re-queueing a message use it.
 func (m Message) Encode() map[string]any {
-	return map[string]any{
+	f := map[string]any{
 		"v":       messageVersion,
 		"order":   strconv.FormatInt(m.OrderID, 10),
 		"user":    strconv.FormatInt(m.UserID, 10),
 		"voucher": strconv.FormatInt(m.VoucherID, 10),
 		"at":      strconv.FormatInt(m.AcceptedAt.UnixMilli(), 10),
 	}
+	if m.Buckets > 1 {
+		f["b"] = strconv.Itoa(m.Bucket)
+		f["nb"] = strconv.Itoa(m.Buckets)
+	}
+	return f
 }

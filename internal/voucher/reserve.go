@@ -83,6 +83,12 @@ type Reserver struct {
 	uc      redis.UniversalClient
 	acks    int
 	ackWait time.Duration
+
+	// layouts holds the bucket count of each voucher of more than one
+	// bucket this instance has sold (voucher id -> int), learnt from the
+	// purchase script; borrow moves units into an empty home bucket.
+	layouts sync.Map
+	borrow  Borrower
 }
 
 // ReserveOption changes how a Reserver confirms a purchase.
@@ -140,6 +146,12 @@ func Coalesce(maxBatch int) ReserveOption {
 	}
 }
 
+// Lend makes an empty home bucket of a voucher of more than one bucket
+// borrow units from the voucher's other buckets (see Reserve).
+func Lend(b Borrower) ReserveOption {
+	return func(r *Reserver) { r.borrow = b }
+}
+
 // coalesceFlights is how many pipelines of one Reserver may be in flight
 // at once: enough that a purchase arriving while one is out need not wait
 // for it, few enough that a stampede builds batches.
@@ -161,7 +173,7 @@ func NewReserver(rdb redis.Scripter, keys Keys, opts ...ReserveOption) *Reserver
 		for s := range r.shardArgs {
 			r.shardArgs[s] = [3]any{keys.Ready(s), keys.Stream(s), keys.Pending(s)}
 		}
-		r.stateTrims = keys.Buyers(1)[:len(keys.Buyers(1))-len(buyersSuffix)] == keys.State(1)
+		r.stateTrims = keys.BuyersAt(0, 1)[:len(keys.BuyersAt(0, 1))-len(buyersSuffix)] == keys.StateAt(0, 1)
 	}
 	return r
 }
@@ -178,22 +190,76 @@ func (r *Reserver) CoalesceStats() CoalesceStats {
 // Reserve checks the buyer's eligibility and, when eligible, reserves one
 // unit and queues the order with the given id. Calling it again with the
 // same order id does not reserve twice.
+//
+// A voucher of more than one bucket is bought in the buyer's home bucket
+// (Home). When that bucket is empty, the Borrower (Lend) moves units into
+// it from the others, and the purchase runs again: ErrSoldOut then means
+// every bucket is empty, ErrInTransit that units are on their way.
+// Without a Borrower an empty home bucket answers ErrSoldOut.
 func (r *Reserver) Reserve(ctx context.Context, voucherID, userID, orderID int64) (Reservation, error) {
-	if r.co != nil {
-		return r.reserveCoalesced(ctx, voucherID, userID, orderID)
+	nb := r.layout(voucherID)
+	res, err := r.reserveIn(ctx, voucherID, userID, orderID, nb)
+	var moved *LayoutError
+	if errors.As(err, &moved) {
+		// This instance had the bucket count wrong (the voucher is new to
+		// it): learn it and go to the buyer's home bucket.
+		nb = moved.Buckets
+		r.layouts.Store(voucherID, nb)
+		res, err = r.reserveIn(ctx, voucherID, userID, orderID, nb)
 	}
-	shard := r.keys.Shard(voucherID)
+	if nb <= 1 || r.borrow == nil || !errors.Is(err, ErrSoldOut) {
+		return res, err
+	}
+	home := Home(userID, nb)
+	for range maxBorrows {
+		if berr := r.borrow.Borrow(ctx, voucherID, home, nb); berr != nil {
+			return Reservation{}, fmt.Errorf("reserve voucher %d in bucket %d: %w", voucherID, home, berr)
+		}
+		res, err = r.reserveIn(ctx, voucherID, userID, orderID, nb)
+		if !errors.Is(err, ErrSoldOut) {
+			return res, err
+		}
+	}
+	// Units came and went to other buyers of this bucket each time: the
+	// voucher is not sold out, but this buyer did not get one yet.
+	return Reservation{}, fmt.Errorf("reserve voucher %d in bucket %d: %w", voucherID, home, ErrInTransit)
+}
+
+// maxBorrows bounds the borrows one purchase makes before it answers
+// ErrInTransit.
+const maxBorrows = 3
+
+// layout is the bucket count this instance knows for a voucher: 1 until a
+// purchase script said otherwise (LayoutError).
+func (r *Reserver) layout(voucherID int64) int {
+	if nb, ok := r.layouts.Load(voucherID); ok {
+		return nb.(int)
+	}
+	return 1
+}
+
+// reserveIn runs the purchase script on the buyer's home bucket of nb.
+func (r *Reserver) reserveIn(ctx context.Context, voucherID, userID, orderID int64, nb int) (Reservation, error) {
+	bucket := Home(userID, nb)
+	shard := r.keys.BucketShard(voucherID, bucket, nb)
+	if r.co != nil {
+		return r.reserveCoalesced(ctx, shard, voucherID, userID, orderID, bucket, nb)
+	}
 	keys := []string{
 		r.keys.Ready(shard),
-		r.keys.State(voucherID),
-		r.keys.Buyers(voucherID),
+		r.keys.StateAt(shard, voucherID),
+		r.keys.BuyersAt(shard, voucherID),
 		r.keys.Stream(shard),
 		r.keys.Pending(shard),
 	}
-	if r.acks > 0 {
-		return r.reserveAcked(ctx, keys, voucherID, userID, orderID)
+	args := []any{voucherID, userID, orderID}
+	if nb > 1 {
+		args = append(args, bucket, nb)
 	}
-	res, err := r.script.Run(ctx, r.rdb, keys, voucherID, userID, orderID).Slice()
+	if r.acks > 0 {
+		return r.reserveAcked(ctx, keys, args...)
+	}
+	res, err := r.script.Run(ctx, r.rdb, keys, args...).Slice()
 	if err != nil {
 		return Reservation{}, fmt.Errorf("purchase script: %w", err)
 	}
@@ -203,21 +269,26 @@ func (r *Reserver) Reserve(ctx context.Context, voucherID, userID, orderID int64
 // reserveCoalesced sends the purchase through the coalescer. Its command
 // is spelled by hand, from arguments built once where they can be: the
 // same EVALSHA as Script.Run's, with fewer allocations per purchase.
-func (r *Reserver) reserveCoalesced(ctx context.Context, voucherID, userID, orderID int64) (Reservation, error) {
+func (r *Reserver) reserveCoalesced(ctx context.Context, shard int, voucherID, userID, orderID int64, bucket, nb int) (Reservation, error) {
 	cl := callPool.Get().(*purchaseCall)
 	defer cl.release()
-	shard := r.shardArgs[r.keys.Shard(voucherID)]
-	buyers := r.keys.Buyers(voucherID)
+	sa := r.shardArgs[shard]
+	buyers := r.keys.BuyersAt(shard, voucherID)
 	var state string
 	if r.stateTrims {
 		state = buyers[:len(buyers)-len(buyersSuffix)]
 	} else {
-		state = r.keys.State(voucherID)
+		state = r.keys.StateAt(shard, voucherID)
 	}
 	a := &cl.args
 	a[0], a[1], a[2] = r.evalArgs[0], r.evalArgs[1], r.evalArgs[2]
-	a[3], a[4], a[5], a[6], a[7] = shard[0], state, buyers, shard[1], shard[2]
+	a[3], a[4], a[5], a[6], a[7] = sa[0], state, buyers, sa[1], sa[2]
 	a[8], a[9], a[10] = voucherID, userID, orderID
+	cl.nargs = 11
+	if nb > 1 {
+		a[11], a[12] = bucket, nb
+		cl.nargs = 13
+	}
 	res, err := r.co.do(ctx, cl)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("purchase script: %w", err)
@@ -350,7 +421,16 @@ const (
 	purchaseNotReady   = 6 // the shard's state is not loaded
 	purchaseNoState    = 7 // no state for this voucher
 	purchaseWrongType  = 8 // detail: the key of another type; nothing written
+	purchaseLayout     = 9 // detail: the voucher's bucket count; nothing written
 )
+
+// LayoutError means the purchase went to a bucket of the wrong layout: the
+// voucher has Buckets buckets, not the count the caller used.
+type LayoutError struct{ Buckets int }
+
+func (e *LayoutError) Error() string {
+	return "purchase sent to the wrong bucket: the voucher has " + strconv.Itoa(e.Buckets) + " buckets"
+}
 
 // decodePurchase is the one place that reads purchase.lua's return codes.
 func decodePurchase(res []any) (Reservation, error) {
@@ -395,6 +475,12 @@ func decodePurchase(res []any) (Reservation, error) {
 		return Reservation{}, ErrNoState
 	case purchaseWrongType:
 		return Reservation{}, fmt.Errorf("purchase script: key %q: %w", detail, ErrWrongType)
+	case purchaseLayout:
+		nb, err := strconv.Atoi(detail)
+		if err != nil || nb < 1 || nb > MaxBuckets {
+			return Reservation{}, fmt.Errorf("purchase script: bad bucket count %q", detail)
+		}
+		return Reservation{}, &LayoutError{Buckets: nb}
 	}
 	return Reservation{}, fmt.Errorf("purchase script: unknown code %d", code)
 }

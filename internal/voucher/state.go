@@ -34,14 +34,75 @@ const buyerChunk = 500
 
 // Load writes v's state unless it is there already, the buyers (user id ->
 // order id) first, so the script never sees stock without buyers. It
-// reports whether the state was written.
+// reports whether the state was written. A voucher of more than one bucket
+// is split (LoadBuckets), its stock v.TotalStock.
 func (s *State) Load(ctx context.Context, v Voucher, buyers map[int64]int64) (bool, error) {
+	if v.BucketCount() > 1 {
+		return s.LoadBuckets(ctx, v, buyers)
+	}
+	return s.loadAt(ctx, s.keys.Shard(v.ID), v, int64(v.Stock), buyers, nil)
+}
+
+// LoadBuckets writes the first state of every bucket of v that has none:
+// bucket b gets alloc = its share of v.TotalStock (Share), and a stock of
+// that share less its buyers (those whose Home is b). It is right only
+// while no unit has moved between the buckets: for a voucher's first
+// load, and for buckets that all lack state. It reports whether any
+// bucket was written.
+func (s *State) LoadBuckets(ctx context.Context, v Voucher, buyers map[int64]int64) (bool, error) {
+	nb := v.BucketCount()
+	homes := SplitBuyers(buyers, nb)
+	wrote := false
+	for b := range nb {
+		alloc := Share(int64(v.TotalStock), b, nb)
+		stock := max(alloc-int64(len(homes[b])), 0)
+		did, err := s.loadAt(ctx, s.keys.BucketShard(v.ID, b, nb), v, stock, homes[b], BucketFields(v, alloc))
+		if err != nil {
+			return wrote, fmt.Errorf("bucket %d: %w", b, err)
+		}
+		wrote = wrote || did
+	}
+	return wrote, nil
+}
+
+// Share is bucket b's part of total units over nb buckets: total/nb, one
+// more for the first total%nb buckets.
+func Share(total int64, b, nb int) int64 {
+	share := total / int64(nb)
+	if int64(b) < total%int64(nb) {
+		share++
+	}
+	return share
+}
+
+// SplitBuyers sorts buyers (user -> order) by their home bucket of nb.
+func SplitBuyers(buyers map[int64]int64, nb int) []map[int64]int64 {
+	out := make([]map[int64]int64, nb)
+	for b := range out {
+		out[b] = map[int64]int64{}
+	}
+	for u, o := range buyers {
+		out[Home(u, nb)][u] = o
+	}
+	return out
+}
+
+// BucketFields are the state fields a bucket of a voucher of more than one
+// bucket has beside stock and the window, for a bucket holding alloc
+// units and lending none.
+func BucketFields(v Voucher, alloc int64) []any {
+	return []any{FieldBuckets, v.BucketCount(), FieldTotal, v.TotalStock, FieldAlloc, alloc, FieldOut, 0}
+}
+
+// loadAt writes v's state, of the given stock and further fields, in a
+// shard, unless it is there already, its buyers first.
+func (s *State) loadAt(ctx context.Context, shard int, v Voucher, stock int64, buyers map[int64]int64, fields []any) (bool, error) {
 	if len(buyers) > 0 {
 		pipe := s.rdb.Pipeline()
 		args := make([]any, 0, 2*buyerChunk)
 		flush := func() {
 			if len(args) > 0 {
-				pipe.HSet(ctx, s.keys.Buyers(v.ID), args...)
+				pipe.HSet(ctx, s.keys.BuyersAt(shard, v.ID), args...)
 				args = make([]any, 0, 2*buyerChunk)
 			}
 		}
@@ -56,8 +117,8 @@ func (s *State) Load(ctx context.Context, v Voucher, buyers map[int64]int64) (bo
 			return false, fmt.Errorf("load buyers of voucher %d: %w", v.ID, err)
 		}
 	}
-	n, err := s.load.Run(ctx, s.rdb, []string{s.keys.State(v.ID)},
-		v.Stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli()).Int()
+	args := append([]any{stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli()}, fields...)
+	n, err := s.load.Run(ctx, s.rdb, []string{s.keys.StateAt(shard, v.ID)}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("load state of voucher %d: %w", v.ID, err)
 	}
@@ -164,24 +225,47 @@ func runID(ctx context.Context, c *redis.Client) (string, error) {
 	return "", nil
 }
 
-// Stocks returns the live Redis stock of each voucher that has state, in one
-// round trip.
+// Stocks returns the live Redis stock of each voucher of one bucket that
+// has state, in one round trip. StocksOf reads vouchers of any layout.
 func (s *State) Stocks(ctx context.Context, ids []int64) (map[int64]int64, error) {
-	if len(ids) == 0 {
+	vs := make([]Voucher, len(ids))
+	for i, id := range ids {
+		vs[i] = Voucher{ID: id}
+	}
+	return s.StocksOf(ctx, vs)
+}
+
+// StocksOf returns the live Redis stock of each voucher that has state, in
+// one round trip: a voucher of more than one bucket shows the sum of its
+// buckets' stocks (buyers see one voucher), and only when every bucket
+// has state.
+func (s *State) StocksOf(ctx context.Context, vs []Voucher) (map[int64]int64, error) {
+	if len(vs) == 0 {
 		return map[int64]int64{}, nil
 	}
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(ids))
-	for i, id := range ids {
-		cmds[i] = pipe.HGet(ctx, s.keys.State(id), "stock")
+	cmds := make([][]*redis.StringCmd, len(vs))
+	for i, v := range vs {
+		nb := v.BucketCount()
+		cmds[i] = make([]*redis.StringCmd, nb)
+		for b := range nb {
+			cmds[i][b] = pipe.HGet(ctx, s.keys.StateAt(s.keys.BucketShard(v.ID, b, nb), v.ID), "stock")
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read stocks: %w", err)
 	}
-	out := make(map[int64]int64, len(ids))
-	for i, c := range cmds {
-		if n, err := c.Int64(); err == nil {
-			out[ids[i]] = n
+	out := make(map[int64]int64, len(vs))
+	for i, v := range vs {
+		var sum int64
+		all := true
+		for _, c := range cmds[i] {
+			n, err := c.Int64()
+			all = all && err == nil
+			sum += n
+		}
+		if all {
+			out[v.ID] = sum
 		}
 	}
 	return out, nil
@@ -193,7 +277,13 @@ func (s *State) Stocks(ctx context.Context, ids []int64) (map[int64]int64, error
 // buyerChunk each, so a voucher with many buyers never blocks Redis for
 // long; the state is written by the last call.
 func (s *State) Replace(ctx context.Context, token string, lease time.Duration, v Voucher, stock int64, buyers map[int64]int64) error {
-	keys := []string{s.keys.Rebuilding(s.keys.Shard(v.ID)), s.keys.State(v.ID), s.keys.Buyers(v.ID)}
+	return s.ReplaceAt(ctx, token, lease, s.keys.Shard(v.ID), v, stock, nil, buyers)
+}
+
+// ReplaceAt is Replace for v's bucket in shard, with further state fields
+// (BucketFields) written with the stock.
+func (s *State) ReplaceAt(ctx context.Context, token string, lease time.Duration, shard int, v Voucher, stock int64, fields []any, buyers map[int64]int64) error {
+	keys := []string{s.keys.Rebuilding(shard), s.keys.StateAt(shard, v.ID), s.keys.BuyersAt(shard, v.ID)}
 	pairs := make([]any, 0, 2*len(buyers))
 	for uid, oid := range buyers {
 		pairs = append(pairs, uid, oid)
@@ -201,8 +291,9 @@ func (s *State) Replace(ctx context.Context, token string, lease time.Duration, 
 	for first := true; first || len(pairs) > 0; first = false {
 		n := min(len(pairs), 2*buyerChunk)
 		last := n == len(pairs)
-		args := make([]any, 0, 7+n)
-		args = append(args, token, lease.Milliseconds(), scriptFlag(first), scriptFlag(last), stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli())
+		args := make([]any, 0, 8+len(fields)+n)
+		args = append(args, token, lease.Milliseconds(), scriptFlag(first), scriptFlag(last), stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli(), len(fields)/2)
+		args = append(args, fields...)
 		args = append(args, pairs[:n]...)
 		pairs = pairs[n:]
 		took, err := s.replace.Run(ctx, s.rdb, keys, args...).Int()
