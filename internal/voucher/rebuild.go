@@ -50,6 +50,9 @@ type Warmer struct {
 	afterPage func()
 	// events, when set, announces each shard rebuilt and voucher loaded.
 	events *Events
+	// quiescer stops a voucher's units moving while one of its buckets
+	// is rebuilt (rebuild_buckets.go).
+	quiescer Quiescer
 }
 
 // NewWarmer returns a Warmer that checks every interval (default 5s).
@@ -69,6 +72,9 @@ type Diff struct {
 	Expected    string `json:"expected"`
 	InFlight    int    `json:"in_flight"`
 	ShardMarked bool   `json:"shard_ready"`
+	// Bucket is the bucket of a voucher of more than one bucket (0
+	// otherwise; -1 for a difference of the whole voucher).
+	Bucket int `json:"bucket"`
 }
 
 // expected is the sale state Redis should hold for one voucher.
@@ -267,16 +273,13 @@ func (w *Warmer) Warm(ctx context.Context) (loaded int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	byShard := map[int][]Voucher{}
-	for _, v := range vs {
-		byShard[w.keys.Shard(v.ID)] = append(byShard[w.keys.Shard(v.ID)], v)
-	}
+	byShard, buckets := w.placeAll(vs)
 	// Each master's identity is read once per round.
 	ms := w.state.masters()
 	// A shard that cannot be warmed does not keep the others closed.
 	var errs []error
 	for shard := range w.keys.Shards() {
-		n, err := w.warmShard(ctx, ms, shard, byShard[shard])
+		n, err := w.warmShard(ctx, ms, shard, byShard[shard], buckets[shard])
 		loaded += n
 		if err != nil {
 			errs = append(errs, err)
@@ -287,7 +290,7 @@ func (w *Warmer) Warm(ctx context.Context) (loaded int, err error) {
 
 // warmShard rebuilds the shard when judge says so, else loads the state
 // of its vouchers that have none.
-func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Voucher) (int, error) {
+func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Voucher, ps []placed) (int, error) {
 	c, err := w.check(ctx, ms, shard)
 	if err != nil {
 		return 0, err
@@ -299,7 +302,7 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	)
 	switch v {
 	case shardCurrent:
-		return w.loadMissing(ctx, shard, vs)
+		return w.loadMissing(ctx, shard, vs, ps)
 	case shardStale:
 		// The round's identity of this master may be older than the
 		// marker: the master restarted during the round and another
@@ -309,7 +312,7 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 			return 0, fmt.Errorf("check shard %d: %w", shard, err)
 		}
 		if judge(c) == shardCurrent {
-			return w.loadMissing(ctx, shard, vs)
+			return w.loadMissing(ctx, shard, vs, ps)
 		}
 		// Dropped only if it still holds what was read (an instance that
 		// rebuilt the shard meanwhile wrote a new one), with the lease
@@ -328,7 +331,7 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	if id, err := ms.reread(ctx, w.keys.Ready(shard)); err == nil {
 		c.master = id
 	}
-	return w.rebuildShard(ctx, shard, vs, c, v, token)
+	return w.rebuildShard(ctx, shard, vs, ps, c, v, token)
 }
 
 // check reads the identity of the shard's master, then its ready marker:
@@ -354,38 +357,51 @@ func (w *Warmer) check(ctx context.Context, ms *masters, shard int) (shardCheck,
 	return shardCheck{marker: marker, present: true, master: id}, nil
 }
 
-// loadMissing loads the state of the shard's vouchers that have none.
-func (w *Warmer) loadMissing(ctx context.Context, shard int, vs []Voucher) (int, error) {
+// loadMissing loads the state of the shard's vouchers, and buckets, that
+// have none.
+func (w *Warmer) loadMissing(ctx context.Context, shard int, vs []Voucher, ps []placed) (int, error) {
+	n, err := w.loadMissingBuckets(ctx, shard, ps)
+	if err != nil {
+		return n, err
+	}
 	todo, err := w.missingState(ctx, vs)
 	if err != nil || len(todo) == 0 {
-		return 0, err
+		return n, err
 	}
 	if err := w.loadAll(ctx, shard, todo, ""); err != nil {
-		return 0, err
+		return n, err
 	}
-	return len(todo), nil
+	return n + len(todo), nil
 }
 
 // rebuildShard writes the state of every voucher of the shard under the
 // shard's rebuild lease, which token holds, then reopens the shard with
 // the master identity read before the rebuild began.
-func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher, c shardCheck, v shardVerdict, token string) (int, error) {
+func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher, ps []placed, c shardCheck, v shardVerdict, token string) (int, error) {
 	w.log.Warn("rebuilding shard state from the database", "shard", shard, "reason", v.reason(),
-		"old_master", c.marker, "new_master", markerOf(c.master), "vouchers", len(vs))
+		"old_master", c.marker, "new_master", markerOf(c.master), "vouchers", len(vs), "buckets", len(ps))
 	if len(vs) > 0 {
 		if err := w.loadAll(ctx, shard, vs, token); err != nil {
 			return 0, err
 		}
 	}
+	if err := w.rebuildBuckets(ctx, shard, ps, token); err != nil {
+		return 0, err
+	}
 	if err := w.state.Reopen(ctx, token, shard, c.master); err != nil {
 		return 0, err
 	}
-	w.log.Info("shard state rebuilt from the database", "shard", shard, "vouchers", len(vs))
+	w.log.Info("shard state rebuilt from the database", "shard", shard, "vouchers", len(vs), "buckets", len(ps))
 	w.events.Rebuilt(ctx, shard)
+	for _, p := range ps {
+		// Instances forget a shard's vouchers by Keys.Shard: a bucket
+		// elsewhere is announced by its voucher.
+		w.events.Loaded(ctx, p.v.ID)
+	}
 	if w.onRebuild != nil {
 		w.onRebuild(shard, v.reason())
 	}
-	return len(vs), nil
+	return len(vs) + len(ps), nil
 }
 
 // takeRebuildLease makes this instance the one that rebuilds the shard, and
@@ -481,6 +497,14 @@ func (w *Warmer) Reconcile(ctx context.Context) ([]Diff, error) {
 	diffs := []Diff{}
 	flying := map[int]inFlight{}
 	for _, v := range vs {
+		if v.BucketCount() > 1 {
+			d, err := w.reconcileBuckets(ctx, v)
+			if err != nil {
+				return nil, err
+			}
+			diffs = append(diffs, d...)
+			continue
+		}
 		shard := w.keys.Shard(v.ID)
 		if flying[shard] == nil {
 			if flying[shard], err = w.readInFlight(ctx, shard); err != nil {
@@ -541,8 +565,13 @@ func compareBuyers(got map[string]string, want map[int64]int64) (inRedis, expect
 
 // buyers reads a voucher's buyers hash in pages (scanHash).
 func (w *Warmer) buyers(ctx context.Context, voucherID int64) (map[string]string, error) {
+	return w.buyersAt(ctx, w.keys.Shard(voucherID), voucherID)
+}
+
+// buyersAt reads the buyers hash of a voucher's bucket in shard.
+func (w *Warmer) buyersAt(ctx context.Context, shard int, voucherID int64) (map[string]string, error) {
 	out := map[string]string{}
-	if err := w.scanHash(ctx, w.keys.Buyers(voucherID), func(user, order string) { out[user] = order }, nil); err != nil {
+	if err := w.scanHash(ctx, w.keys.BuyersAt(shard, voucherID), func(user, order string) { out[user] = order }, nil); err != nil {
 		return nil, fmt.Errorf("read buyers of voucher %d: %w", voucherID, err)
 	}
 	return out, nil

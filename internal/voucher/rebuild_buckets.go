@@ -1,0 +1,303 @@
+package voucher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// placed is one bucket of a voucher of more than one bucket, as a Warm
+// round sees it: the shard it lives in is Keys.BucketShard(v.ID, b, nb).
+type placed struct {
+	v Voucher
+	b int
+}
+
+// Quiesce makes the Warmer rebuild one bucket of a voucher of more than
+// one bucket: units moving between buckets stand still meanwhile. Without
+// it such a bucket is never rebuilt (its shard stays closed, fail closed).
+// Set it before Warm or Run is first called.
+func (w *Warmer) Quiesce(q Quiescer) { w.quiescer = q }
+
+// errNoQuiescer means a bucket of a voucher of more than one bucket needs
+// a rebuild and the Warmer has no Quiescer.
+var errNoQuiescer = errors.New("no quiescer to rebuild a bucket")
+
+// placeAll sorts the live vouchers by the shards their state lives in:
+// vouchers of one bucket by Shard, the buckets of the others by their
+// bucket's shard.
+func (w *Warmer) placeAll(vs []Voucher) (one map[int][]Voucher, many map[int][]placed) {
+	one, many = map[int][]Voucher{}, map[int][]placed{}
+	for _, v := range vs {
+		nb := v.BucketCount()
+		if nb == 1 {
+			one[w.keys.Shard(v.ID)] = append(one[w.keys.Shard(v.ID)], v)
+			continue
+		}
+		for b := range nb {
+			s := w.keys.BucketShard(v.ID, b, nb)
+			many[s] = append(many[s], placed{v: v, b: b})
+		}
+	}
+	return one, many
+}
+
+// loadMissingBuckets loads the buckets of a ready shard that have no
+// state. A voucher none of whose buckets has state is loaded whole, by
+// shares (State.LoadBuckets: nothing can have moved). A bucket missing
+// beside others that have state gets the alloc the others leave
+// (bucketAlloc).
+func (w *Warmer) loadMissingBuckets(ctx context.Context, shard int, ps []placed) (int, error) {
+	loaded := 0
+	for _, p := range ps {
+		n, err := w.rdb().Exists(ctx, w.keys.StateAt(shard, p.v.ID)).Result()
+		if err != nil {
+			return loaded, fmt.Errorf("check state of voucher %d bucket %d: %w", p.v.ID, p.b, err)
+		}
+		if n == 1 {
+			continue
+		}
+		if err := w.loadBucket(ctx, shard, p); err != nil {
+			return loaded, err
+		}
+		loaded++
+	}
+	return loaded, nil
+}
+
+// loadBucket writes one missing bucket's state (never over one there).
+func (w *Warmer) loadBucket(ctx context.Context, shard int, p placed) error {
+	nb := p.v.BucketCount()
+	others, err := w.bucketsWithState(ctx, p.v)
+	if err != nil {
+		return err
+	}
+	if others == 0 {
+		buyers, err := w.allHolders(ctx, p.v)
+		if err != nil {
+			return err
+		}
+		if _, err := w.state.LoadBuckets(ctx, p.v, buyers); err != nil {
+			return err
+		}
+		w.events.Loaded(ctx, p.v.ID)
+		w.log.Info("voucher buckets loaded from database", "voucher_id", p.v.ID, "buckets", nb, "buyers", len(buyers))
+		return nil
+	}
+	alloc, release, err := w.bucketAlloc(ctx, p)
+	if err != nil {
+		return err
+	}
+	defer release(context.WithoutCancel(ctx))
+	flying, err := w.readInFlight(ctx, shard)
+	if err != nil {
+		return err
+	}
+	e, err := w.expectBucket(ctx, p, flying, alloc)
+	if err != nil {
+		return err
+	}
+	if _, err := w.state.loadAt(ctx, shard, p.v, e.stock, e.buyers, BucketFields(p.v, alloc)); err != nil {
+		return err
+	}
+	w.events.Loaded(ctx, p.v.ID)
+	w.log.Info("voucher bucket loaded from database", "voucher_id", p.v.ID, "bucket", p.b, "alloc", alloc, "stock", e.stock, "buyers", len(e.buyers))
+	return nil
+}
+
+// rebuildBuckets writes the state of the shard's buckets under the
+// shard's rebuild lease (token), each with the alloc the voucher's other
+// buckets leave it.
+func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, token string) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	flying, err := w.readInFlight(ctx, shard)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if err := w.rebuildBucket(ctx, shard, p, flying, token); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *Warmer) rebuildBucket(ctx context.Context, shard int, p placed, flying inFlight, token string) error {
+	alloc, release, err := w.bucketAlloc(ctx, p)
+	if err != nil {
+		return err
+	}
+	defer release(context.WithoutCancel(ctx))
+	e, err := w.expectBucket(ctx, p, flying, alloc)
+	if err != nil {
+		return err
+	}
+	if err := w.state.ReplaceAt(ctx, token, rebuildLease, shard, p.v, e.stock, BucketFields(p.v, alloc), e.buyers); err != nil {
+		return err
+	}
+	w.log.Info("voucher bucket rebuilt from database", "voucher_id", p.v.ID, "bucket", p.b, "alloc", alloc,
+		"stock", e.stock, "buyers", len(e.buyers), "in_flight", e.flying)
+	return nil
+}
+
+// bucketAlloc is what bucket p.b of a voucher holds once the others are
+// counted: total - the alloc of every other ready bucket - the holders of
+// every other bucket not ready (such a bucket keeps only the units it sold;
+// its own rebuild later gets what the others leave, never less than its
+// holders). The units stand still while it is read (Quiescer) and until
+// release is called, after the bucket's state is written.
+func (w *Warmer) bucketAlloc(ctx context.Context, p placed) (int64, func(context.Context), error) {
+	if w.quiescer == nil {
+		return 0, nil, fmt.Errorf("rebuild voucher %d bucket %d: %w", p.v.ID, p.b, errNoQuiescer)
+	}
+	nb := p.v.BucketCount()
+	q, err := w.quiescer.Quiesce(ctx, p.v.ID, nb, p.b)
+	if err != nil {
+		return 0, nil, fmt.Errorf("rebuild voucher %d bucket %d: %w", p.v.ID, p.b, err)
+	}
+	var others int64
+	for _, a := range q.Alloc {
+		others += a
+	}
+	for _, c := range q.NotReady {
+		flying, err := w.readInFlight(ctx, w.keys.BucketShard(p.v.ID, c, nb))
+		if err == nil {
+			var e expected
+			e, err = w.expectBucket(ctx, placed{v: p.v, b: c}, flying, 0)
+			others += int64(len(e.buyers))
+		}
+		if err != nil {
+			q.Release(context.WithoutCancel(ctx))
+			return 0, nil, fmt.Errorf("rebuild voucher %d bucket %d: count bucket %d, not ready: %w", p.v.ID, p.b, c, err)
+		}
+	}
+	alloc := int64(p.v.TotalStock) - others
+	if alloc < 0 {
+		w.log.Warn("the other buckets hold more than the voucher's stock; this bucket gets none",
+			"voucher_id", p.v.ID, "bucket", p.b, "total", p.v.TotalStock, "others", others)
+		alloc = 0
+	}
+	return alloc, q.Release, nil
+}
+
+// expectBucket is expect for one bucket: its buyers are the holders whose
+// home it is (the database's and the shard's in-flight ones), its stock
+// alloc less those.
+func (w *Warmer) expectBucket(ctx context.Context, p placed, flying inFlight, alloc int64) (expected, error) {
+	nb := p.v.BucketCount()
+	all, err := w.expect(ctx, p.v, flying)
+	if err != nil {
+		return expected{}, err
+	}
+	e := expected{buyers: map[int64]int64{}}
+	for u, o := range all.buyers {
+		if Home(u, nb) == p.b {
+			e.buyers[u] = o
+		}
+	}
+	e.flying = all.flying
+	e.stock = max(alloc-int64(len(e.buyers)), 0)
+	return e, nil
+}
+
+// allHolders is every holder of a voucher's units: the database's and the
+// in-flight orders of every bucket's shard.
+func (w *Warmer) allHolders(ctx context.Context, v Voucher) (map[int64]int64, error) {
+	nb := v.BucketCount()
+	flying := inFlight{v.ID: {}}
+	for b := range nb {
+		f, err := w.readInFlight(ctx, w.keys.BucketShard(v.ID, b, nb))
+		if err != nil {
+			return nil, err
+		}
+		for u, os := range f[v.ID] {
+			flying[v.ID][u] = append(flying[v.ID][u], os...)
+		}
+	}
+	e, err := w.expect(ctx, v, flying)
+	if err != nil {
+		return nil, err
+	}
+	return e.buyers, nil
+}
+
+// bucketsWithState counts the buckets of v whose state exists.
+func (w *Warmer) bucketsWithState(ctx context.Context, v Voucher) (int, error) {
+	nb := v.BucketCount()
+	pipe := w.rdb().Pipeline()
+	cmds := make([]*redis.IntCmd, nb)
+	for b := range nb {
+		cmds[b] = pipe.Exists(ctx, w.keys.StateAt(w.keys.BucketShard(v.ID, b, nb), v.ID))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("check the buckets of voucher %d: %w", v.ID, err)
+	}
+	n := 0
+	for _, c := range cmds {
+		n += int(c.Val())
+	}
+	return n, nil
+}
+
+func (w *Warmer) rdb() redis.UniversalClient { return w.state.rdb }
+
+// reconcileBuckets is Reconcile for a voucher of more than one bucket: per
+// bucket, the stock its alloc and holders say and the buyers whose home it
+// is; per voucher, sum(alloc) + sum(out) = total.
+func (w *Warmer) reconcileBuckets(ctx context.Context, v Voucher) ([]Diff, error) {
+	nb := v.BucketCount()
+	var diffs []Diff
+	var alloc, out int64
+	for b := range nb {
+		shard := w.keys.BucketShard(v.ID, b, nb)
+		flying, err := w.readInFlight(ctx, shard)
+		if err != nil {
+			return nil, err
+		}
+		f, err := w.rdb().HMGet(ctx, w.keys.StateAt(shard, v.ID), "stock", FieldAlloc, FieldOut).Result()
+		if err != nil {
+			return nil, err
+		}
+		ready, err := w.rdb().Exists(ctx, w.keys.Ready(shard)).Result()
+		if err != nil {
+			return nil, err
+		}
+		d := Diff{VoucherID: v.ID, Bucket: b, ShardMarked: ready == 1}
+		stock, _ := f[0].(string)
+		a, err1 := strconv.ParseInt(fmt.Sprint(f[1]), 10, 64)
+		o, err2 := strconv.ParseInt(fmt.Sprint(f[2]), 10, 64)
+		if stock == "" || err1 != nil || err2 != nil {
+			d.What, d.Redis, d.Expected = "state", "missing", "a bucket"
+			diffs = append(diffs, d)
+			continue
+		}
+		alloc, out = alloc+a, out+o
+		e, err := w.expectBucket(ctx, placed{v: v, b: b}, flying, a)
+		if err != nil {
+			return nil, err
+		}
+		d.InFlight = e.flying
+		if stock != fmt.Sprint(e.stock) {
+			d.What, d.Redis, d.Expected = "stock", stock, fmt.Sprint(e.stock)
+			diffs = append(diffs, d)
+		}
+		got, err := w.buyersAt(ctx, shard, v.ID)
+		if err != nil {
+			return nil, err
+		}
+		if inRedis, expected, differ := compareBuyers(got, e.buyers); differ {
+			d.What, d.Redis, d.Expected = "buyers", inRedis, expected
+			diffs = append(diffs, d)
+		}
+	}
+	if len(diffs) == 0 && alloc+out != int64(v.TotalStock) {
+		diffs = append(diffs, Diff{VoucherID: v.ID, Bucket: -1, What: "alloc",
+			Redis: fmt.Sprintf("alloc %d + in transit %d", alloc, out), Expected: fmt.Sprint(v.TotalStock)})
+	}
+	return diffs, nil
+}
