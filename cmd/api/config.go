@@ -38,6 +38,10 @@ type config struct {
 	// purchase before it is answered (Redis WAIT); 0: none.
 	WaitReplicas int           // SECKILL_REDIS_WAIT_REPLICAS
 	WaitTimeout  time.Duration // SECKILL_REDIS_WAIT_TIMEOUT
+	// BucketStaleAfter and BucketApplyWindow bound the transfers of units
+	// between a voucher's buckets (internal/bucket).
+	BucketStaleAfter  time.Duration // SECKILL_BUCKET_STALE_AFTER
+	BucketApplyWindow time.Duration // SECKILL_BUCKET_APPLY_WINDOW
 	// Coalesce is the most purchase scripts sent to Redis in one
 	// pipeline; 0: one round trip per purchase.
 	Coalesce int // SECKILL_REDIS_COALESCE
@@ -99,6 +103,12 @@ var coreSettings = []setting{
 	{name: "SECKILL_REDIS_WAIT_TIMEOUT", def: "100ms",
 		doc:   "how long an accepted purchase waits for them; then 503 not_replicated",
 		field: func(c *config) value { return duration{p: &c.WaitTimeout, lo: time.Millisecond} }},
+	{name: "SECKILL_BUCKET_STALE_AFTER", def: "15s",
+		doc:   "a transfer of units between a voucher's buckets still journaled after this is finished or returned by the recovery loop",
+		field: func(c *config) value { return duration{p: &c.BucketStaleAfter, lo: 10 * time.Millisecond} }},
+	{name: "SECKILL_BUCKET_APPLY_WINDOW", def: "5s",
+		doc:   "a transfer's units are taken in by the receiving bucket only this soon after the donor gave them; must be below SECKILL_BUCKET_STALE_AFTER",
+		field: func(c *config) value { return duration{p: &c.BucketApplyWindow, lo: time.Millisecond} }},
 	{name: "SECKILL_REDIS_COALESCE", def: "128",
 		doc:   "most purchase scripts sent to Redis in one pipeline; 0: one round trip each",
 		field: func(c *config) value { return integer{&c.Coalesce, 0, 1024} }},
@@ -177,7 +187,7 @@ var coreSettings = []setting{
 		doc:   "json or text",
 		field: func(c *config) value { return oneOf{&c.LogFormat, []string{"json", "text"}} }},
 	{name: "SECKILL_CRASH_POINT", def: "",
-		doc:   "fault tests only: after_commit_before_ack or hang_after_read",
+		doc:   "fault tests only: after_commit_before_ack, hang_after_read, after_take_before_apply or after_apply_before_close",
 		field: func(c *config) value { return text{&c.CrashPoint, crashPointSetting} }},
 }
 
@@ -188,6 +198,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	errs := loadSettings(settings(), getenv, &c)
 	c.AddrGiven = strings.TrimSpace(getenv("SECKILL_ADDR")) != ""
 	c.AdminAddrGiven = strings.TrimSpace(getenv("SECKILL_ADMIN_ADDR")) != ""
+	if c.BucketApplyWindow >= c.BucketStaleAfter {
+		errs = append(errs, "SECKILL_BUCKET_APPLY_WINDOW must be below SECKILL_BUCKET_STALE_AFTER: a transfer could be applied after the recovery loop returned its units")
+	}
 	if c.RedisURL == "" && c.WaitReplicas > 0 {
 		errs = append(errs, "SECKILL_REDIS_WAIT_REPLICAS needs SECKILL_REDIS_URL: the embedded Redis has no replicas")
 	}

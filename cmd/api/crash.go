@@ -12,11 +12,18 @@ const (
 	// crashHangAfterRead blocks the worker holding the batch it just read
 	// (the test then kills it): another instance must reclaim the batch.
 	crashHangAfterRead = "hang_after_read"
+	// crashAfterTake and crashAfterApply exit the process in the middle
+	// of a transfer of units between a voucher's buckets: after the donor
+	// gave them (journaled), and after the receiver took them in (the
+	// donor's journal entry still open). The recovery loop of another
+	// instance finishes or returns the transfer.
+	crashAfterTake  = "after_take_before_apply"
+	crashAfterApply = "after_apply_before_close"
 )
 
 // crashPointValid reports whether p is empty or a known crash point.
 func crashPointValid(p string) bool {
-	return p == "" || p == crashAfterCommit || p == crashHangAfterRead
+	return p == "" || p == crashAfterCommit || p == crashHangAfterRead || p == crashAfterTake || p == crashAfterApply
 }
 
 // crashHooks are the hooks a crash point installs in the writer and the
@@ -24,6 +31,8 @@ func crashPointValid(p string) bool {
 type crashHooks struct {
 	afterCommit func()    // order.WriterConfig.AfterCommit
 	afterRead   func(int) // mq.ConsumerConfig.AfterRead
+	// afterStep is bucket.Config.AfterStep: told each step of a transfer.
+	afterStep func(step string) bool
 }
 
 // crashPoint returns the hooks of crash point p (none when p is empty).
@@ -33,6 +42,14 @@ func crashPoint(p string) crashHooks {
 		return crashHooks{afterCommit: func() { os.Exit(3) }}
 	case crashHangAfterRead:
 		return crashHooks{afterRead: func(int) { select {} }}
+	case crashAfterTake, crashAfterApply:
+		step := map[string]string{crashAfterTake: "take", crashAfterApply: "apply"}[p]
+		return crashHooks{afterStep: func(s string) bool {
+			if s == step {
+				os.Exit(3)
+			}
+			return false
+		}}
 	}
 	return crashHooks{}
 }
