@@ -13,14 +13,15 @@
 -- KEYS[3] seckill:{<shard>}:transfers  the donor's journal (hash: move id ->
 --         "<voucher id>:<to bucket>:<units>:<nb>:<at ms>", or missing)
 -- ARGV[1] move id (random, chosen by the caller; a retry sends the same one)
--- ARGV[2] units wanted (> 0)
+-- ARGV[2] units wanted (an integer > 0; checked by the caller)
 -- ARGV[3] voucher id
 -- ARGV[4] receiving bucket
 -- ARGV[5] the voucher's bucket count
 --
 -- Returns (decoded in internal/bucket/scripts.go by decodeTake alone):
---   {0, units}  taken now: stock and alloc less units, out more, journaled
---   {1, units}  this id is journaled already (units as journaled); nothing written
+--   {0, record} taken now: stock and alloc less the record's units, out more,
+--               the record journaled
+--   {1, record} this id is journaled already (its record as journaled); nothing written
 --   {2}         the bucket's stock is 0; nothing written
 --   {3}         the bucket is fenced (fence_until is after now); nothing written
 --   {6}         the shard is not ready; nothing written
@@ -42,8 +43,7 @@ for i = 2, 3 do
 end
 local done = redis.call('HGET', KEYS[3], ARGV[1])
 if done then
-  local units = string.match(done, '^[^:]*:[^:]*:(%d+):')
-  return {1, tonumber(units) or 0}
+  return {1, done}
 end
 local s = redis.call('HMGET', KEYS[2], 'stock', 'alloc', 'out', 'fence_until')
 local stock, alloc = tonumber(s[1]), tonumber(s[2])
@@ -62,6 +62,6 @@ end
 local want = tonumber(ARGV[2])
 local k = math.min(want, stock)
 redis.call('HSET', KEYS[2], 'stock', stock - k, 'alloc', alloc - k, 'out', out + k)
-redis.call('HSET', KEYS[3], ARGV[1],
-  ARGV[3] .. ':' .. ARGV[4] .. ':' .. k .. ':' .. ARGV[5] .. ':' .. now_ms)
-return {0, k}
+local record = ARGV[3] .. ':' .. ARGV[4] .. ':' .. k .. ':' .. ARGV[5] .. ':' .. now_ms
+redis.call('HSET', KEYS[3], ARGV[1], record)
+return {0, record}
