@@ -170,3 +170,23 @@ func TestRecovererBadEntry(t *testing.T) {
 		t.Errorf("stocks %v, want [10 0 3]", got)
 	}
 }
+
+// TestRecovererRun: the loop recovers a crashed move by itself and
+// returns when its context ends.
+func TestRecovererRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	m := e.mover(Config{AfterStep: stopAfter("take"), StaleAfter: time.Millisecond})
+	if _, err := m.Move(context.Background(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrStopped) {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewRecoverer(m).Run(ctx) }()
+	testenv.WaitFor(t, 10*time.Second, "move recovered", func() bool { return e.journaled() == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	e.settled()
+}

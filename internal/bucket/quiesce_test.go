@@ -130,3 +130,25 @@ func TestQuiesceWaitsApplyWindow(t *testing.T) {
 		t.Error("lease left after a failed Quiesce")
 	}
 }
+
+// TestReleaseKeepsOthersLease: a Release whose lease expired and was
+// taken by another instance leaves that lease alone (fences are lifted
+// all the same: the other instance sets its own).
+func TestReleaseKeepsOthersLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 5, 5, 5)
+	ctx := context.Background()
+	m := e.mover(Config{ApplyWindow: time.Millisecond})
+	q, err := m.Quiesce(ctx, e.v, e.nb, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := leaseKey(e.keys, e.v, e.nb)
+	if err := e.rdb.Set(ctx, lease, "another", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q.Release(ctx)
+	if got, err := e.rdb.Get(ctx, lease).Result(); got != "another" {
+		t.Errorf("lease = %q, %v; want another's kept", got, err)
+	}
+}
