@@ -28,6 +28,8 @@
 //	(resolve.lua) | (a tombstone)                 | of t is refused                 |
 //	close, d not  | d: journal[t] del only        | d's alloc short of r's receipt  | d's rebuild (Quiesce) counts
 //	ready         |                               | or of a refused return          | alloc from the other buckets
+//	(t older than | nothing: the Recoverer leaves | k in transit: r's mark may have | an operator; Recoverer.Oldest
+//	MarkTTL/2)    | t, never resolves it          | expired, the outcome is unknown | shows it
 //
 // Conservation, over a voucher's ready buckets: sum(alloc) + units taken
 // and not applied = total. sum(out) counts the journaled moves, applied
@@ -297,10 +299,18 @@ func (s *stats) count(outcome string, units int) {
 
 // settle finishes a journaled move whose mover may be gone: resolve on
 // the receiver, WAIT, close on the donor with the outcome.
-func (m *Mover) settle(ctx context.Context, e entry, st *stats) error {
-	outcome, err := m.resolve(ctx, e)
+//
+// A move older than half of MarkTTL is left alone: its mark may have
+// expired (the receiver down for that long, say), and a resolve would
+// then refuse an applied move and create its units twice. It stays in
+// transit, the Recoverer's Oldest shows it, and an operator settles it.
+func (m *Mover) settle(ctx context.Context, j journaled, st *stats) error {
+	if j.age > m.cfg.MarkTTL/2 {
+		return fmt.Errorf("move %s is %s old, its mark may be gone: %w", j.id, j.age, ErrOutcomeUnknown)
+	}
+	outcome, err := m.resolve(ctx, j.e)
 	if err != nil {
 		return err
 	}
-	return m.close(ctx, e, outcome, st)
+	return m.close(ctx, j.e, outcome, st)
 }

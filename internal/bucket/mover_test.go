@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -189,4 +190,32 @@ func TestRecovererRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.settled()
+}
+
+// TestRecovererLeavesMoveOlderThanMarks: a move older than half the
+// marks' life may have lost its mark: it is left in transit (never
+// resolved as refused, which could give applied units back), and Oldest
+// reports its age.
+func TestRecovererLeavesMoveOlderThanMarks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	ctx := context.Background()
+	old := time.Now().Add(-2 * time.Hour).UnixMilli()
+	rec := strconv.FormatInt(e.v, 10) + ":1:3:3:" + strconv.FormatInt(old, 10)
+	if err := e.rdb.HSet(ctx, e.journal(0), "ancient", rec).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecoverer(e.mover(Config{StaleAfter: time.Millisecond}))
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.journaled(); n != 1 {
+		t.Errorf("%d journaled, want the old move left", n)
+	}
+	if n, _ := e.rdb.Exists(ctx, markKey(e.keys, e.shard(1), "ancient")).Result(); n != 0 {
+		t.Error("a tombstone was written for a move older than the marks")
+	}
+	if r.Oldest() < 2*time.Hour-time.Minute {
+		t.Errorf("Oldest = %s, want about 2h", r.Oldest())
+	}
 }

@@ -63,7 +63,7 @@ func (r *Recoverer) Once(ctx context.Context) error {
 			if j.age < r.m.cfg.StaleAfter {
 				return
 			}
-			if err := r.m.settle(ctx, j.e, &r.stats); err != nil {
+			if err := r.m.settle(ctx, j, &r.stats); err != nil {
 				r.fail(failing, j.id, err)
 			}
 		})
