@@ -38,7 +38,9 @@
 //
 // An apply is refused when the take is older than ApplyWindow by the
 // receiver's clock, so a rebuild that fenced every bucket and waited the
-// window out knows that no move it did not see can still arrive.
+// window out knows that no move it did not see can still arrive. The
+// window is read on two clocks (the donor's at the take, the receiver's
+// at the apply): the masters' clocks must agree to well within it (NTP).
 package bucket
 
 import (
