@@ -26,6 +26,14 @@
 --   {7}            no state, or a state without integer stock and alloc; nothing written
 --   {8, key}       that key holds another type; nothing written
 
+-- int reads an integer field: nil when absent or not an integer.
+local function int(s)
+  if s and string.match(s, '^-?%d+$') then
+    return tonumber(s)
+  end
+  return nil
+end
+
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {6}
 end
@@ -41,7 +49,7 @@ if mark then
   return {1, mark}
 end
 local s = redis.call('HMGET', KEYS[2], 'stock', 'alloc')
-local stock, alloc = tonumber(s[1]), tonumber(s[2])
+local stock, alloc = int(s[1]), int(s[2])
 if stock == nil or alloc == nil then
   return {7}
 end

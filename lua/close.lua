@@ -24,6 +24,14 @@
 --               record; nothing written
 -- An outcome other than the two raises an error before any write.
 
+-- int reads an integer field: nil when absent or not an integer.
+local function int(s)
+  if s and string.match(s, '^-?%d+$') then
+    return tonumber(s)
+  end
+  return nil
+end
+
 if ARGV[2] ~= 'applied' and ARGV[2] ~= 'refused' then
   error('close.lua: outcome must be applied or refused, got ' .. tostring(ARGV[2]))
 end
@@ -46,7 +54,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {2}
 end
 local s = redis.call('HMGET', KEYS[2], 'stock', 'alloc', 'out')
-local stock, alloc, out = tonumber(s[1]), tonumber(s[2]), tonumber(s[3] or '0')
+local stock, alloc, out = int(s[1]), int(s[2]), int(s[3] or '0')
 if stock == nil or alloc == nil or out == nil then
   return {7}
 end

@@ -25,8 +25,17 @@
 --   {2}         the bucket's stock is 0; nothing written
 --   {3}         the bucket is fenced (fence_until is after now); nothing written
 --   {6}         the shard is not ready; nothing written
---   {7}         no state, or a state without integer stock and alloc; nothing written
+--   {7}         no state, or a state without integer stock and alloc (out and
+--               fence_until: integers or absent); nothing written
 --   {8, key}    that key holds another type; nothing written
+
+-- int reads an integer field: nil when absent or not an integer.
+local function int(s)
+  if s and string.match(s, '^-?%d+$') then
+    return tonumber(s)
+  end
+  return nil
+end
 
 local function kind(key)
   return redis.call('TYPE', key)['ok']
@@ -46,8 +55,8 @@ if done then
   return {1, done}
 end
 local s = redis.call('HMGET', KEYS[2], 'stock', 'alloc', 'out', 'fence_until')
-local stock, alloc = tonumber(s[1]), tonumber(s[2])
-local out, fence = tonumber(s[3] or '0'), tonumber(s[4] or '0')
+local stock, alloc = int(s[1]), int(s[2])
+local out, fence = int(s[3] or '0'), int(s[4] or '0')
 if stock == nil or alloc == nil or out == nil or fence == nil then
   return {7}
 end

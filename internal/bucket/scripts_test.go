@@ -198,3 +198,30 @@ func TestMoveToReceiverNotReady(t *testing.T) {
 	}
 	e.settled()
 }
+
+// TestTakeChecksBeforeWriting: a stock that is not an integer, or a
+// journal of another type, refuses the take with nothing written.
+func TestTakeChecksBeforeWriting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	ctx := context.Background()
+	m := e.mover(Config{})
+	if err := e.rdb.HSet(ctx, e.state(2), "stock", "5.5").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.take(ctx, newID(), e.v, 2, 1, 1, e.nb); !errors.Is(err, ErrNoState) {
+		t.Errorf("take from stock 5.5 = %v, want ErrNoState", err)
+	}
+	if err := e.rdb.Set(ctx, e.journal(0), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrWrongType) {
+		t.Errorf("take with a string journal = %v, want ErrWrongType", err)
+	}
+	if s := e.bucket(0); s != (bucketState{10, 10, 0}) {
+		t.Errorf("donor %+v changed", s)
+	}
+	if n, _ := e.rdb.HLen(ctx, e.journal(2)).Result(); n != 0 {
+		t.Errorf("%d journaled", n)
+	}
+}
