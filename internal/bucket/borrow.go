@@ -16,14 +16,29 @@ import (
 // empty the donor it picked between the read and the take.
 const borrowTries = 3
 
+// borrowTimeout bounds one shared borrow.
+const borrowTimeout = 5 * time.Second
+
 // Borrow moves units into bucket to of voucher v (of nb) from the bucket
 // with the most stock: up to BorrowMax, half the donor's stock rounded
 // up. Concurrent calls of this instance for the same (v, to) share one
-// borrow. It implements voucher.Borrower.
+// borrow, which no single caller's cancellation interrupts half-way (a
+// move cut after its take leaves its units in transit until the
+// Recoverer returns them); it has a bound of its own instead. It
+// implements voucher.Borrower.
 func (m *Mover) Borrow(ctx context.Context, v int64, to, nb int) error {
 	key := strconv.FormatInt(v, 10) + ":" + strconv.Itoa(to)
-	_, err, _ := m.group.Do(key, func() (any, error) { return nil, m.borrow(ctx, v, to, nb) })
-	return err
+	ch := m.group.DoChan(key, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), borrowTimeout)
+		defer cancel()
+		return nil, m.borrow(ctx, v, to, nb)
+	})
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("borrow voucher %d bucket %d: %w", v, to, ctx.Err())
+	case r := <-ch:
+		return r.Err
+	}
 }
 
 func (m *Mover) borrow(ctx context.Context, v int64, to, nb int) error {
