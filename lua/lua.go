@@ -35,6 +35,18 @@ var (
 	checkCodeSrc string
 	//go:embed unsend_code.lua
 	unsendCodeSrc string
+	//go:embed take.lua
+	takeSrc string
+	//go:embed apply.lua
+	applySrc string
+	//go:embed resolve.lua
+	resolveSrc string
+	//go:embed close.lua
+	closeSrc string
+	//go:embed fence.lua
+	fenceSrc string
+	//go:embed release_lease.lua
+	releaseLeaseSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -79,3 +91,25 @@ func Reopen() *redis.Script { return redis.NewScript(reopenSrc) }
 // DropReady drops a shard's ready marker if it still holds the value read,
 // taking the shard's rebuild lease in the same step.
 func DropReady() *redis.Script { return redis.NewScript(dropReadySrc) }
+
+// Take takes units out of a voucher's bucket and journals their move to
+// another bucket, in one step.
+func Take() *redis.Script { return redis.NewScript(takeSrc) }
+
+// Apply adds a journaled move's units to the receiving bucket, once per
+// move id, and marks the move's outcome there.
+func Apply() *redis.Script { return redis.NewScript(applySrc) }
+
+// Resolve reads a move's outcome on its receiver, refusing the move for
+// good when it has none yet.
+func Resolve() *redis.Script { return redis.NewScript(resolveSrc) }
+
+// Close drops a move from its donor's journal with its outcome, giving
+// the units of a refused move back.
+func Close() *redis.Script { return redis.NewScript(closeSrc) }
+
+// Fence refuses moves out of a bucket until a time, or allows them again.
+func Fence() *redis.Script { return redis.NewScript(fenceSrc) }
+
+// ReleaseLease drops a voucher's bucket lease if it still holds a token.
+func ReleaseLease() *redis.Script { return redis.NewScript(releaseLeaseSrc) }

@@ -1,0 +1,146 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/voucher"
+)
+
+// borrowTries bounds the donors one Borrow tries: another borrower may
+// empty the donor it picked between the read and the take.
+const borrowTries = 3
+
+// borrowTimeout bounds one shared borrow.
+const borrowTimeout = 5 * time.Second
+
+// Borrow moves units into bucket to of voucher v (of nb) from the bucket
+// with the most stock: up to BorrowMax, half the donor's stock rounded
+// up. Concurrent calls of this instance for the same (v, to) share one
+// borrow, which no single caller's cancellation interrupts half-way (a
+// move cut after its take leaves its units in transit until the
+// Recoverer returns them); it has a bound of its own instead. It
+// implements voucher.Borrower.
+func (m *Mover) Borrow(ctx context.Context, v int64, to, nb int) error {
+	key := strconv.FormatInt(v, 10) + ":" + strconv.Itoa(to)
+	ch := m.group.DoChan(key, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), borrowTimeout)
+		defer cancel()
+		return nil, m.borrow(ctx, v, to, nb)
+	})
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("borrow voucher %d bucket %d: %w", v, to, ctx.Err())
+	case r := <-ch:
+		return r.Err
+	}
+}
+
+func (m *Mover) borrow(ctx context.Context, v int64, to, nb int) error {
+	if nb < 2 || to < 0 || to >= nb {
+		return fmt.Errorf("borrow voucher %d bucket %d of %d: out of range", v, to, nb)
+	}
+	var last error
+	for range borrowTries {
+		bs := m.view(ctx, v, nb)
+		if bs[to].ready && bs[to].stock > 0 {
+			return nil
+		}
+		if !bs[to].ready {
+			return fmt.Errorf("borrow voucher %d bucket %d: receiver %w", v, to, voucher.ErrInTransit)
+		}
+		d := donor(bs, to, time.Now().UnixMilli())
+		if d < 0 {
+			return verdict(v, bs)
+		}
+		k := min(m.cfg.BorrowMax, int((bs[d].stock+1)/2))
+		moved, err := m.Move(ctx, v, d, to, k, nb)
+		switch {
+		case moved > 0:
+			return nil
+		case err == nil, errors.Is(err, ErrEmpty), errors.Is(err, ErrFenced):
+			last = err // refused or emptied meanwhile: read again
+		default:
+			return fmt.Errorf("borrow voucher %d bucket %d: %w: %w", v, to, voucher.ErrInTransit, err)
+		}
+	}
+	return fmt.Errorf("borrow voucher %d bucket %d: %d tries (last: %v): %w", v, to, borrowTries, last, voucher.ErrInTransit)
+}
+
+// bucketView is one bucket's state as Borrow reads it.
+type bucketView struct {
+	ready                             bool // ready marker there, state read
+	stock, alloc, out, total, fenceMs int64
+}
+
+// view reads every bucket of v in one pipeline. A bucket whose shard did
+// not answer, is not ready, or has no state reads as not ready.
+func (m *Mover) view(ctx context.Context, v int64, nb int) []bucketView {
+	pipe := m.rdb.Pipeline()
+	states := make([]*redis.SliceCmd, nb)
+	ready := make([]*redis.IntCmd, nb)
+	for b := range nb {
+		s := m.keys.BucketShard(v, b, nb)
+		states[b] = pipe.HMGet(ctx, m.keys.StateAt(s, v), "stock", voucher.FieldAlloc, voucher.FieldOut, voucher.FieldTotal, voucher.FieldFenceUntil)
+		ready[b] = pipe.Exists(ctx, m.keys.Ready(s))
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	bs := make([]bucketView, nb)
+	for b := range nb {
+		vals, err := states[b].Result()
+		n, rerr := ready[b].Result()
+		if err != nil || rerr != nil || n == 0 {
+			continue
+		}
+		var f [5]int64
+		ok := true
+		for i, x := range vals {
+			s, _ := x.(string)
+			if x == nil && (i == 2 || i == 4) { // out and fence_until may be absent
+				continue
+			}
+			if f[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+				ok = false
+			}
+		}
+		bs[b] = bucketView{ready: ok, stock: f[0], alloc: f[1], out: f[2], total: f[3], fenceMs: f[4]}
+	}
+	return bs
+}
+
+// donor is the ready, unfenced bucket other than to with the most stock,
+// -1 when none has any.
+func donor(bs []bucketView, to int, nowMs int64) int {
+	best := -1
+	for b, x := range bs {
+		if b == to || !x.ready || x.stock <= 0 || x.fenceMs > nowMs {
+			continue
+		}
+		if best < 0 || x.stock > bs[best].stock {
+			best = b
+		}
+	}
+	return best
+}
+
+// verdict is Borrow's answer when no bucket can lend: sold out only when
+// every bucket is ready and empty and no unit is in transit (the allocs
+// add up to the total); else the units are in transit.
+func verdict(v int64, bs []bucketView) error {
+	var sum int64
+	for b, x := range bs {
+		if !x.ready || x.stock > 0 || x.total != bs[0].total {
+			return fmt.Errorf("voucher %d bucket %d not ready, fenced or disagreeing: %w", v, b, voucher.ErrInTransit)
+		}
+		sum += x.alloc
+	}
+	if sum != bs[0].total {
+		return fmt.Errorf("voucher %d: buckets hold %d of %d: %w", v, sum, bs[0].total, voucher.ErrInTransit)
+	}
+	return fmt.Errorf("voucher %d: %w", v, voucher.ErrSoldOut)
+}

@@ -1,0 +1,50 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"seckill/internal/redisconn"
+)
+
+// journalPage is how many journal entries one HSCAN call asks for.
+const journalPage = 100
+
+// journaled is one journal entry as read: parsed, or the reason it could
+// not be, with its age by the donor's clock.
+type journaled struct {
+	id  string
+	e   entry
+	err error // unparseable: e is empty
+	age time.Duration
+}
+
+// scanJournal reads a donor shard's journal page by page and calls visit
+// for each entry, once the page is read (visit may close entries). Ages
+// are measured against the donor master's clock, read once per scan.
+func (m *Mover) scanJournal(ctx context.Context, shard int, visit func(j journaled)) error {
+	key := journalKey(m.keys, shard)
+	master, err := redisconn.MasterFor(ctx, m.rdb, key)
+	if err != nil {
+		return fmt.Errorf("journal of shard %d: find the master: %w", shard, err)
+	}
+	now, err := master.Time(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("journal of shard %d: time: %w", shard, err)
+	}
+	var cursor uint64
+	for {
+		kv, next, err := m.rdb.HScan(ctx, key, cursor, "", journalPage).Result()
+		if err != nil {
+			return fmt.Errorf("journal of shard %d: scan: %w", shard, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			e, perr := parseEntry(shard, kv[i], kv[i+1])
+			visit(journaled{id: kv[i], e: e, err: perr, age: now.Sub(time.UnixMilli(e.at))})
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,221 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"seckill/internal/testenv"
+)
+
+// TestMoveCompletes: a move that runs to the end (T1, T2, T3) leaves the
+// units in the receiver, nothing journaled, the move's mark "applied".
+func TestMoveCompletes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	m := e.mover(Config{})
+	moved, err := m.Move(context.Background(), e.v, 0, 1, 4, e.nb)
+	if err != nil || moved != 4 {
+		t.Fatalf("Move = %d, %v; want 4", moved, err)
+	}
+	if got := e.stocks(); !slices.Equal(got, []int64{6, 4, 5}) {
+		t.Errorf("stocks %v, want [6 4 5]", got)
+	}
+	if a := e.bucket(1).alloc; a != 4 {
+		t.Errorf("receiver alloc %d, want 4", a)
+	}
+	e.settled()
+	if s := m.Stats(); s != (Stats{Applied: 1, Units: 4}) {
+		t.Errorf("stats %+v", s)
+	}
+	// More than the donor holds: the donor's stock.
+	if moved, err := m.Move(context.Background(), e.v, 2, 1, 100, e.nb); err != nil || moved != 5 {
+		t.Fatalf("Move of 100 from 5 = %d, %v; want 5", moved, err)
+	}
+	e.settled()
+}
+
+// TestCrashAfterTake (row T1): the mover dies after the take; the units
+// are in the donor's journal only; the Recoverer refuses the move on the
+// receiver (a tombstone) and gives the units back to the donor.
+func TestCrashAfterTake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	m := e.mover(Config{AfterStep: stopAfter("take"), StaleAfter: time.Millisecond})
+	if _, err := m.Move(context.Background(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Move = %v, want ErrStopped", err)
+	}
+	if got, d := e.stocks(), e.bucket(0); !slices.Equal(got, []int64{6, 0, 5}) || d.out != 4 || d.alloc != 6 {
+		t.Fatalf("after take: stocks %v, donor %+v", got, d)
+	}
+	r := NewRecoverer(m)
+	e.recoverAll(r)
+	if got := e.stocks(); !slices.Equal(got, []int64{10, 0, 5}) {
+		t.Errorf("stocks %v, want the units back: [10 0 5]", got)
+	}
+	e.settled()
+	if s := r.Stats(); s != (Stats{Returned: 1}) {
+		t.Errorf("recoverer stats %+v", s)
+	}
+}
+
+// TestCrashAfterApply (row T2): the mover dies after the apply; the
+// receiver holds the units and the donor still owes the move (out); the
+// Recoverer reads "applied" and closes the move on the donor.
+func TestCrashAfterApply(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	m := e.mover(Config{AfterStep: stopAfter("apply"), StaleAfter: time.Millisecond})
+	if _, err := m.Move(context.Background(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Move = %v, want ErrStopped", err)
+	}
+	if got, d := e.stocks(), e.bucket(0); !slices.Equal(got, []int64{6, 4, 5}) || d.out != 4 {
+		t.Fatalf("after apply: stocks %v, donor %+v", got, d)
+	}
+	r := NewRecoverer(m)
+	e.recoverAll(r)
+	if got := e.stocks(); !slices.Equal(got, []int64{6, 4, 5}) {
+		t.Errorf("stocks %v, want [6 4 5]", got)
+	}
+	e.settled()
+	if s := r.Stats(); s != (Stats{Applied: 1, Units: 4}) {
+		t.Errorf("recoverer stats %+v", s)
+	}
+}
+
+// TestWaitShortStopsMove (rows WAIT): a take no replica confirms (this
+// server has none) stops the move after T1, and a Recoverer that asks
+// for a replica cannot close it either (its resolve is not confirmed);
+// one that asks for none returns it.
+func TestWaitShortStopsMove(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	m := e.mover(Config{WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond, StaleAfter: time.Millisecond})
+	if _, err := m.Move(context.Background(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Move = %v, want ErrNotReplicated", err)
+	}
+	if n := e.journaled(); n != 1 {
+		t.Fatalf("%d moves journaled, want 1", n)
+	}
+	if err := NewRecoverer(m).Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.journaled(); n != 1 {
+		t.Fatalf("%d moves journaled after an unconfirmed resolve, want 1", n)
+	}
+	ids, err := e.rdb.HKeys(context.Background(), e.journal(0)).Result()
+	if err != nil || len(ids) != 1 {
+		t.Fatal(ids, err)
+	}
+	if mark, err := e.rdb.Get(context.Background(), markKey(e.keys, e.shard(1), ids[0])).Result(); mark != outcomeRefused {
+		t.Fatalf("mark after the recoverer's resolve = %q, %v; want refused", mark, err)
+	}
+	e.recoverAll(NewRecoverer(e.mover(Config{StaleAfter: time.Millisecond})))
+	if got := e.stocks(); !slices.Equal(got, []int64{10, 0, 5}) {
+		t.Errorf("stocks %v, want [10 0 5]", got)
+	}
+	e.settled()
+}
+
+// TestRecovererLeavesFreshMoves: a move younger than StaleAfter is its
+// mover's to finish; the Recoverer reports its age and leaves it.
+func TestRecovererLeavesFreshMoves(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	m := e.mover(Config{AfterStep: stopAfter("take"), StaleAfter: time.Hour})
+	if _, err := m.Move(context.Background(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrStopped) {
+		t.Fatal(err)
+	}
+	r := NewRecoverer(m)
+	if err := r.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.journaled(); n != 1 {
+		t.Errorf("%d moves journaled, want the fresh one left", n)
+	}
+	if r.Oldest() < 0 || r.Oldest() > time.Minute {
+		t.Errorf("Oldest = %s", r.Oldest())
+	}
+}
+
+// TestRecovererBadEntry: an unparseable journal entry and a move whose
+// receiver state is a wrong-typed key are left (and logged); the other
+// moves are recovered in the same pass.
+func TestRecovererBadEntry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	ctx := context.Background()
+	m := e.mover(Config{AfterStep: stopAfter("take"), StaleAfter: time.Millisecond})
+	if _, err := m.Move(ctx, e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrStopped) {
+		t.Fatal(err)
+	}
+	if err := e.rdb.HSet(ctx, e.journal(0), "junk", "not a record").Err(); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := m.take(ctx, "badmark", e.v, 2, 1, 2, e.nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.HSet(ctx, markKey(e.keys, e.shard(1), bad.id), "x", "y").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecoverer(m)
+	testenv.WaitFor(t, 5*time.Second, "good move recovered", func() bool { _ = r.Once(ctx); return e.bucket(0).out == 0 })
+	if n := e.journaled(); n != 2 {
+		t.Errorf("%d entries journaled, want the 2 bad ones left", n)
+	}
+	if got := e.stocks(); !slices.Equal(got, []int64{10, 0, 3}) {
+		t.Errorf("stocks %v, want [10 0 3]", got)
+	}
+}
+
+// TestRecovererRun: the loop recovers a crashed move by itself and
+// returns when its context ends.
+func TestRecovererRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	m := e.mover(Config{AfterStep: stopAfter("take"), StaleAfter: time.Millisecond})
+	if _, err := m.Move(context.Background(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrStopped) {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewRecoverer(m).Run(ctx) }()
+	testenv.WaitFor(t, 10*time.Second, "move recovered", func() bool { return e.journaled() == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	e.settled()
+}
+
+// TestRecovererLeavesMoveOlderThanMarks: a move older than half the
+// marks' life may have lost its mark: it is left in transit (never
+// resolved as refused, which could give applied units back), and Oldest
+// reports its age.
+func TestRecovererLeavesMoveOlderThanMarks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	ctx := context.Background()
+	old := time.Now().Add(-2 * time.Hour).UnixMilli()
+	rec := strconv.FormatInt(e.v, 10) + ":1:3:3:" + strconv.FormatInt(old, 10)
+	if err := e.rdb.HSet(ctx, e.journal(0), "ancient", rec).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecoverer(e.mover(Config{StaleAfter: time.Millisecond}))
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.journaled(); n != 1 {
+		t.Errorf("%d journaled, want the old move left", n)
+	}
+	if n, _ := e.rdb.Exists(ctx, markKey(e.keys, e.shard(1), "ancient")).Result(); n != 0 {
+		t.Error("a tombstone was written for a move older than the marks")
+	}
+	if r.Oldest() < 2*time.Hour-time.Minute {
+		t.Errorf("Oldest = %s, want about 2h", r.Oldest())
+	}
+}

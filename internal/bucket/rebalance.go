@@ -1,0 +1,93 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// rebalanceEvery is how often a Rebalancer looks at every live voucher.
+const rebalanceEvery = 250 * time.Millisecond
+
+// Live is a voucher on sale whose buckets a Rebalancer evens out.
+type Live struct {
+	ID int64
+	NB int
+}
+
+// Rebalancer evens out the stock of each live voucher's buckets ahead of
+// the buyers, so that fewer of them find their home bucket empty and
+// wait for a Borrow: each pass moves, per voucher, half the gap between
+// the richest and the poorest bucket when the poorest holds less than
+// half of the richest.
+type Rebalancer struct {
+	m    *Mover
+	live func(ctx context.Context) ([]Live, error)
+}
+
+// NewRebalancer returns a Rebalancer of the vouchers live lists (those
+// of more than one bucket on sale now), moving with m.
+func NewRebalancer(m *Mover, live func(ctx context.Context) ([]Live, error)) *Rebalancer {
+	return &Rebalancer{m: m, live: live}
+}
+
+// Run rebalances every 250ms until ctx ends.
+func (r *Rebalancer) Run(ctx context.Context) error {
+	t := time.NewTicker(rebalanceEvery)
+	defer t.Stop()
+	for {
+		if err := r.Once(ctx); err != nil && ctx.Err() == nil {
+			r.m.log.Warn("bucket rebalance", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Once makes one pass over the live vouchers; one voucher's failure
+// does not stop the others.
+func (r *Rebalancer) Once(ctx context.Context) error {
+	vs, err := r.live(ctx)
+	if err != nil {
+		return fmt.Errorf("rebalance: list live vouchers: %w", err)
+	}
+	var errs []error
+	for _, v := range vs {
+		if v.NB < 2 {
+			continue
+		}
+		if err := r.balance(ctx, v); err != nil {
+			errs = append(errs, fmt.Errorf("rebalance voucher %d: %w", v.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// balance makes at most one move for v. A donor emptied or fenced
+// meanwhile is no failure: the next pass looks again.
+func (r *Rebalancer) balance(ctx context.Context, v Live) error {
+	bs := r.m.view(ctx, v.ID, v.NB)
+	poor := -1
+	for b, x := range bs {
+		if x.ready && (poor < 0 || x.stock < bs[poor].stock) {
+			poor = b
+		}
+	}
+	if poor < 0 {
+		return nil
+	}
+	rich := donor(bs, poor, time.Now().UnixMilli())
+	if rich < 0 || bs[poor].stock*2 >= bs[rich].stock {
+		return nil
+	}
+	k := min(int64(r.m.cfg.BorrowMax), (bs[rich].stock-bs[poor].stock)/2)
+	_, err := r.m.Move(ctx, v.ID, rich, poor, int(k), v.NB)
+	if errors.Is(err, ErrEmpty) || errors.Is(err, ErrFenced) {
+		return nil
+	}
+	return err
+}

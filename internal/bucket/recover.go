@@ -1,0 +1,90 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Recoverer finishes the moves whose movers died: every journaled move
+// older than StaleAfter is resolved on its receiver and closed on its
+// donor (see the table in mover.go).
+type Recoverer struct {
+	m      *Mover
+	oldest atomic.Int64 // ns: the oldest entry seen by the last pass
+	stats  stats
+
+	mu     sync.Mutex
+	logged map[string]bool // ids whose failure was logged, still failing
+}
+
+// NewRecoverer returns a Recoverer of m's moves, with m's settings.
+func NewRecoverer(m *Mover) *Recoverer { return &Recoverer{m: m, logged: map[string]bool{}} }
+
+// Run recovers every second until ctx ends.
+func (r *Recoverer) Run(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		if err := r.Once(ctx); err != nil && ctx.Err() == nil {
+			r.m.log.Warn("bucket move recovery", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Oldest is the age of the oldest journaled move the last pass saw, 0
+// when none: a move older than StaleAfter plus a pass or two is stuck.
+func (r *Recoverer) Oldest() time.Duration { return time.Duration(r.oldest.Load()) }
+
+// Stats counts the moves this Recoverer closed.
+func (r *Recoverer) Stats() Stats { return r.stats.get() }
+
+// Once makes one pass over every shard's journal. One bad entry or one
+// unreachable receiver holds up only that entry, logged once; a shard
+// whose journal cannot be read is skipped and reported in the error.
+func (r *Recoverer) Once(ctx context.Context) error {
+	var oldest time.Duration
+	failing := map[string]bool{}
+	var errs []error
+	for shard := range r.m.keys.Shards() {
+		err := r.m.scanJournal(ctx, shard, func(j journaled) {
+			if j.err != nil {
+				r.fail(failing, j.id, j.err)
+				return
+			}
+			oldest = max(oldest, j.age)
+			if j.age < r.m.cfg.StaleAfter {
+				return
+			}
+			if err := r.m.settle(ctx, j, &r.stats); err != nil {
+				r.fail(failing, j.id, err)
+			}
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.oldest.Store(int64(oldest))
+	r.mu.Lock()
+	r.logged = failing
+	r.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// fail logs an entry's failure the first time it is seen failing.
+func (r *Recoverer) fail(failing map[string]bool, id string, err error) {
+	failing[id] = true
+	r.mu.Lock()
+	seen := r.logged[id]
+	r.mu.Unlock()
+	if !seen {
+		r.m.log.Warn("bucket move left in the journal", "move", id, "err", err)
+	}
+}
