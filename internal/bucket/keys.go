@@ -18,3 +18,9 @@ func markKey(k voucher.Keys, shard int, id string) string { return k.Tag(shard) 
 func leaseKey(k voucher.Keys, v int64, nb int) string {
 	return k.StateAt(k.BucketShard(v, 0, nb), v) + ":lease"
 }
+
+// turnKey is held for one pass by the one instance rebalancing a voucher,
+// so that two instances do not both move half the same gap.
+func turnKey(k voucher.Keys, v int64, nb int) string {
+	return k.StateAt(k.BucketShard(v, 0, nb), v) + ":rebalancing"
+}

@@ -10,6 +10,9 @@ import (
 // rebalanceEvery is how often a Rebalancer looks at every live voucher.
 const rebalanceEvery = 250 * time.Millisecond
 
+// turnTTL bounds a rebalancing turn left by an instance that died in it.
+const turnTTL = 5 * time.Second
+
 // Live is a voucher on sale whose buckets a Rebalancer evens out.
 type Live struct {
 	ID int64
@@ -67,9 +70,17 @@ func (r *Rebalancer) Once(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// balance makes at most one move for v. A donor emptied or fenced
-// meanwhile is no failure: the next pass looks again.
+// balance makes at most one move for v, if this instance has the
+// voucher's turn: one instance a pass rebalances a voucher. A donor
+// emptied or fenced meanwhile is no failure: the next pass looks again.
 func (r *Rebalancer) balance(ctx context.Context, v Live) error {
+	turn := turnKey(r.m.keys, v.ID, v.NB)
+	mine, err := r.m.rdb.SetNX(ctx, turn, "1", turnTTL).Result()
+	if err != nil || !mine {
+		return err
+	}
+	// Another instance looking after this one sees the move done.
+	defer r.m.rdb.Del(context.WithoutCancel(ctx), turn)
 	bs := r.m.view(ctx, v.ID, v.NB)
 	poor := -1
 	for b, x := range bs {
@@ -85,7 +96,7 @@ func (r *Rebalancer) balance(ctx context.Context, v Live) error {
 		return nil
 	}
 	k := min(int64(r.m.cfg.BorrowMax), (bs[rich].stock-bs[poor].stock)/2)
-	_, err := r.m.Move(ctx, v.ID, rich, poor, int(k), v.NB)
+	_, err = r.m.Move(ctx, v.ID, rich, poor, int(k), v.NB)
 	if errors.Is(err, ErrEmpty) || errors.Is(err, ErrFenced) {
 		return nil
 	}
