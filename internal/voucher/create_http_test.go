@@ -154,8 +154,9 @@ func TestCreateBucketsBoundIsMaxBuckets(t *testing.T) {
 }
 
 // TestCreateBucketsAutoOnCluster: on a real cluster of three masters,
-// "auto" is one bucket per master (3 with 3 or 6 shards), at most one per
-// shard (2 with 2 shards), and what is stored is what is shown.
+// "auto" is one bucket per master serving the shards (3 with 3 or 6
+// shards; 2 with 2 shards, which sit on two of the masters), and what is
+// stored is what is shown.
 func TestCreateBucketsAutoOnCluster(t *testing.T) {
 	t.Parallel()
 	cl := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: -1})
