@@ -92,8 +92,8 @@ func stockSum(t testing.TB, out bucketsOut) int64 {
 // bucket: the shard Keys.BucketShard names, that shard's tag and slot, the
 // server, its readiness and its live stock (the buckets' stocks add up to
 // what is left after a purchase); three buckets on the one server get a
-// warning naming it, one bucket none; with nothing in Redis no bucket is
-// ready and each field is null. An unknown or malformed voucher id
+// warning naming it, one bucket none; with nothing in Redis but one
+// shard's ready marker only that bucket is ready, and each field is null. An unknown or malformed voucher id
 // is an error with nothing on stdout.
 func TestCLIBuckets(t *testing.T) {
 	t.Parallel()
@@ -143,16 +143,23 @@ func TestCLIBuckets(t *testing.T) {
 		t.Errorf("api buckets %d (one bucket): %+v, want shard %d with 5 units and no warning", one, out, keys.Shard(one))
 	}
 
-	// Under another prefix Redis holds nothing of the sale: no bucket is
-	// ready, and none has a state.
+	// Under another prefix Redis holds nothing of the sale but the ready
+	// marker of bucket 1's shard: only bucket 1 is ready, and none has a
+	// state.
 	bare := map[string]string{}
 	for k, v := range env {
 		bare[k] = v
 	}
 	bare["SECKILL_KEY_PREFIX"] = prefix + "_bare"
+	bareKeys := voucher.NewKeys(bare["SECKILL_KEY_PREFIX"], 4)
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.Set(t.Context(), bareKeys.Ready(bareKeys.BucketShard(hot, 1, 3)), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range cliBuckets(t, bare, hot).Buckets {
-		if b.Ready == nil || *b.Ready || b.Stock != nil || b.Alloc != nil || b.Out != nil {
-			t.Errorf("bucket %d with nothing in Redis: %+v, want not ready and null stock, alloc, out", b.Bucket, b)
+		if b.Ready == nil || *b.Ready != (b.Bucket == 1) || b.Stock != nil || b.Alloc != nil || b.Out != nil {
+			t.Errorf("bucket %d with nothing in Redis but bucket 1's ready marker: %+v, want ready %v and null stock, alloc, out", b.Bucket, b, b.Bucket == 1)
 		}
 	}
 
