@@ -143,7 +143,7 @@ func TestCLIRefusesUnknownArguments(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "--bogus"}, {"serve", "extra"}, {"migrate", "now"}, {"token", "--user", "1", "extra"}, {"token", "--nope"},
 		{"token", "--ttl", "-1h"}, {"token"}, {"token", "--admin"}, {"token", "--user", "0"}, {"token", "--user", "-3"}, {"dlq"}, {"dlq", "bogus"}, {"dlq", "replay"}, {"dlq", "replay", "1", "2"}, {"dlq", "list", "--limit"},
-		{"reconcile", "-x"}, {"shards", "all"}, {"version", "--short"}, {"bogus"}, {"-v"},
+		{"reconcile", "-x"}, {"shards", "all"}, {"buckets"}, {"buckets", "1", "2"}, {"buckets", "--all", "1"}, {"version", "--short"}, {"bogus"}, {"-v"},
 	} {
 		err, stdout, stderr := cliRun(env, args...)
 		if err == nil || stdout != "" || !strings.Contains(stderr, "usage") {

@@ -167,6 +167,15 @@ type exchange struct {
 	prep func(s *exchange)
 }
 
+// withField is a copy of body with one more field.
+func withField(body map[string]any, k string, v any) map[string]any {
+	out := map[string]any{k: v}
+	for k, v := range body {
+		out[k] = v
+	}
+	return out
+}
+
 // orderAt points an exchange at the order route path (with its {id}) for id.
 func orderAt(s *exchange, id string) {
 	s.params = map[string]string{"id": id}
@@ -281,6 +290,14 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: map[string]any{"title": "x", "face_value": 1, "stock": 0,
 			"begin_at": now.Format(time.RFC3339), "end_at": now.Add(time.Hour).Format(time.RFC3339)}, badRequest: true, status: 422},
 		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: `{"title":"` + strings.Repeat("x", 20<<10) + `"}`, badRequest: true, status: 413},
+		// buckets: "auto" is 1 on one server; past the shards (1 here) 422;
+		// another type 400.
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "buckets", "auto"), status: 201},
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "buckets", 1), status: 201},
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "buckets", 2), status: 422},
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "buckets", 65), badRequest: true, status: 422},
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "buckets", "many"), badRequest: true, status: 400},
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "buckets", 2.5), badRequest: true, status: 400},
 		{method: "GET", path: "/api/v1/vouchers", url: "/api/v1/vouchers?limit=5", status: 200},
 		{method: "GET", path: "/api/v1/vouchers", url: "/api/v1/vouchers?limit=0", badRequest: true, status: 400},
 		{method: "GET", path: "/api/v1/vouchers/{id}", url: "/api/v1/vouchers/" + vidS, params: pid, status: 200},

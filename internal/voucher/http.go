@@ -2,7 +2,9 @@ package voucher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -112,6 +114,14 @@ type View struct {
 	StockLive bool `json:"stock_live"`
 }
 
+// AdminView is a voucher as its creator sees it: View, and how it is laid
+// out in Redis. Buyers' views show no layout.
+type AdminView struct {
+	View
+	// Buckets is how many Redis buckets hold the voucher's stock.
+	Buckets int `json:"buckets"`
+}
+
 func view(v Voucher, live map[int64]int64, now time.Time) View {
 	out := View{
 		ID: v.ID, Title: v.Title, FaceValue: v.FaceValue, Price: v.Price, TotalStock: v.TotalStock,
@@ -136,15 +146,42 @@ type createRequest struct {
 	Stock     *int       `json:"stock"`
 	BeginAt   *time.Time `json:"begin_at"`
 	EndAt     *time.Time `json:"end_at"`
+	// Buckets is a JSON integer or the string "auto"; absent or null: 1.
+	Buckets json.RawMessage `json:"buckets"`
+}
+
+// buckets is the bucket count the request asks for: 1 when it names none,
+// auto for "auto" (Create counts the masters), else its integer, which may
+// be out of range (a JSON integer too large for an int comes back as the
+// largest int). ok is false for any other JSON value: a fraction, another
+// string, a boolean.
+func (r createRequest) buckets() (n int, auto, ok bool) {
+	raw := strings.TrimSpace(string(r.Buckets))
+	switch {
+	case raw == "" || raw == "null":
+		return 1, false, true
+	case strings.HasPrefix(raw, `"`):
+		var s string
+		if json.Unmarshal(r.Buckets, &s) != nil || s != "auto" {
+			return 0, false, false
+		}
+		return 1, true, true
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false, false
+	}
+	return n, false, true
 }
 
 // voucher turns the request into the row to store, normalised first (title
 // trimmed, times truncated to the milliseconds the database and the sale
-// state keep), then checks what will be stored. Checking before normalising
+// state keep), then checks what will be stored against shards (the number
+// of shards, which bounds buckets). Checking before normalising
 // would let through a row the database's CHECK constraints refuse, such as a
 // window shorter than a millisecond, and that refusal would answer 503. The
 // string is the reason for a 422, or "".
-func (r createRequest) voucher(now time.Time) (Voucher, string) {
+func (r createRequest) voucher(now time.Time, buckets, shards int) (Voucher, string) {
 	switch {
 	case r.FaceValue == nil:
 		return Voucher{}, "face_value (in cents) is required"
@@ -156,15 +193,17 @@ func (r createRequest) voucher(now time.Time) (Voucher, string) {
 	v := Voucher{
 		Title: strings.TrimSpace(r.Title), FaceValue: *r.FaceValue, Price: r.Price, TotalStock: *r.Stock,
 		BeginAt: r.BeginAt.Truncate(time.Millisecond).UTC(), EndAt: r.EndAt.Truncate(time.Millisecond).UTC(),
+		Buckets: buckets,
 	}
-	return v, v.check(now)
+	return v, v.check(now, shards)
 }
 
 // check is every rule a new voucher must meet, on the values as stored. It
 // covers the vouchers table's CHECK constraints (face_value >= 0,
 // 0 <= price <= face_value, 0 <= stock <= total_stock, begin_at < end_at)
-// and its column limits.
-func (v Voucher) check(now time.Time) string {
+// and its column limits; and buckets from 1 to MaxBuckets, at most one per
+// shard of the shards there are.
+func (v Voucher) check(now time.Time, shards int) string {
 	switch {
 	case v.Title == "":
 		return "title is required"
@@ -182,18 +221,28 @@ func (v Voucher) check(now time.Time) string {
 		return "begin_at must be before end_at (times are kept to the millisecond)"
 	case !v.EndAt.After(now):
 		return "end_at must be in the future"
+	case v.Buckets < 1 || v.Buckets > min(MaxBuckets, shards):
+		return fmt.Sprintf(`buckets must be between 1 and %d (at most one bucket per shard, and SECKILL_SHARDS is %d; never more than %d), `+
+			`or "auto" for one per Redis master`, min(MaxBuckets, shards), shards, MaxBuckets)
 	}
 	return ""
 }
 
 // Create puts a voucher on sale: the database row, then its Redis state.
+// Everything is checked, and "buckets": "auto" resolved, before the row
+// is written.
 func (h *HTTP) Create(c *gin.Context) {
 	var req createRequest
 	if !apierr.DecodeJSON(c, maxCreateBody, &req) {
 		return
 	}
+	buckets, auto, ok := req.buckets()
+	if !ok {
+		apierr.BadRequest(c, `buckets must be an integer or "auto"`)
+		return
+	}
 	now := time.Now()
-	v, msg := req.voucher(now)
+	v, msg := req.voucher(now, buckets, h.state.keys.Shards())
 	if msg != "" {
 		apierr.Abort(c, http.StatusUnprocessableEntity, "invalid_voucher", msg)
 		return
@@ -204,6 +253,15 @@ func (h *HTTP) Create(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
+	if auto {
+		n, err := h.bucketsPerMaster(ctx)
+		if err != nil {
+			h.log.Error("count the redis masters for buckets auto failed", "err", err)
+			apierr.Unavailable(c, "unavailable", `the Redis masters could not be counted for buckets "auto"; try again, or give buckets as a number`)
+			return
+		}
+		v.Buckets = n
+	}
 	if err := h.store.Create(ctx, &v); err != nil {
 		h.log.Error("create voucher failed", "err", err)
 		apierr.Unavailable(c, "unavailable", "the voucher could not be stored; try again")
@@ -221,7 +279,25 @@ func (h *HTTP) Create(c *gin.Context) {
 	if err == nil {
 		live[v.ID] = int64(v.Stock)
 	}
-	c.JSON(http.StatusCreated, gin.H{"voucher": view(v, live, now), "redis_ready": err == nil})
+	c.JSON(http.StatusCreated, gin.H{"voucher": AdminView{View: view(v, live, now), Buckets: v.BucketCount()}, "redis_ready": err == nil})
+}
+
+// bucketsPerMaster is what "buckets": "auto" means: one bucket per Redis
+// master serving the shards, at most one per shard; 1 on a single server.
+// It reads the slot map of the State's Redis.
+func (h *HTTP) bucketsPerMaster(ctx context.Context) (int, error) {
+	keys := h.state.keys
+	places, err := keys.Placement(ctx, h.state.rdb)
+	if err != nil {
+		return 0, fmt.Errorf("buckets auto: %w", err)
+	}
+	masters := map[string]bool{}
+	for _, p := range places {
+		if p.Master != "" {
+			masters[p.Master] = true
+		}
+	}
+	return min(max(len(masters), 1), keys.Shards(), MaxBuckets), nil
 }
 
 // List shows vouchers, newest first, with live stock.
@@ -341,6 +417,11 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, l
 func (h *HTTP) answer(c *gin.Context, id int64, err error) string {
 	var held *PurchasedError
 	switch {
+	case errors.Is(err, ErrInTransit):
+		// Checked first: units are still somewhere, so never sold_out.
+		c.Header("Retry-After", "1")
+		apierr.Unavailable(c, "busy", "units of this voucher are moving between its buckets; try again in a second")
+		return "busy"
 	case errors.Is(err, ErrSoldOut):
 		c.Abort()
 		writeAnswer(c, http.StatusConflict, soldOutAnswer)

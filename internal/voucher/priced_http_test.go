@@ -17,7 +17,7 @@ import (
 // database: reaching it would panic).
 func TestCreateRefusesPricedWhilePaymentsOff(t *testing.T) {
 	t.Parallel()
-	h := NewHTTP(NewStore(nil), nil, nil, nil, slog.New(slog.DiscardHandler))
+	h := NewHTTP(NewStore(nil), NewState(nil, NewKeys("", 1)), nil, nil, slog.New(slog.DiscardHandler))
 	h.RefusePriced("set SECKILL_PAY_PROVIDER=webhook")
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
