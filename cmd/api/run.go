@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -20,6 +21,7 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/auth"
+	"seckill/internal/bucket"
 	"seckill/internal/idgen"
 	"seckill/internal/metrics"
 	"seckill/internal/mq"
@@ -221,6 +223,10 @@ type core struct {
 	health   *health
 	// events announces what makes local refusals wrong, to every instance.
 	events *voucher.Events
+	// mover moves units between the buckets of a voucher of more than
+	// one: for purchases (Borrow), rebuilds (Quiesce), and the recovery
+	// and rebalancing loops.
+	mover *bucket.Mover
 }
 
 // newCore builds the shared components and warms the voucher state once.
@@ -233,12 +239,13 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		m.WatchDB(sqlDB)
 	}
 	keys := saleKeys(cfg, rdb)
+	mover := newMover(cfg, rdb, keys, crashPoint(cfg.CrashPoint), log)
 	c := &core{
-		rdb: rdb, db: db, log: log, m: m, keys: keys,
+		rdb: rdb, db: db, log: log, m: m, keys: keys, mover: mover,
 		vstore:   voucher.NewStore(db),
 		vstate:   voucher.NewState(rdb, keys),
 		ostore:   order.NewStore(db),
-		reserver: newReserver(cfg, rdb, keys),
+		reserver: newReserver(cfg, rdb, keys, mover),
 		health:   &health{rdb: rdb, db: db, keys: keys, log: log, checks: readyChecks(m.Registry())},
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
@@ -247,6 +254,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
 	c.warmer.OnRebuild(m.ShardRebuilt)
 	c.warmer.Announce(c.events)
+	c.warmer.Quiesce(mover)
 	if n, err := c.warmer.Warm(ctx); err != nil {
 		log.Warn("warming voucher state failed; purchases answer not_ready until it works", "err", err)
 	} else {
@@ -263,14 +271,69 @@ func saleKeys(cfg config, rdb redis.UniversalClient) voucher.Keys {
 }
 
 // newReserver is the one Reserver of an instance: with
-// SECKILL_REDIS_WAIT_REPLICAS an accepted purchase waits for replicas.
-func newReserver(cfg config, rdb redis.UniversalClient, keys voucher.Keys) *voucher.Reserver {
+// SECKILL_REDIS_WAIT_REPLICAS an accepted purchase waits for replicas; a
+// buyer whose home bucket is empty borrows units through mover.
+func newReserver(cfg config, rdb redis.UniversalClient, keys voucher.Keys, mover *bucket.Mover) *voucher.Reserver {
 	if cfg.WaitReplicas == 0 {
-		return voucher.NewReserver(rdb, keys, voucher.Coalesce(cfg.Coalesce))
+		return voucher.NewReserver(rdb, keys, voucher.Coalesce(cfg.Coalesce), voucher.Lend(mover))
 	}
 	// WAIT confirms one connection's writes: purchases that wait for
 	// replicas are not coalesced.
-	return voucher.NewReserver(rdb, keys, voucher.WaitReplicas(cfg.WaitReplicas, cfg.WaitTimeout))
+	return voucher.NewReserver(rdb, keys, voucher.WaitReplicas(cfg.WaitReplicas, cfg.WaitTimeout), voucher.Lend(mover))
+}
+
+// newMover moves units between the buckets of a voucher: with
+// SECKILL_REDIS_WAIT_REPLICAS each step of a transfer waits for replicas
+// too, so a failover loses none of its steps.
+func newMover(cfg config, rdb redis.UniversalClient, keys voucher.Keys, crash crashHooks, log *slog.Logger) *bucket.Mover {
+	return bucket.NewMover(rdb, keys, bucket.Config{
+		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout,
+		StaleAfter: cfg.BucketStaleAfter, ApplyWindow: cfg.BucketApplyWindow,
+		AfterStep: crash.afterStep,
+	}, log.With("component", "bucket"))
+}
+
+// observeBuckets turns what the Rebalancer reads each pass, and what the
+// mover and the recovery loop counted since, into metrics.
+func observeBuckets(m *metrics.Metrics, mover *bucket.Mover, rec *bucket.Recoverer) func(map[int64][]int64) {
+	var last bucket.Stats
+	return func(stocks map[int64][]int64) {
+		a, b := mover.Stats(), rec.Stats()
+		now := bucket.Stats{Applied: a.Applied + b.Applied, Returned: a.Returned + b.Returned, Units: a.Units + b.Units}
+		m.BucketMoves(now.Applied-last.Applied, now.Returned-last.Returned, now.Units-last.Units)
+		last = now
+		m.BucketStocks(stocks)
+		m.BucketOldest(rec.Oldest())
+	}
+}
+
+// liveBuckets lists the vouchers of more than one bucket on sale, for the
+// Rebalancer, from a list read at most once a second.
+func liveBuckets(store *voucher.Store) func(ctx context.Context) ([]bucket.Live, error) {
+	var (
+		mu   sync.Mutex
+		at   time.Time
+		last []bucket.Live
+	)
+	return func(ctx context.Context) ([]bucket.Live, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(at) < time.Second {
+			return last, nil
+		}
+		vs, err := store.Live(ctx, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		var out []bucket.Live
+		for _, v := range vs {
+			if v.BucketCount() > 1 {
+				out = append(out, bucket.Live{ID: v.ID, NB: v.BucketCount()})
+			}
+		}
+		last, at = out, time.Now()
+		return last, nil
+	}
 }
 
 // runner is a background service or a worker loop: it runs until its
@@ -305,7 +368,10 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	if cfg.embeddedDB() && !cfg.AddrGiven {
 		s.reach = []any{"reachable_from", "this machine only (embedded mode); SECKILL_ADDR=:8080 listens on every interface"}
 	}
-	s.background = append(s.background, c.warmer, newSampler(cfg, c))
+	recoverer := bucket.NewRecoverer(c.mover)
+	rebalancer := bucket.NewRebalancer(c.mover, liveBuckets(c.vstore))
+	rebalancer.Report(observeBuckets(c.m, c.mover, recoverer))
+	s.background = append(s.background, c.warmer, newSampler(cfg, c), recoverer, rebalancer)
 	if locks != nil {
 		s.buildWorker(cfg, c, locks)
 	}

@@ -27,6 +27,9 @@ type Live struct {
 type Rebalancer struct {
 	m    *Mover
 	live func(ctx context.Context) ([]Live, error)
+	// seen, when set, is told each pass the stock of every live voucher's
+	// buckets (-1: a bucket not ready or not read).
+	seen func(stocks map[int64][]int64)
 }
 
 // NewRebalancer returns a Rebalancer of the vouchers live lists (those
@@ -34,6 +37,10 @@ type Rebalancer struct {
 func NewRebalancer(m *Mover, live func(ctx context.Context) ([]Live, error)) *Rebalancer {
 	return &Rebalancer{m: m, live: live}
 }
+
+// Report makes every pass tell seen the stock of each live voucher's
+// buckets, as it read them (metrics). Set it before Run.
+func (r *Rebalancer) Report(seen func(stocks map[int64][]int64)) { r.seen = seen }
 
 // Run rebalances every 250ms until ctx ends.
 func (r *Rebalancer) Run(ctx context.Context) error {
@@ -59,13 +66,28 @@ func (r *Rebalancer) Once(ctx context.Context) error {
 		return fmt.Errorf("rebalance: list live vouchers: %w", err)
 	}
 	var errs []error
+	stocks := make(map[int64][]int64, len(vs))
 	for _, v := range vs {
 		if v.NB < 2 {
+			continue
+		}
+		bs := r.m.view(ctx, v.ID, v.NB)
+		stocks[v.ID] = make([]int64, len(bs))
+		for b, x := range bs {
+			stocks[v.ID][b] = -1
+			if x.ready {
+				stocks[v.ID][b] = x.stock
+			}
+		}
+		if !uneven(bs) {
 			continue
 		}
 		if err := r.balance(ctx, v); err != nil {
 			errs = append(errs, fmt.Errorf("rebalance voucher %d: %w", v.ID, err))
 		}
+	}
+	if r.seen != nil {
+		r.seen(stocks)
 	}
 	return errors.Join(errs...)
 }
@@ -81,18 +103,9 @@ func (r *Rebalancer) balance(ctx context.Context, v Live) error {
 	}
 	// Another instance looking after this one sees the move done.
 	defer r.m.rdb.Del(context.WithoutCancel(ctx), turn)
-	bs := r.m.view(ctx, v.ID, v.NB)
-	poor := -1
-	for b, x := range bs {
-		if x.ready && (poor < 0 || x.stock < bs[poor].stock) {
-			poor = b
-		}
-	}
-	if poor < 0 {
-		return nil
-	}
-	rich := donor(bs, poor, time.Now().UnixMilli())
-	if rich < 0 || bs[poor].stock*2 >= bs[rich].stock {
+	bs := r.m.view(ctx, v.ID, v.NB) // again: the turn's holder before may have moved
+	poor, rich := pair(bs)
+	if poor < 0 || rich < 0 || bs[poor].stock*2 >= bs[rich].stock {
 		return nil
 	}
 	k := min(int64(r.m.cfg.BorrowMax), (bs[rich].stock-bs[poor].stock)/2)
@@ -101,4 +114,25 @@ func (r *Rebalancer) balance(ctx context.Context, v Live) error {
 		return nil
 	}
 	return err
+}
+
+// pair picks the poorest ready bucket and the donor for it (-1: none).
+func pair(bs []bucketView) (poor, rich int) {
+	poor = -1
+	for b, x := range bs {
+		if x.ready && (poor < 0 || x.stock < bs[poor].stock) {
+			poor = b
+		}
+	}
+	if poor < 0 {
+		return -1, -1
+	}
+	return poor, donor(bs, poor, time.Now().UnixMilli())
+}
+
+// uneven reports whether a move is due: the poorest ready bucket holds
+// less than half of its donor's stock.
+func uneven(bs []bucketView) bool {
+	poor, rich := pair(bs)
+	return poor >= 0 && rich >= 0 && bs[poor].stock*2 < bs[rich].stock
 }

@@ -27,7 +27,7 @@ const namespace = "seckill"
 // error code of the answer. Any other outcome is counted as "other".
 var PurchaseOutcomes = []string{
 	"accepted", "sold_out", "already_purchased", "not_started", "ended",
-	"not_ready", "voucher_not_found", "bad_request", "unavailable", "not_replicated",
+	"not_ready", "voucher_not_found", "bad_request", "unavailable", "not_replicated", "busy",
 }
 
 // LocalOutcomes are the answers an instance gives without Redis (see
@@ -101,7 +101,20 @@ type Metrics struct {
 	orderStates *prometheus.GaugeVec
 	payments    map[string]prometheus.Counter
 	refundsOwed prometheus.Gauge
+
+	bucketStock    *prometheus.GaugeVec
+	bucketMoves    map[string]prometheus.Counter
+	bucketUnits    prometheus.Counter
+	bucketOldest   prometheus.Gauge
+	bucketNotReady prometheus.Gauge
+	bucketMu       sync.Mutex
+	bucketSeen     int // bucket_stock series set
 }
+
+// BucketMoveResults are how a transfer of units between a voucher's
+// buckets ended: applied (the receiver took them in) or returned (given
+// back to the donor: the receiver refused them, or their mover died).
+var BucketMoveResults = []string{"applied", "returned"}
 
 // New builds the registry with the Go runtime and process collectors and
 // every metric of the service, each labelled series made up front.
@@ -151,6 +164,11 @@ func New() *Metrics {
 	}
 	m.payments = series(m.counterVec("payments_total", "Payments and gateway notifications by outcome: succeeded (order paid), needs_refund (paid after the order was cancelled, or paid twice), duplicate (a notification seen before), refused (bad signature, stale, unknown, wrong amount).", "outcome"), PaymentOutcomes)
 	m.refundsOwed = m.gauge("payments_needing_refund", "Payments whose money is owed back (they arrived after their order was cancelled, paid an order twice, or their order was refunded) and are not marked refunded yet, counted by the order sweeper.")
+	m.bucketStock = m.gaugeVec("bucket_stock", "Units on sale in bucket number <bucket> of the live vouchers of more than one bucket, summed over them, read every 250ms by every instance (buckets not ready count 0; see bucket_not_ready).", "bucket")
+	m.bucketNotReady = m.gauge("bucket_not_ready", "Buckets of live vouchers of more than one bucket whose shard is not ready (its master failing over or being rebuilt), as of the last read.")
+	m.bucketMoves = series(m.counterVec("bucket_transfers_total", "Transfers of units between a voucher's buckets this instance closed, by result: applied, or returned to the donor.", "result"), BucketMoveResults)
+	m.bucketUnits = m.counter("bucket_units_moved_total", "Units this instance moved between buckets (applied transfers).")
+	m.bucketOldest = m.gauge("bucket_transfer_oldest_seconds", "Age of the oldest transfer between buckets still open in a journal, as this instance's recovery loop last saw it (0: none).")
 	m.shardRebuilds = m.counterVec("shard_rebuilds_total", "Shard sale states this instance rebuilt from the database, by shard and reason: missing (Redis lost the data) or master_changed (restart, failover or moved slot).", "shard", "reason")
 	return m
 }
@@ -239,6 +257,50 @@ func (m *Metrics) ShardRebuilt(shard int, reason string) {
 	}
 	m.shardRebuilds.WithLabelValues(strconv.Itoa(shard), reason).Inc()
 }
+
+// BucketStocks sets the stock of each bucket number summed over the live
+// vouchers of more than one bucket (stocks: voucher -> stock by bucket,
+// -1 for a bucket not ready), and how many buckets are not ready. No
+// label carries a voucher id.
+func (m *Metrics) BucketStocks(stocks map[int64][]int64) {
+	var (
+		sum      []int64
+		notReady int
+	)
+	for _, bs := range stocks {
+		for b, n := range bs {
+			for len(sum) <= b {
+				sum = append(sum, 0)
+			}
+			if n < 0 {
+				notReady++
+				continue
+			}
+			sum[b] += n
+		}
+	}
+	m.bucketMu.Lock()
+	defer m.bucketMu.Unlock()
+	for b := len(sum); b < m.bucketSeen; b++ {
+		m.bucketStock.DeleteLabelValues(strconv.Itoa(b))
+	}
+	for b, n := range sum {
+		m.bucketStock.WithLabelValues(strconv.Itoa(b)).Set(float64(n))
+	}
+	m.bucketSeen = len(sum)
+	m.bucketNotReady.Set(float64(notReady))
+}
+
+// BucketMoves counts transfers between buckets closed since the last
+// call, and the units the applied ones moved.
+func (m *Metrics) BucketMoves(applied, returned, units int64) {
+	m.bucketMoves["applied"].Add(float64(applied))
+	m.bucketMoves["returned"].Add(float64(returned))
+	m.bucketUnits.Add(float64(units))
+}
+
+// BucketOldest sets the age of the oldest open transfer between buckets.
+func (m *Metrics) BucketOldest(d time.Duration) { m.bucketOldest.Set(d.Seconds()) }
 
 // Moved counts one move of a written order.
 func (m *Metrics) Moved(move string) { m.pick(m.orderMoves, move).Inc() }

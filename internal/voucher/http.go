@@ -326,11 +326,7 @@ func (h *HTTP) List(c *gin.Context) {
 		apierr.Unavailable(c, "unavailable", "vouchers cannot be listed right now")
 		return
 	}
-	ids := make([]int64, len(vs))
-	for i, v := range vs {
-		ids[i] = v.ID
-	}
-	live, err := h.state.Stocks(ctx, ids)
+	live, err := h.state.StocksOf(ctx, vs)
 	if err != nil {
 		h.warnRedis("read live stock failed", err)
 	}
@@ -359,7 +355,7 @@ func (h *HTTP) Show(c *gin.Context) {
 		apierr.Unavailable(c, "unavailable", "the voucher cannot be read right now")
 		return
 	}
-	live, err := h.state.Stocks(ctx, []int64{id})
+	live, err := h.state.StocksOf(ctx, []Voucher{v})
 	if err != nil {
 		h.warnRedis("read live stock failed", err)
 	}

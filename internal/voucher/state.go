@@ -225,16 +225,6 @@ func runID(ctx context.Context, c *redis.Client) (string, error) {
 	return "", nil
 }
 
-// Stocks returns the live Redis stock of each voucher of one bucket that
-// has state, in one round trip. StocksOf reads vouchers of any layout.
-func (s *State) Stocks(ctx context.Context, ids []int64) (map[int64]int64, error) {
-	vs := make([]Voucher, len(ids))
-	for i, id := range ids {
-		vs[i] = Voucher{ID: id}
-	}
-	return s.StocksOf(ctx, vs)
-}
-
 // StocksOf returns the live Redis stock of each voucher that has state, in
 // one round trip: a voucher of more than one bucket shows the sum of its
 // buckets' stocks (buyers see one voucher), and only when every bucket
