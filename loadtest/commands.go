@@ -518,9 +518,21 @@ type stampedeResult struct {
 	ByCommand        map[string]int64 `json:"redis_calls_by_command"`
 	// ByRedis splits Commands by --count-redis URL: the sale's Redis and
 	// the lock Redis are separate processes, each with its own core.
-	ByRedis     map[string]int64 `json:"redis_commands_by_redis"`
-	Processes   []procMem        `json:"processes"`
-	LoadAverage []string         `json:"load_average"` // before and after
+	ByRedis map[string]int64 `json:"redis_commands_by_redis"`
+	// ScriptsByMaster is each master of the sale's Redis (--redis): its
+	// script calls while the purchases were sent and their share of all
+	// (with a voucher in buckets, how evenly its masters sell).
+	ScriptsByMaster []masterScripts `json:"scripts_by_master,omitempty"`
+	Processes       []procMem       `json:"processes"`
+	LoadAverage     []string        `json:"load_average"` // before and after
+}
+
+// masterScripts is one master's script calls and their share of all
+// the masters'.
+type masterScripts struct {
+	Addr  string  `json:"addr"`
+	Calls int64   `json:"script_calls"`
+	Share float64 `json:"script_share"`
 }
 
 // statusKiB reads a "Name:  N kB" field of /proc/<pid>/status.
@@ -691,7 +703,13 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		return n, by
 	}
-	out.CommandsFiring, _ = sum(diffStats(before, fired))
+	firing := diffStats(before, fired)
+	out.CommandsFiring, _ = sum(firing)
+	sale := slices.DeleteFunc(firing, func(n nodeStat) bool { return owner[n.Addr] != check.RedisURL })
+	withScriptShares(sale)
+	for _, n := range sale {
+		out.ScriptsByMaster = append(out.ScriptsByMaster, masterScripts{n.Addr, n.ScriptCalls, n.ScriptShare})
+	}
 	diff := diffStats(before, after)
 	out.Commands, out.ByCommand = sum(diff)
 	out.ByRedis = map[string]int64{}
@@ -718,6 +736,10 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 		parts = append(parts, fmt.Sprintf("%s %d (%.4f per request)", u, out.ByRedis[u], float64(out.ByRedis[u])/requests))
 	}
 	fmt.Fprintf(stdout, "               by Redis, with the drain: %s\n", strings.Join(parts, "; "))
+	if len(sale) > 0 {
+		fmt.Fprintf(stdout, "  while firing, ")
+		printShares(stdout, sale)
+	}
 	for _, p := range procs {
 		fmt.Fprintf(stdout, "  memory       pid %d (%s): max sampled RSS %.1f MiB, VmHWM %.1f MiB (peak since it started)\n",
 			p.PID, p.Source, float64(p.MaxRSSKiB)/1024, float64(p.HWMKiB)/1024)
