@@ -205,6 +205,22 @@ func TestRunSendsBuckets(t *testing.T) {
 			}
 		}
 	}
+	var note strings.Builder
+	if err := madeBuckets(Config{Buckets: "3", Log: &note}, 7, nil); err != nil || !strings.Contains(note.String(), "does not say its buckets") {
+		t.Errorf("no buckets in the answer: %v, note %q", err, note.String())
+	}
+	three, one := 3, 1
+	if err := madeBuckets(Config{Buckets: "3"}, 7, &one); err == nil {
+		t.Error("3 buckets asked, 1 made: no error")
+	}
+	for _, c := range []struct {
+		asked string
+		made  *int
+	}{{"3", &three}, {"auto", &three}, {"1", &one}, {"1", nil}} {
+		if err := madeBuckets(Config{Buckets: c.asked, Log: &note}, 7, c.made); err != nil {
+			t.Errorf("%s asked, %v made: %v", c.asked, c.made, err)
+		}
+	}
 	for _, c := range []Config{{Buckets: "auto", Skew: 0.5}, {Buckets: "3", Skew: 1.5}, {Buckets: "0"}} {
 		c.URL, c.Secret = "http://127.0.0.1:1", testSecret
 		if _, err := Run(context.Background(), c); err == nil {

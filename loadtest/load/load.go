@@ -353,8 +353,9 @@ func createVoucher(ctx context.Context, client *http.Client, cfg Config, title s
 	defer resp.Body.Close()
 	var out struct {
 		Voucher struct {
-			ID    int64 `json:"id"`
-			Price int64 `json:"price"`
+			ID      int64 `json:"id"`
+			Price   int64 `json:"price"`
+			Buckets *int  `json:"buckets"`
 		} `json:"voucher"`
 		RedisReady bool `json:"redis_ready"`
 	}
@@ -368,5 +369,25 @@ func createVoucher(ctx context.Context, client *http.Client, cfg Config, title s
 	if out.Voucher.Price != price {
 		return 0, fmt.Errorf("create voucher %d: price %d asked, %d made (a service without prices?)", out.Voucher.ID, price, out.Voucher.Price)
 	}
+	if err := madeBuckets(cfg, out.Voucher.ID, out.Voucher.Buckets); err != nil {
+		return 0, err
+	}
 	return out.Voucher.ID, nil
+}
+
+// madeBuckets holds the bucket count the service says it made (made, nil
+// when its answer does not say) against the one asked: another number is
+// an error; no answer to a count other than 1 is noted, since a service
+// without buckets ignores the field and sells from one.
+func madeBuckets(cfg Config, id int64, made *int) error {
+	field := bucketsField(cfg.Buckets)
+	switch {
+	case field == nil:
+		return nil
+	case made == nil:
+		fmt.Fprintf(cfg.Log, "created voucher %d: its answer does not say its buckets (%s asked): a service without buckets sells it from one\n", id, cfg.Buckets)
+	case cfg.Buckets != "auto" && *made != field:
+		return fmt.Errorf("create voucher %d: %s buckets asked, %d made", id, cfg.Buckets, *made)
+	}
+	return nil
 }
