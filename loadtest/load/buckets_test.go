@@ -161,7 +161,7 @@ func TestRunSendsBuckets(t *testing.T) {
 			}
 			user, _ := strconv.ParseInt(r.Header.Get("X-Loadtest-User"), 10, 64)
 			id, err := signer.Parse(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
-			if err != nil || id.UserID != user {
+			if (err != nil || id.UserID != user) && len(bad) < 5 {
 				bad = append(bad, fmt.Sprintf("user %d sent a token of %d (%v)", user, id.UserID, err))
 			}
 			users[user] = true
