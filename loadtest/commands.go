@@ -109,7 +109,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (load
 }
 
 const (
-	bucketsDoc = `bucket count of the voucher created: a number, or auto (one per master); sent as "buckets" in the creation request when not 1`
+	bucketsDoc = `bucket count of the voucher created: a number, or auto (one per master); sent as "buckets" in the creation request when not 1 (with --voucher: that voucher's count, for --skew)`
 	skewDoc    = "0 to 1: this share of the buyers picked with their home in bucket 0 of --buckets (a number), the rest at home elsewhere; 0: buyers --user-base, +1, ..."
 )
 

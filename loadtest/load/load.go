@@ -39,7 +39,8 @@ type Config struct {
 	Vouchers int
 	// Buckets is the bucket count of the vouchers created: "" or "1"
 	// sends no "buckets" field (one bucket, the service's default), a
-	// number or "auto" (one per master) is sent as is.
+	// number or "auto" (one per master) is sent as is. With VoucherID it
+	// is only what Skew and the summary take that voucher's count to be.
 	Buckets string
 	// Skew, from 0 to 1, picks the buyers so that this share of them has
 	// its home in bucket 0 of Buckets (a number) and the rest elsewhere
