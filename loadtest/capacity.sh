@@ -40,8 +40,9 @@
 # detail (bench JSON, per-master command stats, `api shards`) beside it;
 # the tail target appends to $CAPACITY_DIR/tail.tsv. bench measures each
 # Redis node's CPU per answer (redis@PORT); the busiest master's is the
-# largest of the masters'. A service without buckets ignores "buckets":
-# its buckets=3 runs then sell from one bucket (bench notes it on stderr).
+# largest of the masters'. A service without buckets refuses the field
+# (400): its buckets=3 runs fail; one whose answer does not name the count
+# made is noted on bench's and stampede's stderr.
 set -euo pipefail
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
 root=$(cd "$(dirname "$0")/.." && pwd)
