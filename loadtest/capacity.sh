@@ -16,18 +16,33 @@
 #   loadtest/capacity.sh refusals  1 master: CAPACITY_ORDERS purchases by as many buyers at a stock of
 #                                  1% of them, and the Redis commands and CPU per purchase (mostly
 #                                  sold_out refusals)
-#   loadtest/capacity.sh summary   medians of results.tsv per setting
+#   loadtest/capacity.sh buckets   3 masters (no replicas), SECKILL_SHARDS=3, one hot voucher
+#                                  (--vouchers 1) with --buckets 1 and 3 alternated over CAPACITY_ROUNDS
+#                                  rounds: purchases/s, the busiest master's CPU per purchase and each
+#                                  master's share of the scripts (settings buckets=1, buckets=3)
+#   loadtest/capacity.sh tail      3x1 cluster, SECKILL_SHARDS=3: stampede of CAPACITY_TAIL_USERS buyers on
+#                                  CAPACITY_TAIL_STOCK units, --skew CAPACITY_TAIL_SKEW, --buckets 3 and 1
+#                                  alternated: time from the first sold_out to the last sale, latency of the
+#                                  last 1% of units (tail.tsv)
+#   loadtest/capacity.sh summary   medians of results.tsv (and tail.tsv) per setting
 #   loadtest/capacity.sh down      stop everything this script started
 #
 # Settings: CAPACITY_DIR (/tmp/seckill-capacity), CAPACITY_ROUNDS (3),
 # CAPACITY_REQUESTS (30000 measured purchases per run, after CAPACITY_WARMUP,
 # 3000), CAPACITY_C (256 connections), CAPACITY_VOUCHERS (6: one voucher
 # lives on one shard, so a run buys several to spread over the masters),
-# CAPACITY_ORDERS (30000), CAPACITY_PORT (28200: nginx on it, instances on
+# CAPACITY_ORDERS (30000), CAPACITY_TAIL_STOCK (30000), CAPACITY_TAIL_USERS
+# (100000, 3 presses each), CAPACITY_TAIL_SKEW (0.8: that share of the buyers
+# at home in bucket 0), CAPACITY_PORT (28200: nginx on it, instances on
 # +1 and +2, the worker on +11, MariaDB +106, the lock Redis +180, unused
 # single Redis +179, cluster nodes -800..-795 with bus ports -790..-785).
 # Each run appends a line to $CAPACITY_DIR/results.tsv and writes its
-# detail (bench JSON, per-master command stats, `api shards`) beside it.
+# detail (bench JSON, per-master command stats, `api shards`) beside it;
+# the tail target appends to $CAPACITY_DIR/tail.tsv. bench measures each
+# Redis node's CPU per answer (redis@PORT); the busiest master's is the
+# largest of the masters'. A service without buckets refuses the field
+# (400): its buckets=3 runs fail; one whose answer does not name the count
+# made is noted on bench's and stampede's stderr.
 set -euo pipefail
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +53,9 @@ warmup=${CAPACITY_WARMUP:-3000}
 conc=${CAPACITY_C:-256}
 vouchers=${CAPACITY_VOUCHERS:-6}
 orders=${CAPACITY_ORDERS:-30000}
+tail_stock=${CAPACITY_TAIL_STOCK:-30000}
+tail_users=${CAPACITY_TAIL_USERS:-100000}
+tail_skew=${CAPACITY_TAIL_SKEW:-0.8}
 port=${CAPACITY_PORT:-28200}
 api_ports=($((port + 1)) $((port + 2)))
 worker_port=$((port + 11))
@@ -195,10 +213,12 @@ cpu_ticks() {
 pids_of() { local f; for f in "$@"; do [ -f "$f" ] && cut -d' ' -f1 "$f"; done; }
 nginx_pids() { local m; m=$(pids_of "$base/run/nginx.pid"); echo "$m" $(pgrep -P "$m"); }
 
-# measure NAME SHARDS: one bench run through nginx, with the CPU each tier
-# used and each master's command stats over it.
+# measure SETTING SHARDS ROUND [BENCH_FLAGS...]: one bench run through nginx
+# (BENCH_FLAGS after the defaults, so they override them), with the CPU
+# each tier used and each master's command stats over it.
 measure() {
   local name=$1 shards=$2 r=$3 out=$work/runs/$1-r$3 hz
+  shift 3
   hz=$(getconf CLK_TCK)
   mkdir -p "$out"
   SECKILL_REDIS_URL=$cluster_url SECKILL_SHARDS=$shards "$base/bin/api" shards >"$out/shards.txt" 2>&1 || true
@@ -209,8 +229,9 @@ measure() {
   "$lt" redisstat --redis "$cluster_url" --out "$out/before.json"
   local r0 a0 n0 l0
   r0=$(cpu_ticks $redis_p) a0=$(cpu_ticks $api_p) n0=$(cpu_ticks $nginx_p)
-  "$lt" bench --rounds 1 --target "$name=$SECKILL_URL" --vouchers "$vouchers" --requests "$requests" \
-    --warmup "$warmup" -c "$conc" --json "$out/bench.json" >"$out/bench.txt" 2>"$out/bench.log" || die "bench failed; see $out/bench.log"
+  "$lt" bench --rounds 1 --target "${name//=/-}=$SECKILL_URL" --vouchers "$vouchers" --requests "$requests" \
+    --warmup "$warmup" -c "$conc" --redis "$cluster_url" --json "$out/bench.json" "$@" >"$out/bench.txt" 2>"$out/bench.log" ||
+    die "bench failed; see $out/bench.log"
   local r1 a1 n1 load1 all
   r1=$(cpu_ticks $redis_p) a1=$(cpu_ticks $api_p) n1=$(cpu_ticks $nginx_p)
   load1=$(cut -d' ' -f1 /proc/loadavg)
@@ -222,15 +243,26 @@ measure() {
   p99=$(jq '.[0].median_p99_ms' "$out/bench.json")
   non202=$(jq '.[0].non_202_answers' "$out/bench.json")
   spread=$(jq -r '[.[] | (.commands.evalsha.calls // 0)] | map(tostring) | join("/")' "$out/redis.json")
-  local evalsha_us
+  local evalsha_us busiest shares
   evalsha_us=$(jq '[.[] | .commands.evalsha // {calls:0,usec:0}] | (map(.usec) | add) / (map(.calls) | add)' "$out/redis.json")
-  printf '%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t%s\n' "$name" "$r" "$rps" "$p50" "$p99" "$non202" \
+  busiest=$(busiest_master "$out")
+  shares=$(jq -r '[.[] | (.script_share // 0) * 1000 | round / 1000 | tostring] | join("/")' "$out/redis.json")
+  printf '%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t%s\t%s\t%s\n' "$name" "$r" "$rps" "$p50" "$p99" "$non202" \
     "$(echo "($r1 - $r0) * 1000000 / $hz / $all" | bc -l)" "$(echo "($a1 - $a0) * 1000000 / $hz / $all" | bc -l)" \
-    "$(echo "($n1 - $n0) * 1000000 / $hz / $all" | bc -l)" "$evalsha_us" "$spread" "$load1" | tee -a "$work/results.tsv"
+    "$(echo "($n1 - $n0) * 1000000 / $hz / $all" | bc -l)" "$evalsha_us" "$spread" "$load1" "$busiest" "$shares" | tee -a "$work/results.tsv"
+}
+
+# busiest_master RUNDIR: the largest CPU per answer (µs) bench measured on a
+# master (redis@PORT, PORT one of redisstat's masters), - when none was.
+busiest_master() {
+  jq -r --slurpfile masters "$1/redis.json" '
+    ($masters[0] | map(.addr | split(":")[-1] | "redis@" + .)) as $labels
+    | [.[0].cpu_us_per_answer[]? | select(.label as $l | $labels | index($l)) | .median_us_per_answer]
+    | if length == 0 then "-" else max * 10 | round / 10 | tostring end' "$1/bench.json"
 }
 
 header() {
-  [ -s "$work/results.tsv" ] || printf 'setting\tround\tpurchases/s\tp50_ms\tp99_ms\tnon202\tredis_cpu_us/purchase\tapi_cpu_us/purchase\tnginx_cpu_us/purchase\tevalsha_usec/call\tevalsha_calls_per_master\tload1\n' >"$work/results.tsv"
+  [ -s "$work/results.tsv" ] || printf 'setting\tround\tpurchases/s\tp50_ms\tp99_ms\tnon202\tredis_cpu_us/purchase\tapi_cpu_us/purchase\tnginx_cpu_us/purchase\tevalsha_usec/call\tevalsha_calls_per_master\tload1\tbusiest_master_cpu_us/purchase\tscript_share_per_master\n' >"$work/results.tsv"
 }
 
 masters() {
@@ -258,6 +290,51 @@ wait_cost() {
       redis_up 3 1
       apis_up 3 SECKILL_REDIS_WAIT_REPLICAS="$w"
       measure "wait-$w" 3 "$r"
+      apis_down
+      redis_down
+    done
+  done
+}
+
+# buckets: one hot voucher on 3 masters, its stock in 1 bucket or in 3,
+# alternated (the first of a round swaps each round).
+buckets() {
+  local r b
+  for r in $(seq 1 "$rounds"); do
+    for b in 1 3; do
+      [ $((r % 2)) -eq 0 ] && b=$((4 - b))
+      say "round $r/$rounds: 3 masters, one voucher in $b bucket(s)"
+      redis_up 3 0
+      apis_up 3
+      measure "buckets=$b" 3 "$r" --vouchers 1 --buckets "$b"
+      apis_down
+      redis_down
+    done
+  done
+}
+
+# tail_cost: the end of a skewed sale on a 3x1 cluster, with 3 buckets and 1.
+tail_cost() {
+  local r b out rc
+  [ -s "$work/tail.tsv" ] || printf 'setting\tround\tpurchases/s\taccepted\tsold_out\tsold_out_to_last_sale_ms\tlast1pct_p50_ms\tlast1pct_p99_ms\thome0_buyers\tcheck\tscript_share_per_master\tload1\n' >"$work/tail.tsv"
+  for r in $(seq 1 "$rounds"); do
+    for b in 3 1; do
+      [ $((r % 2)) -eq 0 ] && b=$((4 - b))
+      out=$work/runs/tail-buckets=$b-r$r
+      mkdir -p "$out"
+      say "round $r/$rounds: 3x1 cluster, stampede of $tail_users buyers on $tail_stock units, skew $tail_skew, $b bucket(s)"
+      redis_up 3 1
+      apis_up 3
+      rc=0
+      "$lt" stampede --url "$SECKILL_URL" --stock "$tail_stock" --users "$tail_users" --buckets "$b" --skew "$tail_skew" \
+        -c "$conc" --redis "$cluster_url" --shards 3 --json "$out/stampede.json" >"$out/stampede.txt" 2>"$out/stampede.log" || rc=$?
+      [ "$rc" -le 1 ] && [ -s "$out/stampede.json" ] || die "stampede failed; see $out/stampede.log"
+      jq -r --arg setting "buckets=$b" --arg round "$r" --arg load1 "$(cut -d' ' -f1 /proc/loadavg)" '
+        .summary as $s | [$setting, $round, ($s.requests_per_second | round), ($s.outcomes["202 accepted"] // 0), ($s.outcomes["409 sold_out"] // 0),
+          ($s.tail.sold_out_to_last_sale_ms // "-"), ($s.tail.last_1pct_latency_ms.p50 // "-"), ($s.tail.last_1pct_latency_ms.p99 // "-"),
+          ($s.home_0_buyers // "-"), (if $s.check.ok then "ok" else "FAILED" end),
+          ([.scripts_by_master[]? | .script_share * 1000 | round / 1000 | tostring] | join("/")), $load1] | map(tostring) | join("\t")' \
+        "$out/stampede.json" | tee -a "$work/tail.tsv"
       apis_down
       redis_down
     done
@@ -300,23 +377,55 @@ refusals() {
   cat "$out/run.txt" "$out/redis.txt"
 }
 
-# summary: the median of each column per setting (of an even count, the
-# mean of the middle two), with each run's evalsha calls per master and load.
-summary() {
-  awk -F'\t' 'NR == 1 { for (i = 3; i <= NF; i++) h[i] = $i; next }
-    { s[$1] = 1; n[$1]++; for (i = 3; i <= 10; i++) v[$1, i, n[$1]] = $i; sp[$1] = sp[$1] " " $11; ld[$1] = ld[$1] " " $12 }
+# medians FILE MEDIAN_COLUMNS LIST_COLUMNS SPLIT_COLUMNS: per setting (column
+# 1), the median of each MEDIAN column over the runs (of an even count, the
+# mean of the middle two; a run whose value is not a number is left out, -
+# when none is), each LIST column's values run by run, and each SPLIT
+# column's median part by part (a/b/c: one part per master).
+medians() {
+  awk -F'\t' -v med="$2" -v lst="$3" -v spl="$4" '
+    function median(k, i, parts,   m, j, x, y, t, a) {
+      m = 0
+      for (j = 1; j <= n[k]; j++) if ((k, i, j) in v && v[k, i, j] ~ /^-?[0-9.]+$/) a[++m] = v[k, i, j] + 0
+      if (m == 0) return "-"
+      for (x = 1; x <= m; x++) for (y = x + 1; y <= m; y++) if (a[y] < a[x]) { t = a[x]; a[x] = a[y]; a[y] = t }
+      return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+    }
+    NR == 1 { for (i = 1; i <= NF; i++) h[i] = $i; next }
+    {
+      k = $1; s[k] = 1; r = ++n[k]
+      for (i = 3; i <= NF; i++) v[k, i, r] = $i
+      for (c in S) { np = split($c, p, "/"); for (q = 1; q <= np; q++) v[k, c "." q, r] = p[q]; if (np > w[k, c]) w[k, c] = np }
+    }
+    BEGIN { nm = split(med, M, ","); nl = split(lst, L, ","); ns = split(spl, P, ","); for (i = 1; i <= ns; i++) S[P[i]] = 1 }
     END {
       for (k in s) {
         line = k " (" n[k] " runs):"
-        for (i = 3; i <= 10; i++) {
-          m = n[k]; for (j = 1; j <= m; j++) a[j] = v[k, i, j] + 0
-          for (x = 1; x <= m; x++) for (y = x + 1; y <= m; y++) if (a[y] < a[x]) { t = a[x]; a[x] = a[y]; a[y] = t }
-          med = (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
-          line = line " " h[i] "=" med
+        for (i = 1; i <= nm; i++) line = line " " (M[i] in h ? h[M[i]] : "column" M[i]) "=" median(k, M[i])
+        o = 0; print k "\t" o++ "\t" line
+        for (i = 1; i <= ns; i++) {
+          c = P[i]; line = ""
+          for (q = 1; q <= w[k, c]; q++) line = line (q > 1 ? "/" : "") median(k, c "." q)
+          if (line != "") print k "\t" o++ "\t   " (c in h ? h[c] : "column" c) " (median): " line
         }
-        print line; print "   evalsha per master:" sp[k]; print "   load1:" ld[k]
+        for (i = 1; i <= nl; i++) {
+          c = L[i]; line = ""
+          for (j = 1; j <= n[k]; j++) line = line " " v[k, c, j]
+          print k "\t" o++ "\t   " (c in h ? h[c] : "column" c) ":" line
+        }
       }
-    }' "${CAPACITY_RESULTS:-$work/results.tsv}" | sort
+    }' "$1" | sort -t "$(printf '\t')" -k1,1 -k2,2n | cut -f3-
+}
+
+# summary: medians per setting of results.tsv, with each run's evalsha
+# calls per master and load, and of tail.tsv when there is one.
+summary() {
+  medians "${CAPACITY_RESULTS:-$work/results.tsv}" 3,4,5,6,7,8,9,10,13 11,12 14
+  local tail=${CAPACITY_TAIL_RESULTS:-$work/tail.tsv}
+  if [ -s "$tail" ]; then
+    echo "tail ($tail):"
+    medians "$tail" 3,4,5,6,7,8,9 10,12 11
+  fi
 }
 
 cleanup() { apis_down; stop "$work/worker.pid"; redis_down; }
@@ -328,6 +437,8 @@ lock() {
 case ${1:-} in
   masters) lock; trap cleanup EXIT; base_up; header; masters; summary ;;
   wait) lock; trap cleanup EXIT; base_up; header; wait_cost; summary ;;
+  buckets) lock; trap cleanup EXIT; base_up; header; buckets; summary ;;
+  tail) lock; trap cleanup EXIT; base_up; tail_cost; summary ;;
   worker) lock; trap cleanup EXIT; base_up; worker ;;
   refusals) lock; trap cleanup EXIT; base_up; refusals ;;
   summary) summary ;;   # CAPACITY_RESULTS names another results file

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -45,6 +46,8 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (load
 	fs.Int64Var(&cfg.VoucherID, "voucher", 0, "voucher to buy; 0 creates one with --stock")
 	fs.IntVar(&cfg.Stock, "stock", 500, "stock of the voucher created")
 	fs.IntVar(&cfg.Vouchers, "vouchers", 1, "create this many vouchers with --stock each, buyer u buying voucher u mod n (their shards spread over a Redis Cluster's masters); more than 1 needs --verify=false")
+	fs.StringVar(&cfg.Buckets, "buckets", "1", bucketsDoc)
+	fs.Float64Var(&cfg.Skew, "skew", 0, skewDoc)
 	fs.IntVar(&cfg.Users, "users", 2000, "distinct buyers, one token each")
 	fs.IntVar(&cfg.Requests, "requests", 0, "purchases in all; more than --users means repeats (default: from --repeat, else --users)")
 	fs.Float64Var(&repeat, "repeat", 0, "share of purchases that repeat a buyer's press, 0 to 0.99 (sets --requests when it is not given)")
@@ -75,6 +78,9 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (load
 	if repeat < 0 || repeat > 0.99 {
 		return cfg, opts, fmt.Errorf("--repeat must be from 0 to 0.99")
 	}
+	if err := checkBuckets(cfg.Buckets, cfg.Skew); err != nil {
+		return cfg, opts, err
+	}
 	if cfg.Requests == 0 {
 		cfg.Requests = int(float64(cfg.Users)/(1-repeat) + 0.5)
 	}
@@ -100,6 +106,26 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (load
 		}
 	}
 	return cfg, opts, nil
+}
+
+const (
+	bucketsDoc = `bucket count of the voucher created: a number, or auto (one per master); sent as "buckets" in the creation request when not 1 (with --voucher: that voucher's count, for --skew)`
+	skewDoc    = "0 to 1: this share of the buyers picked with their home in bucket 0 of --buckets (a number), the rest at home elsewhere; 0: buyers --user-base, +1, ..."
+)
+
+// checkBuckets refuses a --buckets or --skew the load would refuse, before
+// any work.
+func checkBuckets(buckets string, skew float64) error {
+	nb, err := load.ParseBuckets(buckets)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--buckets: %w", err)
+	case skew < 0 || skew > 1:
+		return errors.New("--skew must be from 0 to 1")
+	case skew > 0 && nb == 0:
+		return errors.New("--skew needs --buckets as a number: it picks buyers by their home bucket")
+	}
+	return nil
 }
 
 // execute runs the load, prints the summary and reports a failed check as
@@ -196,15 +222,16 @@ func (t *targetFlag) Set(s string) error {
 
 // benchResult is one target's runs in one mode of a bench.
 type benchResult struct {
-	Mode   string         `json:"mode"`
-	Name   string         `json:"name"`
-	URL    string         `json:"url"`
-	Runs   []load.Summary `json:"runs"`
-	RPS    float64        `json:"median_requests_per_second"`
-	P50    float64        `json:"median_p50_ms"`
-	P99    float64        `json:"median_p99_ms"`
-	Ratio  float64        `json:"ratio_to_previous,omitempty"`
-	Errors int            `json:"non_202_answers"`
+	Mode    string         `json:"mode"`
+	Name    string         `json:"name"`
+	Buckets string         `json:"buckets"` // of the vouchers it created
+	URL     string         `json:"url"`
+	Runs    []load.Summary `json:"runs"`
+	RPS     float64        `json:"median_requests_per_second"`
+	P50     float64        `json:"median_p50_ms"`
+	P99     float64        `json:"median_p99_ms"`
+	Ratio   float64        `json:"ratio_to_previous,omitempty"`
+	Errors  int            `json:"non_202_answers"`
 	// Unexpected counts the measured answers other than the mode's own
 	// (202 accepted, 409 sold_out, 409 already_purchased).
 	Unexpected int `json:"unexpected_answers"`
@@ -292,6 +319,7 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 	conc := fs.Int("c", 256, "connections")
 	rate := fs.Float64("rate", 0, "purchases per second (open loop); 0: closed loop")
 	rounds := fs.Int("rounds", 3, "runs per target and mode")
+	buckets := fs.String("buckets", "1", bucketsDoc+" (every voucher the bench creates)")
 	vouchers := fs.Int("vouchers", 1, "success mode: fresh vouchers per run, buyer u buying voucher u mod n: one voucher lives on one shard, so several spread the load over a Redis Cluster's masters")
 	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret (SECKILL_TOKEN_SECRET)")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
@@ -310,6 +338,9 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	modes, err := parseModes(*modeList)
 	if err != nil {
+		return err
+	}
+	if err := checkBuckets(*buckets, 0); err != nil {
 		return err
 	}
 	base, err := parseCPUBase(*baseFlag)
@@ -338,7 +369,7 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 				fmt.Fprintf(stderr, "round %d/%d, %s: %s (%s), load average %s\n", r+1, *rounds, m.name, t.name, t.url, loadAverage())
 				cfg := modeConfig(m.name, *stock, *requests, *warmup)
 				cfg.URL, cfg.Concurrency, cfg.Rate, cfg.Secret, cfg.Tokens = t.url, *conc, *rate, *secret, toks
-				cfg.Seed, cfg.Progress, cfg.Log = uint64(r+1), -1, stderr
+				cfg.Seed, cfg.Progress, cfg.Log, cfg.Buckets = uint64(r+1), -1, stderr, *buckets
 				if m.name == "success" {
 					cfg.Vouchers = *vouchers
 				}
@@ -356,7 +387,7 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 				}
 				b.CPU = addCPURun(b.CPU, meters[ti].procs, us)
 				b.LoadgenRuns = append(b.LoadgenRuns, loadgen)
-				b.Mode, b.Name, b.URL = m.name, t.name, t.url
+				b.Mode, b.Name, b.URL, b.Buckets = m.name, t.name, t.url, s.Buckets
 				b.Runs = append(b.Runs, s)
 				b.Errors += s.Requests - s.Outcomes["202 accepted"]
 				b.Unexpected += s.Requests - s.Outcomes[m.expect]
@@ -364,8 +395,8 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 	loads = append(loads, loadAverage())
-	fmt.Fprintf(stdout, "\n%d measured purchases per run after %d warm-up, %d connections, %d rounds; load average before each round and at the end: %s\n",
-		*requests, *warmup, *conc, *rounds, strings.Join(loads, " | "))
+	fmt.Fprintf(stdout, "\n%d measured purchases per run after %d warm-up, %d connections, %d rounds, vouchers of %s bucket(s); load average before each round and at the end: %s\n",
+		*requests, *warmup, *conc, *rounds, *buckets, strings.Join(loads, " | "))
 	for mi, m := range modes {
 		mode := results[mi*len(targets) : (mi+1)*len(targets)]
 		printMode(stdout, m, mode)
@@ -487,9 +518,21 @@ type stampedeResult struct {
 	ByCommand        map[string]int64 `json:"redis_calls_by_command"`
 	// ByRedis splits Commands by --count-redis URL: the sale's Redis and
 	// the lock Redis are separate processes, each with its own core.
-	ByRedis     map[string]int64 `json:"redis_commands_by_redis"`
-	Processes   []procMem        `json:"processes"`
-	LoadAverage []string         `json:"load_average"` // before and after
+	ByRedis map[string]int64 `json:"redis_commands_by_redis"`
+	// ScriptsByMaster is each master of the sale's Redis (--redis): its
+	// script calls while the purchases were sent and their share of all
+	// (with a voucher in buckets, how evenly its masters sell).
+	ScriptsByMaster []masterScripts `json:"scripts_by_master,omitempty"`
+	Processes       []procMem       `json:"processes"`
+	LoadAverage     []string        `json:"load_average"` // before and after
+}
+
+// masterScripts is one master's script calls and their share of all
+// the masters'.
+type masterScripts struct {
+	Addr  string  `json:"addr"`
+	Calls int64   `json:"script_calls"`
+	Share float64 `json:"script_share"`
 }
 
 // statusKiB reads a "Name:  N kB" field of /proc/<pid>/status.
@@ -551,6 +594,8 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 	stock := fs.Int("stock", 1000, "units on sale")
 	users := fs.Int("users", 100_000, "buyers")
 	presses := fs.Int("presses", 3, "presses per buyer, shuffled among all")
+	buckets := fs.String("buckets", "1", bucketsDoc)
+	skew := fs.Float64("skew", 0, strings.ReplaceAll(skewDoc, "--user-base", "100000"))
 	conc := fs.Int("c", 256, "connections")
 	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret (SECKILL_TOKEN_SECRET)")
 	fs.Var(&counted, "count-redis", "Redis URL whose commands are counted, repeated (default SECKILL_REDIS_URL and each of SECKILL_LOCK_NODES)")
@@ -562,6 +607,9 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&check.DrainTimeout, "drain-timeout", 2*time.Minute, "bound on the wait for the pipeline to drain")
 	jsonPath := fs.String("json", "", "also write the result as JSON to this file (- for stdout)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := checkBuckets(*buckets, *skew); err != nil {
 		return err
 	}
 	if check.RedisURL == "" || check.MySQLDSN == "" {
@@ -623,7 +671,7 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}()
 	res, err := load.Run(ctx, load.Config{
-		URL: *url, Stock: *stock, Users: *users, Presses: *presses, Concurrency: *conc,
+		URL: *url, Stock: *stock, Users: *users, Presses: *presses, Concurrency: *conc, Buckets: *buckets, Skew: *skew,
 		Secret: *secret, AdminToken: getenv("SECKILL_ADMIN_TOKEN"), Log: stderr, Check: &check,
 		Fired: func() { fired, firedErr = snapshot(ctx, counted) },
 	})
@@ -655,7 +703,13 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		return n, by
 	}
-	out.CommandsFiring, _ = sum(diffStats(before, fired))
+	firing := diffStats(before, fired)
+	out.CommandsFiring, _ = sum(firing)
+	sale := slices.DeleteFunc(firing, func(n nodeStat) bool { return owner[n.Addr] != check.RedisURL })
+	withScriptShares(sale)
+	for _, n := range sale {
+		out.ScriptsByMaster = append(out.ScriptsByMaster, masterScripts{n.Addr, n.ScriptCalls, n.ScriptShare})
+	}
 	diff := diffStats(before, after)
 	out.Commands, out.ByCommand = sum(diff)
 	out.ByRedis = map[string]int64{}
@@ -682,6 +736,10 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 		parts = append(parts, fmt.Sprintf("%s %d (%.4f per request)", u, out.ByRedis[u], float64(out.ByRedis[u])/requests))
 	}
 	fmt.Fprintf(stdout, "               by Redis, with the drain: %s\n", strings.Join(parts, "; "))
+	if len(sale) > 0 {
+		fmt.Fprintf(stdout, "  while firing, ")
+		printShares(stdout, sale)
+	}
 	for _, p := range procs {
 		fmt.Fprintf(stdout, "  memory       pid %d (%s): max sampled RSS %.1f MiB, VmHWM %.1f MiB (peak since it started)\n",
 			p.PID, p.Source, float64(p.MaxRSSKiB)/1024, float64(p.HWMKiB)/1024)

@@ -30,6 +30,52 @@ type nodeStat struct {
 	CPUUser  float64            `json:"used_cpu_user"`
 	CPUSys   float64            `json:"used_cpu_sys"`
 	Commands map[string]cmdStat `json:"commands"`
+	// ScriptCalls and ScriptShare, in a change (--since), are this
+	// master's script calls (scriptCommands) and their share of all the
+	// masters' (0 to 1): how evenly a sale's purchase scripts spread.
+	ScriptCalls int64   `json:"script_calls,omitempty"`
+	ScriptShare float64 `json:"script_share,omitempty"`
+}
+
+// scriptCommands are the commands that run a script: the purchase is
+// one, sent as EVALSHA (EVAL when the script was not loaded yet).
+var scriptCommands = []string{"evalsha", "eval"}
+
+// withScriptShares fills each node's ScriptCalls and ScriptShare (left 0
+// when no master ran a script) and returns the calls of all.
+func withScriptShares(nodes []nodeStat) int64 {
+	var total int64
+	for i := range nodes {
+		nodes[i].ScriptCalls = 0
+		for _, name := range scriptCommands {
+			nodes[i].ScriptCalls += nodes[i].Commands[name].Calls
+		}
+		total += nodes[i].ScriptCalls
+	}
+	for i := range nodes {
+		nodes[i].ScriptShare = 0
+		if total > 0 {
+			nodes[i].ScriptShare = float64(nodes[i].ScriptCalls) / float64(total)
+		}
+	}
+	return total
+}
+
+// printShares writes a line per master of nodes (withScriptShares
+// filled): its script calls and their share of all the masters'; nothing
+// when none ran a script.
+func printShares(w io.Writer, nodes []nodeStat) {
+	var total int64
+	for _, n := range nodes {
+		total += n.ScriptCalls
+	}
+	if total == 0 {
+		return
+	}
+	fmt.Fprintf(w, "scripts (%s) per master, %d calls in all:\n", strings.Join(scriptCommands, " + "), total)
+	for _, n := range nodes {
+		fmt.Fprintf(w, "  %-22s %10d calls %6.1f%%\n", n.Addr, n.ScriptCalls, 100*n.ScriptShare)
+	}
 }
 
 type cmdStat struct {
@@ -46,7 +92,9 @@ func (r *redisFlag) Set(s string) error { *r = append(*r, s); return nil }
 // redisstat snapshots every master of one or more Redis deployments (a
 // single server or a Redis Cluster each), or prints what changed since a
 // snapshot: CPU and each command's calls and time per master and in all,
-// optionally per unit of work (--per: purchases, orders).
+// optionally per unit of work (--per: purchases, orders), and each
+// master's share of the script calls (the purchases, with buckets spread
+// over the masters).
 func redisstat(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var urls redisFlag
 	fs := flag.NewFlagSet("redisstat", flag.ContinueOnError)
@@ -82,7 +130,9 @@ func redisstat(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("%s: %w", *since, err)
 	}
 	d := diffStats(before, now)
+	withScriptShares(d)
 	printStats(stdout, d, *per)
+	printShares(stdout, d)
 	return writeJSON(*jsonPath, stdout, d)
 }
 

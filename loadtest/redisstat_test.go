@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -46,5 +47,45 @@ func TestRedisstatDiff(t *testing.T) {
 	d = diffStats([]nodeStat{before}, []nodeStat{after})
 	if d[0].Commands["evalsha"] != (cmdStat{110, 2200}) {
 		t.Errorf("restarted node: %+v", d[0].Commands)
+	}
+}
+
+// TestScriptShares: each master's share of the script calls (evalsha and
+// eval together, other commands left out) of all masters', a line per
+// master, and the shares in the JSON; no line when no script ran.
+func TestScriptShares(t *testing.T) {
+	nodes := []nodeStat{
+		{Addr: "a:1", Commands: map[string]cmdStat{"evalsha": {Calls: 300}, "eval": {Calls: 20}, "hget": {Calls: 5000}}},
+		{Addr: "b:2", Commands: map[string]cmdStat{"evalsha": {Calls: 400}}},
+		{Addr: "c:3", Commands: map[string]cmdStat{"eval": {Calls: 80}, "xadd": {Calls: 900}}},
+		{Addr: "d:4", Commands: map[string]cmdStat{"get": {Calls: 7}}},
+	}
+	if total := withScriptShares(nodes); total != 800 {
+		t.Fatalf("%d script calls, want 800", total)
+	}
+	for i, want := range []struct {
+		calls int64
+		share float64
+	}{{320, 0.4}, {400, 0.5}, {80, 0.1}, {0, 0}} {
+		if n := nodes[i]; n.ScriptCalls != want.calls || n.ScriptShare != want.share {
+			t.Errorf("%s: %d calls, share %v; want %d, %v", n.Addr, n.ScriptCalls, n.ScriptShare, want.calls, want.share)
+		}
+	}
+	var out bytes.Buffer
+	printShares(&out, nodes)
+	for _, line := range []string{"800 calls in all", "a:1                           320 calls   40.0%", "d:4                             0 calls    0.0%"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("no %q in:\n%s", line, out.String())
+		}
+	}
+	b, _ := json.Marshal(nodes[1])
+	if !strings.Contains(string(b), `"script_calls":400,"script_share":0.5`) {
+		t.Errorf("JSON %s", b)
+	}
+	none := []nodeStat{{Addr: "a:1", Commands: map[string]cmdStat{"get": {Calls: 7}}}}
+	withScriptShares(none)
+	out.Reset()
+	if printShares(&out, none); out.Len() != 0 {
+		t.Errorf("no script ran, yet:\n%s", out.String())
 	}
 }

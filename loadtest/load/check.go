@@ -75,7 +75,7 @@ func check(ctx context.Context, cc CheckConfig, cfg Config, vid int64, res Resul
 	var problems []string
 	pressed, definite := 0, 0
 	for i, b := range res.buyers {
-		user := cfg.UserBase + int64(i)
+		user := res.ids[i]
 		if !b.pressed {
 			continue
 		}

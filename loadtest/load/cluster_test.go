@@ -126,7 +126,7 @@ func TestCheckReadsSaleOnEachRedis(t *testing.T) {
 
 			cc := CheckConfig{RedisURL: sr.url, MySQLDSN: dsn, KeyPrefix: prefix, Shards: testShards, DrainTimeout: 10 * time.Second}
 			cfg := Config{UserBase: base, Log: io.Discard}
-			res := Result{buyers: []buyer{{accepted: 9001, pressed: true}, {accepted: 9002, pressed: true}}}
+			res := Result{buyers: []buyer{{accepted: 9001, pressed: true}, {accepted: 9002, pressed: true}}, ids: []int64{base, base + 1}}
 			rep, err := check(ctx, cc, cfg, v.ID, res)
 			if err != nil || !rep.OK || rep.Orders != 2 || rep.RedisStock != 1 || rep.Pending != 0 {
 				t.Fatalf("check of a drained sale: %+v, %v; want OK, 2 orders, Redis stock 1", rep, err)

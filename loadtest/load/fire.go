@@ -69,6 +69,7 @@ type firer struct {
 	cfg      Config
 	client   *http.Client
 	tokens   []string
+	ids      []int64 // user id of each buyer
 	vouchers []int64 // buyer u buys vouchers[u mod len]
 
 	locks  [64]sync.Mutex // stripes over buyers: repeats of one buyer run concurrently
@@ -101,6 +102,7 @@ type counters struct {
 type tally struct {
 	latencies []time.Duration
 	outcomes  map[string]int
+	answers   []answer // accepted and sold_out, for the tail
 }
 
 // fire sends one purchase per schedule entry with cfg.Concurrency workers
@@ -143,9 +145,13 @@ func (f *firer) fire(ctx context.Context, sched []int32, midway func(), midwayAt
 				}
 				cnt.sent.Add(1)
 				u := sched[i]
-				status, code, order, err := f.purchase(ctx, urls[int(u)%len(urls)], f.tokens[u], cfg.UserBase+int64(u))
-				t.latencies = append(t.latencies, time.Since(at))
+				status, code, order, err := f.purchase(ctx, urls[int(u)%len(urls)], f.tokens[u], f.ids[u])
+				now := time.Now()
+				t.latencies = append(t.latencies, now.Sub(at))
 				key, k := classify(status, code, err)
+				if k == accepted || code == "sold_out" {
+					t.answers = append(t.answers, answer{at: now.Sub(start), latency: now.Sub(at), soldOut: k != accepted})
+				}
 				t.outcomes[key]++
 				f.record(u, k, code, order)
 				cnt.done.Add(1)
@@ -171,8 +177,10 @@ func (f *firer) fire(ctx context.Context, sched []int32, midway func(), midwayAt
 
 	sum := Summary{Concurrency: cfg.Concurrency, Rate: cfg.Rate, Outcomes: map[string]int{}, Seconds: elapsed.Seconds()}
 	var all []time.Duration
+	var answers []answer
 	for _, t := range tallies {
 		all = append(all, t.latencies...)
+		answers = append(answers, t.answers...)
 		for k, n := range t.outcomes {
 			sum.Outcomes[k] += n
 		}
@@ -183,6 +191,7 @@ func (f *firer) fire(ctx context.Context, sched []int32, midway func(), midwayAt
 	}
 	sum.RPS = float64(sum.Requests) / elapsed.Seconds()
 	sum.Latency = latencyOf(all)
+	sum.Tail = tailOf(answers)
 	return sum, nil
 }
 
@@ -222,7 +231,7 @@ func (f *firer) record(u int32, k kind, code string, order int64) {
 	defer l.Unlock()
 	b := &f.buyers[u]
 	b.pressed = true
-	user := f.cfg.UserBase + int64(u)
+	user := f.ids[u]
 	switch {
 	case k == accepted:
 		b.accepts++

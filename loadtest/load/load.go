@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"seckill/internal/auth"
+	"seckill/internal/voucher"
 )
 
 // Config is one load run. Zero values take the defaults noted.
@@ -36,6 +37,15 @@ type Config struct {
 	// masters (one voucher lives on one shard). Needs VoucherID 0 and no
 	// Check.
 	Vouchers int
+	// Buckets is the bucket count of the vouchers created: "" or "1"
+	// sends no "buckets" field (one bucket, the service's default), a
+	// number or "auto" (one per master) is sent as is. With VoucherID it
+	// is only what Skew and the summary take that voucher's count to be.
+	Buckets string
+	// Skew, from 0 to 1, picks the buyers so that this share of them has
+	// its home in bucket 0 of Buckets (a number) and the rest elsewhere
+	// (buyerIDs); 0: the buyers are UserBase, UserBase+1, ...
+	Skew float64
 
 	Users    int     // distinct buyers, default 2000
 	Requests int     // purchases in all, default Users; the rest are repeats by the same buyers
@@ -105,6 +115,17 @@ func (c *Config) defaults() error {
 	if c.Vouchers > 1 && (c.VoucherID != 0 || c.Check != nil) {
 		return errors.New("several vouchers are created fresh and not checked: no VoucherID, no Check")
 	}
+	c.Buckets = cmp.Or(c.Buckets, "1")
+	nb, err := ParseBuckets(c.Buckets)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.Skew < 0 || c.Skew > 1:
+		return errors.New("skew must be from 0 to 1")
+	case c.Skew > 0 && nb == 0:
+		return errors.New("skew needs a number of buckets, not auto: it picks buyers by their home bucket")
+	}
 	if len(c.Tokens) == 0 && c.Secret == "" {
 		return errors.New("no token secret to mint buyer tokens (SECKILL_TOKEN_SECRET)")
 	}
@@ -114,8 +135,9 @@ func (c *Config) defaults() error {
 // Result is what a run saw; Summary is its printable part.
 type Result struct {
 	Summary Summary
-	// Answers per buyer, for the check.
+	// Answers per buyer, for the check, and the buyers' user ids.
 	buyers []buyer
+	ids    []int64
 	// Problems the client itself saw: a buyer accepted twice, an
 	// already_purchased naming another order than the one accepted.
 	problems []string
@@ -137,7 +159,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	users := min(cfg.Users, cfg.Warmup+cfg.Requests)
-	tokens, err := buyerTokens(cfg, users)
+	nb, _ := ParseBuckets(cfg.Buckets)
+	ids := buyerIDs(cfg.UserBase, users, cfg.Skew, nb)
+	tokens, err := buyerTokens(cfg, ids)
 	if err != nil {
 		return Result{}, err
 	}
@@ -152,14 +176,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			if err != nil {
 				return Result{}, err
 			}
-			fmt.Fprintf(cfg.Log, "created voucher %d with stock %d\n", vid, cfg.Stock)
+			fmt.Fprintf(cfg.Log, "created voucher %d with stock %d in %s bucket(s)\n", vid, cfg.Stock, cfg.Buckets)
 			vids = append(vids, vid)
 		}
 	}
 	vid := vids[0]
 
 	sched := schedule(users, cfg.Warmup+cfg.Requests, cfg.Seed, cfg.Presses, cfg.FirstPressesFirst)
-	f := &firer{cfg: cfg, client: client, tokens: tokens, vouchers: vids, buyers: make([]buyer, users)}
+	f := &firer{cfg: cfg, client: client, tokens: tokens, ids: ids, vouchers: vids, buyers: make([]buyer, users)}
 	if cfg.Warmup > 0 {
 		fmt.Fprintf(cfg.Log, "warming up with %d purchases\n", cfg.Warmup)
 		if _, err := f.fire(ctx, sched[:cfg.Warmup], nil, 0); err != nil {
@@ -177,13 +201,21 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cfg.Fired()
 	}
 	sum.Target, sum.VoucherID, sum.Stock, sum.Users = cfg.URL, vid, cfg.Stock, users
+	sum.Buckets, sum.Skew = cfg.Buckets, cfg.Skew
+	if cfg.Skew > 0 {
+		for _, id := range ids {
+			if voucher.Home(id, nb) == 0 {
+				sum.HomeZero++
+			}
+		}
+	}
 	if len(vids) > 1 {
 		sum.VoucherIDs = vids
 	}
 	if cfg.VoucherID != 0 {
 		sum.Stock = 0 // not known to us
 	}
-	res := Result{Summary: sum, buyers: f.buyers, problems: f.problems()}
+	res := Result{Summary: sum, buyers: f.buyers, ids: ids, problems: f.problems()}
 	if cfg.Check != nil {
 		rep, err := check(ctx, *cfg.Check, cfg, vid, res)
 		if err != nil {
@@ -194,22 +226,35 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return res, nil
 }
 
-func buyerTokens(cfg Config, users int) ([]string, error) {
-	if len(cfg.Tokens) >= users {
-		return cfg.Tokens[:users], nil
+// buyerTokens returns the tokens of the buyers ids: from cfg.Tokens (the
+// tokens of users UserBase, UserBase+1, ...) when it holds them all, else
+// minted.
+func buyerTokens(cfg Config, ids []int64) ([]string, error) {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		k := id - cfg.UserBase
+		if k < 0 || k >= int64(len(cfg.Tokens)) {
+			return mintTokens(cfg.Secret, ids)
+		}
+		out[i] = cfg.Tokens[k]
 	}
-	return MintTokens(cfg.Secret, cfg.UserBase, users)
+	return out, nil
 }
 
 // MintTokens returns bearer tokens for users base .. base+n-1, valid for a day.
 func MintTokens(secret string, base int64, n int) ([]string, error) {
+	return mintTokens(secret, buyerIDs(base, n, 0, 1))
+}
+
+// mintTokens returns bearer tokens for the users ids, valid for a day.
+func mintTokens(secret string, ids []int64) ([]string, error) {
 	signer, err := auth.NewSigner([]byte(secret))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, n)
-	for i := range out {
-		if out[i], err = signer.Mint(auth.Identity{UserID: base + int64(i), Role: auth.RoleUser}, 24*time.Hour); err != nil {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		if out[i], err = signer.Mint(auth.Identity{UserID: id, Role: auth.RoleUser}, 24*time.Hour); err != nil {
 			return nil, err
 		}
 	}
@@ -288,10 +333,14 @@ func createVoucher(ctx context.Context, client *http.Client, cfg Config, title s
 		}
 	}
 	now := time.Now().UTC()
-	body, _ := json.Marshal(map[string]any{
+	fields := map[string]any{
 		"title": title + " " + now.Format(time.RFC3339), "face_value": voucherFaceValue, "price": price, "stock": stock,
 		"begin_at": now.Add(-time.Minute).Format(time.RFC3339), "end_at": now.Add(time.Hour).Format(time.RFC3339),
-	})
+	}
+	if b := bucketsField(cfg.Buckets); b != nil {
+		fields["buckets"] = b
+	}
+	body, _ := json.Marshal(fields)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/api/v1/vouchers", bytes.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -305,8 +354,9 @@ func createVoucher(ctx context.Context, client *http.Client, cfg Config, title s
 	defer resp.Body.Close()
 	var out struct {
 		Voucher struct {
-			ID    int64 `json:"id"`
-			Price int64 `json:"price"`
+			ID      int64 `json:"id"`
+			Price   int64 `json:"price"`
+			Buckets *int  `json:"buckets"`
 		} `json:"voucher"`
 		RedisReady bool `json:"redis_ready"`
 	}
@@ -320,5 +370,25 @@ func createVoucher(ctx context.Context, client *http.Client, cfg Config, title s
 	if out.Voucher.Price != price {
 		return 0, fmt.Errorf("create voucher %d: price %d asked, %d made (a service without prices?)", out.Voucher.ID, price, out.Voucher.Price)
 	}
+	if err := madeBuckets(cfg, out.Voucher.ID, out.Voucher.Buckets); err != nil {
+		return 0, err
+	}
 	return out.Voucher.ID, nil
+}
+
+// madeBuckets holds the bucket count the service says it made (made, nil
+// when its answer does not say) against the one asked: another number is
+// an error; no answer to a count other than 1 is noted, since a service
+// without buckets ignores the field and sells from one.
+func madeBuckets(cfg Config, id int64, made *int) error {
+	field := bucketsField(cfg.Buckets)
+	switch {
+	case field == nil:
+		return nil
+	case made == nil:
+		fmt.Fprintf(cfg.Log, "created voucher %d: its answer does not say its buckets (%s asked): a service without buckets sells it from one\n", id, cfg.Buckets)
+	case cfg.Buckets != "auto" && *made != field:
+		return fmt.Errorf("create voucher %d: %s buckets asked, %d made", id, cfg.Buckets, *made)
+	}
+	return nil
 }

@@ -118,7 +118,7 @@ func TestLatencyPercentiles(t *testing.T) {
 // another order than the one accepted, is a problem the run reports.
 func TestRecordFlagsContradictions(t *testing.T) {
 	t.Parallel()
-	f := &firer{cfg: Config{UserBase: 1000}, buyers: make([]buyer, 3)}
+	f := &firer{cfg: Config{UserBase: 1000}, ids: buyerIDs(1000, 3, 0, 1), buyers: make([]buyer, 3)}
 	f.record(0, accepted, "", 11)
 	f.record(0, refused, "already_purchased", 11)
 	if p := f.problems(); len(p) != 0 {

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +16,9 @@ type Summary struct {
 	VoucherID   int64          `json:"voucher_id"`
 	VoucherIDs  []int64        `json:"voucher_ids,omitempty"` // when the run bought several
 	Stock       int            `json:"stock,omitempty"`
+	Buckets     string         `json:"buckets"`                 // of the vouchers created: a number or auto
+	Skew        float64        `json:"skew,omitempty"`          // share of buyers picked at home in bucket 0
+	HomeZero    int            `json:"home_0_buyers,omitempty"` // with Skew: buyers at home in bucket 0
 	Users       int            `json:"users"`
 	Requests    int            `json:"requests"`
 	Concurrency int            `json:"concurrency"`
@@ -23,6 +27,7 @@ type Summary struct {
 	RPS         float64        `json:"requests_per_second"`
 	Latency     Latency        `json:"latency_ms"`
 	Outcomes    map[string]int `json:"outcomes"`
+	Tail        *Tail          `json:"tail,omitempty"` // nil: no purchase accepted
 	Check       *Report        `json:"check,omitempty"`
 }
 
@@ -58,10 +63,16 @@ func (s Summary) Print(w io.Writer) {
 	if s.Rate > 0 {
 		mode = fmt.Sprintf("open loop at %.0f/s", s.Rate)
 	}
-	fmt.Fprintf(w, "\ntarget %s, voucher %d, %d buyers, %d connections, %s\n", s.Target, s.VoucherID, s.Users, s.Concurrency, mode)
+	fmt.Fprintf(w, "\ntarget %s, voucher %d (buckets %s), %d buyers, %d connections, %s\n", s.Target, s.VoucherID, cmp.Or(s.Buckets, "1"), s.Users, s.Concurrency, mode)
+	if s.Skew > 0 {
+		fmt.Fprintf(w, "  skew         %.2f: %d of %d buyers at home in bucket 0\n", s.Skew, s.HomeZero, s.Users)
+	}
 	fmt.Fprintf(w, "  purchases    %d in %.2fs: %.0f/s\n", s.Requests, s.Seconds, s.RPS)
 	fmt.Fprintf(w, "  latency ms   p50 %.2f  p90 %.2f  p99 %.2f  max %.2f  mean %.2f\n",
 		s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Latency.Max, s.Latency.Mean)
+	if s.Tail != nil {
+		s.Tail.Print(w)
+	}
 	fmt.Fprintf(w, "  answers\n")
 	for _, k := range slices.Sorted(maps.Keys(s.Outcomes)) {
 		fmt.Fprintf(w, "    %-28s %d\n", k, s.Outcomes[k])
