@@ -15,9 +15,7 @@ func markKey(k voucher.Keys, shard int, id string) string { return k.Tag(shard) 
 
 // leaseKey is held by the one instance quiescing a voucher (for a
 // rebuild of one of its buckets), beside the state of its bucket 0.
-func leaseKey(k voucher.Keys, v int64, nb int) string {
-	return k.StateAt(k.BucketShard(v, 0, nb), v) + ":lease"
-}
+func leaseKey(k voucher.Keys, v int64, nb int) string { return k.Lease(v, nb) }
 
 // turnKey is held for one pass by the one instance rebalancing a voucher,
 // so that two instances do not both move half the same gap.

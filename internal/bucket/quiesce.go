@@ -84,9 +84,9 @@ func (m *Mover) fence(ctx context.Context, v int64, nb, lost int, ttl time.Durat
 	return nil
 }
 
-// drain settles every journaled move of v, in every bucket's journal,
-// until a pass finds none. The lost bucket's journal is read when it can
-// be: a move in it that is never seen is waited out instead.
+// drain settles every journaled move of v, in every bucket's journal, the
+// lost bucket's included, until a pass finds none; a journal that cannot
+// be read fails the quiesce (the rebuild is tried again).
 func (m *Mover) drain(ctx context.Context, v int64, nb, lost int) error {
 	for range drainRounds {
 		found := 0
@@ -102,11 +102,11 @@ func (m *Mover) drain(ctx context.Context, v int64, nb, lost int) error {
 			if err == nil {
 				err = failed
 			}
-			if err != nil && b != lost {
-				return fmt.Errorf("drain bucket %d: %w", b, err)
-			}
+			// The lost bucket's journal too: a move left in it would be
+			// closed after the rebuild, and a refused one would give its
+			// units back to a bucket whose alloc already counts them.
 			if err != nil {
-				m.log.Warn("quiesce: lost bucket's journal not drained", "voucher", v, "bucket", b, "err", err)
+				return fmt.Errorf("drain bucket %d: %w", b, err)
 			}
 		}
 		if found == 0 {

@@ -96,13 +96,14 @@ func (r *Rebalancer) Once(ctx context.Context) error {
 // voucher's turn: one instance a pass rebalances a voucher. A donor
 // emptied or fenced meanwhile is no failure: the next pass looks again.
 func (r *Rebalancer) balance(ctx context.Context, v Live) error {
-	turn := turnKey(r.m.keys, v.ID, v.NB)
-	mine, err := r.m.rdb.SetNX(ctx, turn, "1", turnTTL).Result()
+	turn, token := turnKey(r.m.keys, v.ID, v.NB), newID()
+	mine, err := r.m.rdb.SetNX(ctx, turn, token, turnTTL).Result()
 	if err != nil || !mine {
 		return err
 	}
-	// Another instance looking after this one sees the move done.
-	defer r.m.rdb.Del(context.WithoutCancel(ctx), turn)
+	// Another instance looking after this one sees the move done; a turn
+	// that outlived its TTL and went to another stays theirs.
+	defer r.m.s.releaseLease.Run(context.WithoutCancel(ctx), r.m.rdb, []string{turn}, token)
 	bs := r.m.view(ctx, v.ID, v.NB) // again: the turn's holder before may have moved
 	poor, rich := pair(bs)
 	if poor < 0 || rich < 0 || bs[poor].stock*2 >= bs[rich].stock {

@@ -198,6 +198,13 @@ func (k Keys) BuyersAt(shard int, voucherID int64) string {
 	return k.StateAt(shard, voucherID) + buyersSuffix
 }
 
+// Lease is held by the one instance that loads the buckets of a voucher of
+// nb buckets, or stops its units moving to rebuild one of them (the bucket
+// package's Quiesce): beside the state of its bucket 0.
+func (k Keys) Lease(voucherID int64, nb int) string {
+	return k.StateAt(k.BucketShard(voucherID, 0, nb), voucherID) + ":lease"
+}
+
 // Fields of a bucket's state hash that a voucher of more than one bucket
 // has beside stock, begin_ms and end_ms. The purchase script, the
 // loader and the bucket package's transfer scripts share them.

@@ -385,9 +385,13 @@ func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher, ps [
 			return 0, err
 		}
 	}
-	if err := w.rebuildBuckets(ctx, shard, ps, token); err != nil {
+	release, err := w.rebuildBuckets(ctx, shard, ps, token)
+	if err != nil {
 		return 0, err
 	}
+	// The units of the rebuilt buckets' vouchers stand still until the
+	// shard is open: see rebuildBuckets.
+	defer release(context.WithoutCancel(ctx))
 	if err := w.state.Reopen(ctx, token, shard, c.master); err != nil {
 		return 0, err
 	}

@@ -26,6 +26,10 @@ func (w *Warmer) Quiesce(q Quiescer) { w.quiescer = q }
 // a rebuild and the Warmer has no Quiescer.
 var errNoQuiescer = errors.New("no quiescer to rebuild a bucket")
 
+// errOverAllocated means a voucher's other buckets hold more units than
+// its stock: a bucket rebuilt now would sell units twice.
+var errOverAllocated = errors.New("buckets hold more than the voucher's stock")
+
 // placeAll sorts the live vouchers by the shards their state lives in:
 // vouchers of one bucket by Shard, the buckets of the others by their
 // bucket's shard.
@@ -110,39 +114,53 @@ func (w *Warmer) loadBucket(ctx context.Context, shard int, p placed) error {
 
 // rebuildBuckets writes the state of the shard's buckets under the
 // shard's rebuild lease (token), each with the alloc the voucher's other
-// buckets leave it.
-func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, token string) error {
+// buckets leave it. Each voucher's units stay still until the returned
+// release is called, once the shard is reopened: until then the rebuilt
+// bucket is not ready, and a rebuild of another bucket of the voucher
+// would count it by its buyers alone, handing its units out twice. On an
+// error, whatever was held is released.
+func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, token string) (release func(context.Context), err error) {
+	var held []func(context.Context)
+	release = func(ctx context.Context) {
+		for _, r := range held {
+			r(ctx)
+		}
+	}
 	if len(ps) == 0 {
-		return nil
+		return release, nil
 	}
 	flying, err := w.readInFlight(ctx, shard)
 	if err != nil {
-		return err
+		return release, err
 	}
 	for _, p := range ps {
-		if err := w.rebuildBucket(ctx, shard, p, flying, token); err != nil {
-			return err
+		r, err := w.rebuildBucket(ctx, shard, p, flying, token)
+		if r != nil {
+			held = append(held, r)
+		}
+		if err != nil {
+			release(context.WithoutCancel(ctx))
+			return func(context.Context) {}, err
 		}
 	}
-	return nil
+	return release, nil
 }
 
-func (w *Warmer) rebuildBucket(ctx context.Context, shard int, p placed, flying inFlight, token string) error {
+func (w *Warmer) rebuildBucket(ctx context.Context, shard int, p placed, flying inFlight, token string) (func(context.Context), error) {
 	alloc, release, err := w.bucketAlloc(ctx, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer release(context.WithoutCancel(ctx))
 	e, err := w.expectBucket(ctx, p, flying, alloc)
 	if err != nil {
-		return err
+		return release, err
 	}
 	if err := w.state.ReplaceAt(ctx, token, rebuildLease, shard, p.v, e.stock, BucketFields(p.v, alloc), e.buyers); err != nil {
-		return err
+		return release, err
 	}
 	w.log.Info("voucher bucket rebuilt from database", "voucher_id", p.v.ID, "bucket", p.b, "alloc", alloc,
 		"stock", e.stock, "buyers", len(e.buyers), "in_flight", e.flying)
-	return nil
+	return release, nil
 }
 
 // bucketAlloc is what bucket p.b of a voucher holds once the others are
@@ -178,9 +196,11 @@ func (w *Warmer) bucketAlloc(ctx context.Context, p placed) (int64, func(context
 	}
 	alloc := int64(p.v.TotalStock) - others
 	if alloc < 0 {
-		w.log.Warn("the other buckets hold more than the voucher's stock; this bucket gets none",
-			"voucher_id", p.v.ID, "bucket", p.b, "total", p.v.TotalStock, "others", others)
-		alloc = 0
+		// Units exist twice already: selling this bucket would oversell.
+		// It stays closed until an operator looks (api buckets, reconcile).
+		q.Release(context.WithoutCancel(ctx))
+		return 0, nil, fmt.Errorf("rebuild voucher %d bucket %d: the other buckets hold %d units of %d: %w",
+			p.v.ID, p.b, others, p.v.TotalStock, errOverAllocated)
 	}
 	return alloc, q.Release, nil
 }

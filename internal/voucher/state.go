@@ -16,17 +16,18 @@ import (
 
 // State writes and reads the sale state the purchase script works on.
 type State struct {
-	rdb       redis.UniversalClient
-	keys      Keys
-	load      *redis.Script
-	replace   *redis.Script
-	reopen    *redis.Script
-	dropReady *redis.Script
+	rdb          redis.UniversalClient
+	keys         Keys
+	load         *redis.Script
+	replace      *redis.Script
+	reopen       *redis.Script
+	dropReady    *redis.Script
+	releaseLease *redis.Script
 }
 
 // NewState returns a State; it does not own rdb.
 func NewState(rdb redis.UniversalClient, keys Keys) *State {
-	return &State{rdb: rdb, keys: keys, load: lua.Load(), replace: lua.Replace(), reopen: lua.Reopen(), dropReady: lua.DropReady()}
+	return &State{rdb: rdb, keys: keys, load: lua.Load(), replace: lua.Replace(), reopen: lua.Reopen(), dropReady: lua.DropReady(), releaseLease: lua.ReleaseLease()}
 }
 
 // buyerChunk bounds the fields of one HSET when buyers are loaded.
@@ -49,8 +50,21 @@ func (s *State) Load(ctx context.Context, v Voucher, buyers map[int64]int64) (bo
 // while no unit has moved between the buckets: for a voucher's first
 // load, and for buckets that all lack state. It reports whether any
 // bucket was written.
+//
+// It holds the voucher's lease (Keys.Lease) while it writes: a rebuild of
+// one bucket (which takes the lease too) must not count the others while
+// some are still being written.
 func (s *State) LoadBuckets(ctx context.Context, v Voucher, buyers map[int64]int64) (bool, error) {
 	nb := v.BucketCount()
+	lease, token := s.keys.Lease(v.ID, nb), newToken()
+	took, err := s.rdb.SetNX(ctx, lease, token, rebuildLease).Result()
+	if err != nil {
+		return false, fmt.Errorf("load buckets of voucher %d: lease: %w", v.ID, err)
+	}
+	if !took {
+		return false, fmt.Errorf("load buckets of voucher %d: %w", v.ID, errLeaseHeld)
+	}
+	defer s.releaseLease.Run(context.WithoutCancel(ctx), s.rdb, []string{lease}, token)
 	homes := SplitBuyers(buyers, nb)
 	wrote := false
 	for b := range nb {
@@ -337,3 +351,7 @@ func (s *State) dropMarker(ctx context.Context, shard int, read, token string, l
 
 // errLeaseLost means a rebuild outlived its lease; another one took over.
 var errLeaseLost = errors.New("shard rebuild lease lost")
+
+// errLeaseHeld means another instance holds a voucher's lease: it is
+// loading the voucher's buckets or rebuilding one. Tried again later.
+var errLeaseHeld = errors.New("voucher lease held by another instance")
