@@ -10,8 +10,11 @@
 #                                  rotated over CAPACITY_ROUNDS rounds, fresh servers per run
 #   loadtest/capacity.sh wait      3 masters with a replica each, SECKILL_REDIS_WAIT_REPLICAS
 #                                  0 and 1 alternated over CAPACITY_ROUNDS rounds
-#   loadtest/capacity.sh worker    3x1 cluster: fill CAPACITY_ORDERS accepted purchases, stop the
-#                                  instances, drain with one SECKILL_ROLE=worker instance, and print
+#   loadtest/capacity.sh worker    3x1 cluster: fill CAPACITY_ORDERS accepted purchases (of one voucher of
+#                                  CAPACITY_BUCKETS buckets, default 1: 3 puts its orders on the 3 shards'
+#                                  streams, written by concurrent batches against its one stock row), stop the
+#                                  instances, drain with one SECKILL_ROLE=worker instance, and print the
+#                                  drain rate, MariaDB's row-lock waits and time over the drain,
 #                                  the Redis commands and CPU per order written (masters + lock Redis)
 #   loadtest/capacity.sh refusals  1 master: CAPACITY_ORDERS purchases by as many buyers at a stock of
 #                                  1% of them, and the Redis commands and CPU per purchase (mostly
@@ -348,19 +351,30 @@ worker() {
   redis_up 3 1
   apis_up 3
   "$lt" redisstat --redis "$cluster_url" --out "$out/fill-before.json"
-  "$lt" --users "$orders" --stock "$orders" -c "$conc" --verify=false --quiet --json "$out/fill.json" >"$out/fill.txt" 2>&1
+  "$lt" --users "$orders" --stock "$orders" --buckets "${CAPACITY_BUCKETS:-1}" -c "$conc" --verify=false --quiet --json "$out/fill.json" >"$out/fill.txt" 2>&1
   "$lt" redisstat --redis "$cluster_url" --since "$out/fill-before.json" --per "$orders" --json "$out/fill-redis.json" >"$out/fill-redis.txt"
   vid=$(jq .voucher_id "$out/fill.json")
   apis_down
   "$lt" redisstat --redis "$cluster_url" --redis "$SECKILL_LOCK_NODES" --out "$out/drain-before.json"
   SECKILL_ROLE=worker SECKILL_REDIS_URL="$cluster_url" SECKILL_SHARDS=3 SECKILL_ADDR="127.0.0.1:$worker_port" \
     start worker "$base/bin/api" serve
+  rowlocks >"$out/rowlocks-before.txt"
   "$lt" drain --redis "$cluster_url" --shards 3 --voucher "$vid" --expect "$orders" >"$out/drain.txt" 2>&1 || die "drain failed; see $out/drain.txt"
+  rowlocks >"$out/rowlocks-after.txt"
   stop "$work/worker.pid"
+  paste "$out/rowlocks-before.txt" "$out/rowlocks-after.txt" |
+    awk '{ printf "mariadb %s over the drain: %d\n", $1, $4 - $2 }' >>"$out/drain.txt"
   "$lt" redisstat --redis "$cluster_url" --redis "$SECKILL_LOCK_NODES" --since "$out/drain-before.json" --per "$orders" \
     --json "$out/drain-redis.json" >"$out/drain-redis.txt"
   redis_down
   cat "$out/drain.txt" "$out/fill-redis.txt" "$out/drain-redis.txt"
+}
+
+# rowlocks prints MariaDB's row-lock counters (name, value), for the
+# contention of concurrent batches on one voucher's stock row.
+rowlocks() {
+  mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$SECKILL_CLUSTER_MYSQL_PORT" -u root -N -B \
+    -e "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', 'Innodb_row_lock_time')"
 }
 
 refusals() {

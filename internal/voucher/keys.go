@@ -195,7 +195,7 @@ func (k Keys) StateAt(shard int, voucherID int64) string {
 
 // BuyersAt is the buyers hash of the voucher's bucket in one shard.
 func (k Keys) BuyersAt(shard int, voucherID int64) string {
-	return k.StateAt(shard, voucherID) + buyersSuffix
+	return k.Tag(shard) + ":voucher:" + strconv.FormatInt(voucherID, 10) + buyersSuffix
 }
 
 // Lease is held by the one instance that loads the buckets of a voucher of
