@@ -48,6 +48,9 @@ type Warmer struct {
 	// afterPage, when set, runs after each page of the pending index is
 	// read: tests move orders between the stream and the delay queue there.
 	afterPage func()
+	// afterBucket, when set, runs after each bucket a shard rebuild
+	// wrote, before the shard reopens: tests run another rebuild there.
+	afterBucket func(voucherID int64, bucket int)
 	// events, when set, announces each shard rebuilt and voucher loaded.
 	events *Events
 	// quiescer stops a voucher's units moving while one of its buckets
@@ -331,7 +334,14 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	if id, err := ms.reread(ctx, w.keys.Ready(shard)); err == nil {
 		c.master = id
 	}
-	return w.rebuildShard(ctx, shard, vs, ps, c, v, token)
+	n, err := w.rebuildShard(ctx, shard, vs, ps, c, v, token)
+	if err != nil {
+		// Tried again next round, by whichever instance comes first: not
+		// after the lease's 30s (a bucket's rebuild fails while another
+		// bucket of its voucher is rebuilt, and must not wait that long).
+		w.state.releaseRebuild(context.WithoutCancel(ctx), shard, token)
+	}
+	return n, err
 }
 
 // check reads the identity of the shard's master, then its ready marker:

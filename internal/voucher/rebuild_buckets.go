@@ -142,6 +142,9 @@ func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, tok
 			release(context.WithoutCancel(ctx))
 			return func(context.Context) {}, err
 		}
+		if w.afterBucket != nil {
+			w.afterBucket(p.v.ID, p.b)
+		}
 	}
 	return release, nil
 }

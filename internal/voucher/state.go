@@ -349,6 +349,11 @@ func (s *State) dropMarker(ctx context.Context, shard int, read, token string, l
 	return n == 1, nil
 }
 
+// releaseRebuild drops a shard's rebuild lease if token still holds it.
+func (s *State) releaseRebuild(ctx context.Context, shard int, token string) {
+	_ = s.releaseLease.Run(ctx, s.rdb, []string{s.keys.Rebuilding(shard)}, token).Err()
+}
+
 // errLeaseLost means a rebuild outlived its lease; another one took over.
 var errLeaseLost = errors.New("shard rebuild lease lost")
 

@@ -1,0 +1,102 @@
+package voucher_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"seckill/internal/bucket"
+	"seckill/internal/testenv"
+	"seckill/internal/voucher"
+)
+
+// nobody holds an order: the database side of a voucher just put on sale.
+type nobody struct{}
+
+func (nobody) Reservations(context.Context, int64) (map[int64]int64, map[int64]bool, error) {
+	return map[int64]int64{}, nil, nil
+}
+
+// TestTwoBucketsRebuiltAtOnce: two buckets of one voucher lose their data
+// together and two instances rebuild them at the same time. The second
+// rebuild runs while the first has written its bucket but not yet
+// reopened its shard: it must not count that bucket by its buyers alone
+// (it would hand the same units out twice). It waits for the voucher's
+// lease instead, and once the first shard is open the second bucket gets
+// exactly what is left: the buckets' alloc adds up to the stock.
+func TestTwoBucketsRebuiltAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	keys := voucher.NewKeys(testenv.Prefix(t), 3)
+	store := voucher.NewStore(voucher.MigratedMySQL(t))
+	state := voucher.NewState(rdb, keys)
+	v := voucher.Voucher{Title: "hot", TotalStock: 30, Buckets: 3, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
+	if err := store.Create(ctx, &v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.Load(ctx, v, nil); err != nil {
+		t.Fatal(err)
+	}
+	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
+	for s := range 3 {
+		if err := state.MarkReady(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Bucket 0 lent 6 units to bucket 1 before: alloc 4, 16, 10.
+	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second}, slog.New(slog.DiscardHandler))
+	if n, err := m.Move(ctx, v.ID, 0, 1, 6, 3); err != nil || n != 6 {
+		t.Fatalf("move: %d, %v", n, err)
+	}
+	// Buckets 1 and 2 lose everything.
+	for _, b := range []int{1, 2} {
+		rdb.Del(ctx, keys.StateAt(shard(b), v.ID), keys.BuyersAt(shard(b), v.ID), keys.Ready(shard(b)))
+	}
+	warmer := func() *voucher.Warmer {
+		w := voucher.NewWarmer(store, state, nobody{}, keys, time.Hour, slog.New(slog.DiscardHandler))
+		w.Quiesce(m)
+		return w
+	}
+	a, b := warmer(), warmer()
+	var (
+		inside error
+		ran    bool
+	)
+	a.AfterBucket(func(int64, int) {
+		// Instance b's round, while a's first bucket is written and its
+		// shard not yet open.
+		if !ran {
+			ran = true
+			_, inside = b.Warm(ctx)
+		}
+	})
+	if _, err := a.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if inside == nil {
+		t.Fatal("a rebuild ran while another bucket of the voucher was being rebuilt")
+	}
+	if _, err := b.Warm(ctx); err != nil {
+		t.Fatalf("the second rebuild, once the first shard is open: %v", err)
+	}
+	var sum int64
+	for bk := range 3 {
+		a, err := rdb.HGet(ctx, keys.StateAt(shard(bk), v.ID), voucher.FieldAlloc).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := rdb.Exists(ctx, keys.Ready(shard(bk))).Result(); n != 1 {
+			t.Fatalf("bucket %d not reopened", bk)
+		}
+		sum += a
+	}
+	if sum != 30 {
+		t.Fatalf("alloc adds up to %d over the buckets, want 30", sum)
+	}
+	if !errors.Is(inside, bucket.ErrLeaseHeld) {
+		t.Errorf("the rebuild inside failed with %v, want the voucher's lease held", inside)
+	}
+}
