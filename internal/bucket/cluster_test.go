@@ -3,6 +3,7 @@ package bucket
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -65,5 +66,59 @@ func TestCluster(t *testing.T) {
 	q.Release(ctx)
 	if e.fenceOf(1) != 0 || e.fenceOf(2) != 0 {
 		t.Error("fences left after Release")
+	}
+}
+
+// TestClusterMasterFailsMidMove: a master fails over in the middle of a
+// move, every step confirmed by a replica (WAIT 1): killed right after
+// the take or the apply, the donor's or the receiver's. The promoted
+// replica has the step (the take's journal entry, the apply's mark), the
+// recovery loop finishes or returns the move from there, and no unit is
+// lost or made: a move killed after its take returns its units, one
+// killed after its apply stays applied.
+func TestClusterMasterFailsMidMove(t *testing.T) {
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 2 * time.Second})
+	cl.WaitHealthy(t, time.Minute)
+	rdb := cl.Client(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		step   string
+		victim int // bucket whose master is killed: 0 donor, 1 receiver
+		want   []int64
+	}{
+		{"take", 1, []int64{10, 0, 0}},
+		{"take", 0, []int64{10, 0, 0}},
+		{"apply", 1, []int64{6, 4, 0}},
+		{"apply", 0, []int64{6, 4, 0}},
+	} {
+		name := fmt.Sprintf("%s_kill_%s", c.step, map[int]string{0: "donor", 1: "receiver"}[c.victim])
+		t.Run(name, func(t *testing.T) {
+			e := loadEnv(t, rdb, voucher.NewClusterKeys(testenv.Prefix(t), 3), 10, 0, 0)
+			cfg := Config{WaitReplicas: 1, WaitTimeout: 5 * time.Second, StaleAfter: time.Millisecond, ApplyWindow: 30 * time.Second}
+			victim := cl.MasterOf(t, e.state(c.victim))
+			crash := cfg
+			crash.AfterStep = func(s string) bool {
+				if s != c.step {
+					return false
+				}
+				victim.Kill(t)
+				return true
+			}
+			if _, err := e.mover(crash).Move(ctx, e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrStopped) {
+				t.Fatalf("move: %v, want stopped after %s", err, c.step)
+			}
+			cl.WaitFailover(t, victim, time.Minute)
+			victim.Restart(t)
+			cl.WaitHealthy(t, time.Minute)
+			r := NewRecoverer(e.mover(cfg))
+			testenv.WaitFor(t, 30*time.Second, "the move recovered on the new masters", func() bool {
+				_ = r.Once(ctx) // fails while the client learns the new master
+				return e.journaled() == 0
+			})
+			e.settled()
+			if got := e.stocks(); !slices.Equal(got, c.want) {
+				t.Errorf("stocks %v, want %v", got, c.want)
+			}
+		})
 	}
 }

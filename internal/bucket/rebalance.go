@@ -105,10 +105,10 @@ func (r *Rebalancer) balance(ctx context.Context, v Live) error {
 	// that outlived its TTL and went to another stays theirs.
 	defer r.m.s.releaseLease.Run(context.WithoutCancel(ctx), r.m.rdb, []string{turn}, token)
 	bs := r.m.view(ctx, v.ID, v.NB) // again: the turn's holder before may have moved
-	poor, rich := pair(bs)
-	if poor < 0 || rich < 0 || bs[poor].stock*2 >= bs[rich].stock {
+	if !uneven(bs) {
 		return nil
 	}
+	poor, rich := pair(bs)
 	k := min(int64(r.m.cfg.BorrowMax), (bs[rich].stock-bs[poor].stock)/2)
 	_, err = r.m.Move(ctx, v.ID, rich, poor, int(k), v.NB)
 	if errors.Is(err, ErrEmpty) || errors.Is(err, ErrFenced) {
@@ -132,8 +132,9 @@ func pair(bs []bucketView) (poor, rich int) {
 }
 
 // uneven reports whether a move is due: the poorest ready bucket holds
-// less than half of its donor's stock.
+// less than half of its donor's stock, and half the gap is a unit or
+// more (1 against 0 is left to a borrow: moving it moves the gap).
 func uneven(bs []bucketView) bool {
 	poor, rich := pair(bs)
-	return poor >= 0 && rich >= 0 && bs[poor].stock*2 < bs[rich].stock
+	return poor >= 0 && rich >= 0 && bs[poor].stock*2 < bs[rich].stock && (bs[rich].stock-bs[poor].stock)/2 >= 1
 }

@@ -3,6 +3,7 @@ package bucket
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -30,5 +31,26 @@ func TestRebalance(t *testing.T) {
 	broken := NewRebalancer(e.mover(Config{}), func(context.Context) ([]Live, error) { return nil, errors.New("down") })
 	if err := broken.Once(ctx); err == nil {
 		t.Error("Once with the list down = nil")
+	}
+}
+
+// TestRebalanceLeavesTheLastUnit: one unit against none is no imbalance
+// to move (half the gap is no unit): the pass moves nothing, fails
+// nothing, and reports what it read.
+func TestRebalanceLeavesTheLastUnit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 0, 0)
+	ctx := context.Background()
+	r := NewRebalancer(e.mover(Config{}), func(context.Context) ([]Live, error) { return []Live{{ID: e.v, NB: e.nb}}, nil })
+	var seen map[int64][]int64
+	r.Report(func(s map[int64][]int64) { seen = s })
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.stocks(); !slices.Equal(got, []int64{1, 0, 0}) {
+		t.Errorf("stocks %v, want [1 0 0]", got)
+	}
+	if !slices.Equal(seen[e.v], []int64{1, 0, 0}) {
+		t.Errorf("reported %v, want the stocks read", seen)
 	}
 }
