@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 )
 
 // placed is one bucket of a voucher of more than one bucket, as a Warm
@@ -114,13 +116,19 @@ func (w *Warmer) loadBucket(ctx context.Context, shard int, p placed) error {
 
 // rebuildBuckets writes the state of the shard's buckets under the
 // shard's rebuild lease (token), each with the alloc the voucher's other
-// buckets leave it. Each voucher's units stay still until the returned
-// release is called, once the shard is reopened: until then the rebuilt
-// bucket is not ready, and a rebuild of another bucket of the voucher
-// would count it by its buyers alone, handing its units out twice. On an
-// error, whatever was held is released.
+// buckets leave it. The buckets (of different vouchers) are rebuilt side
+// by side, at most bucketRebuilds at once: each waits out the transfer
+// apply window (Quiescer), and one after the other they would keep the
+// shard closed that many times as long. Each voucher's units stay still
+// until the returned release is called, once the shard is reopened: until
+// then the rebuilt bucket is not ready, and a rebuild of another bucket of
+// the voucher would count it by its buyers alone, handing its units out
+// twice. On an error, whatever was held is released.
 func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, token string) (release func(context.Context), err error) {
-	var held []func(context.Context)
+	var (
+		mu   sync.Mutex
+		held []func(context.Context)
+	)
 	release = func(ctx context.Context) {
 		for _, r := range held {
 			r(ctx)
@@ -133,21 +141,31 @@ func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, tok
 	if err != nil {
 		return release, err
 	}
+	var g errgroup.Group
+	g.SetLimit(bucketRebuilds)
 	for _, p := range ps {
-		r, err := w.rebuildBucket(ctx, shard, p, flying, token)
-		if r != nil {
-			held = append(held, r)
-		}
-		if err != nil {
-			release(context.WithoutCancel(ctx))
-			return func(context.Context) {}, err
-		}
-		if w.afterBucket != nil {
-			w.afterBucket(p.v.ID, p.b)
-		}
+		g.Go(func() error {
+			r, err := w.rebuildBucket(ctx, shard, p, flying, token)
+			if r != nil {
+				mu.Lock()
+				held = append(held, r)
+				mu.Unlock()
+			}
+			if err == nil && w.afterBucket != nil {
+				w.afterBucket(p.v.ID, p.b)
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		release(context.WithoutCancel(ctx))
+		return func(context.Context) {}, err
 	}
 	return release, nil
 }
+
+// bucketRebuilds bounds the buckets one shard rebuild writes at once.
+const bucketRebuilds = 8
 
 func (w *Warmer) rebuildBucket(ctx context.Context, shard int, p placed, flying inFlight, token string) (func(context.Context), error) {
 	alloc, release, err := w.bucketAlloc(ctx, p)
