@@ -146,6 +146,9 @@ func TestPrometheusAlertFires(t *testing.T) {
 		"SECKILL_CLUSTER_PROMETHEUS_INTERVAL=1s",
 		"SECKILL_METRICS_INTERVAL=1s",
 		"SECKILL_NGINX_PURCHASE_RATE=1000000r/s", "SECKILL_NGINX_PURCHASE_BURST=1000000", "SECKILL_RATE_LIMIT=off",
+		// Three shards, for a voucher of three buckets: the dashboard's
+		// bucket panels have data.
+		"SECKILL_SHARDS=3",
 	)
 	prom := promAPI{base: c.env["SECKILL_PROMETHEUS_URL"]}
 	if prom.base == "" {
@@ -163,12 +166,13 @@ func TestPrometheusAlertFires(t *testing.T) {
 	}
 	t.Cleanup(resume) // never leave the server stopped, whatever failed
 
-	// Buyers at a steady 40/s for two minutes, far below
-	// the stock, so the backlog grows for as long as the database is away.
+	// Buyers at a steady 40/s for two minutes, far below the stock (a
+	// voucher of three buckets), so the backlog grows for as long as the
+	// database is away.
 	var out testenv.Buffer
 	summary := filepath.Join(t.TempDir(), "summary.json")
 	cfg, opts, err := parseRun([]string{
-		"--users", "4800", "--requests", "4800", "--stock", "10000", "--rate", "40", "-c", "16",
+		"--users", "4800", "--requests", "4800", "--stock", "10000", "--buckets", "3", "--rate", "40", "-c", "16",
 		"--drain-timeout", "3m", "--json", summary, "--quiet",
 	}, func(k string) string { return c.env[k] }, &out)
 	if err != nil {

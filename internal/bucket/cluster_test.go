@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +98,11 @@ func TestClusterMasterFailsMidMove(t *testing.T) {
 			e := loadEnv(t, rdb, voucher.NewClusterKeys(testenv.Prefix(t), 3), 10, 0, 0)
 			cfg := Config{WaitReplicas: 1, WaitTimeout: 5 * time.Second, StaleAfter: time.Millisecond, ApplyWindow: 30 * time.Second}
 			victim := cl.MasterOf(t, e.state(c.victim))
+			// The buckets' states reached the replicas (as the service's
+			// load, confirmed before the sale, would have).
+			for b := range e.nb {
+				replicated(t, cl.MasterOf(t, e.state(b)))
+			}
 			crash := cfg
 			crash.AfterStep = func(s string) bool {
 				if s != c.step {
@@ -121,4 +128,37 @@ func TestClusterMasterFailsMidMove(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replicated waits until every replica of master has all it wrote so far.
+func replicated(t *testing.T, master *testenv.ClusterNode) {
+	t.Helper()
+	ctx := context.Background()
+	testenv.WaitFor(t, 10*time.Second, "replicas of "+master.Addr+" in step", func() bool {
+		info, err := master.Client(t).Info(ctx, "replication").Result()
+		if err != nil {
+			return false
+		}
+		var offset int64 = -1
+		replicas := 0
+		for line := range strings.Lines(info) {
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+				offset, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		for line := range strings.Lines(info) {
+			line = strings.TrimSpace(line)
+			if !strings.HasPrefix(line, "slave") || !strings.Contains(line, "offset=") {
+				continue
+			}
+			replicas++
+			_, rest, _ := strings.Cut(line, "offset=")
+			n, _ := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
+			if n < offset {
+				return false
+			}
+		}
+		return replicas > 0 && offset >= 0
+	})
 }
