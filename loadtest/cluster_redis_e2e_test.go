@@ -31,17 +31,11 @@ import (
 // server starts on the same cluster; scripts/cluster-down.sh then leaves
 // none of the processes it started.
 func TestClusterOnRedisCluster(t *testing.T) {
-	var ports, bus []string
-	for range 6 {
-		ports = append(ports, testenv.FreePort(t))
-		bus = append(bus, testenv.FreePort(t))
-	}
 	c := startCluster(t,
 		"SECKILL_CLUSTER_REDIS=cluster",
-		"SECKILL_CLUSTER_REDIS_NODE_PORTS="+strings.Join(ports, " "),
-		"SECKILL_CLUSTER_REDIS_BUS_PORTS="+strings.Join(bus, " "),
 		"SECKILL_NGINX_PURCHASE_RATE=1000000r/s", "SECKILL_NGINX_PURCHASE_BURST=1000000", "SECKILL_RATE_LIMIT=off",
 	)
+	ports := c.nodePorts
 
 	// cluster.env: the cluster URL with every node as a seed, one shard per
 	// master.

@@ -23,6 +23,9 @@ import (
 type cluster struct {
 	dir string
 	env map[string]string // cluster.env
+	// nodePorts are the Redis Cluster nodes' ports this start picked
+	// (used with SECKILL_CLUSTER_REDIS=cluster).
+	nodePorts []string
 }
 
 // startCluster runs scripts/cluster-up.sh on free loopback ports in a
@@ -69,8 +72,17 @@ func startCluster(t testing.TB, extraEnv ...string) *cluster {
 func tryCluster(t testing.TB, root string, extraEnv []string) (*cluster, []byte, error) {
 	t.Helper()
 	dir := t.TempDir()
+	// The cluster nodes' ports too are picked afresh on every attempt: a
+	// port taken meanwhile must not be asked for again.
+	var nodes, bus []string
+	for range 6 {
+		nodes = append(nodes, testenv.FreePort(t))
+		bus = append(bus, testenv.FreePort(t))
+	}
 	env := append(os.Environ(),
 		"SECKILL_CLUSTER_DIR="+dir,
+		"SECKILL_CLUSTER_REDIS_NODE_PORTS="+strings.Join(nodes, " "),
+		"SECKILL_CLUSTER_REDIS_BUS_PORTS="+strings.Join(bus, " "),
 		"SECKILL_CLUSTER_HTTP_PORT="+testenv.FreePort(t),
 		"SECKILL_CLUSTER_API_PORTS="+testenv.FreePort(t)+" "+testenv.FreePort(t),
 		"SECKILL_CLUSTER_REDIS_PORT="+testenv.FreePort(t),
@@ -84,7 +96,7 @@ func tryCluster(t testing.TB, root string, extraEnv []string) (*cluster, []byte,
 		"SECKILL_ADMIN_ADDR=off",
 	)
 	env = append(env, extraEnv...)
-	c := &cluster{dir: dir}
+	c := &cluster{dir: dir, nodePorts: nodes}
 	script := func(name string, args ...string) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
