@@ -46,10 +46,9 @@ func (r *Rebalancer) Report(seen func(stocks map[int64][]int64)) { r.seen = seen
 func (r *Rebalancer) Run(ctx context.Context) error {
 	t := time.NewTicker(rebalanceEvery)
 	defer t.Stop()
+	failing := false
 	for {
-		if err := r.Once(ctx); err != nil && ctx.Err() == nil {
-			r.m.log.Warn("bucket rebalance", "err", err)
-		}
+		failing = r.m.logChange(ctx, failing, "bucket rebalance", r.Once(ctx))
 		select {
 		case <-ctx.Done():
 			return nil

@@ -27,10 +27,9 @@ func NewRecoverer(m *Mover) *Recoverer { return &Recoverer{m: m, logged: map[str
 func (r *Recoverer) Run(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	failing := false
 	for {
-		if err := r.Once(ctx); err != nil && ctx.Err() == nil {
-			r.m.log.Warn("bucket move recovery", "err", err)
-		}
+		failing = r.m.logChange(ctx, failing, "bucket move recovery", r.Once(ctx))
 		select {
 		case <-ctx.Done():
 			return nil

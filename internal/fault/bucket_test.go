@@ -344,16 +344,6 @@ func (w *bucketSale) lost(ctx context.Context) ([]int64, error) {
 	return lost, nil
 }
 
-// sold counts the orders written.
-func (w *bucketSale) sold() int {
-	w.t.Helper()
-	var n int
-	if err := w.openDB().Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ?", w.v).Scan(&n).Error; err != nil {
-		w.t.Fatal(err)
-	}
-	return n
-}
-
 // One buyer pressing 400 times at once on both instances gets one order;
 // then a stampede from two instances on one voucher of three buckets: each
 // master runs about a third of the purchase scripts, and every invariant

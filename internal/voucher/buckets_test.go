@@ -182,14 +182,13 @@ func TestPurchaseGoesHome(t *testing.T) {
 		if _, err := res.Reserve(ctx, 7, u, 500+int64(co)); err != nil {
 			t.Fatalf("coalesce %d: %v", co, err)
 		}
-		stock, _, buyers := e.bucket(t, 2)
+		_, _, buyers := e.bucket(t, 2)
 		if buyers[strconv.FormatInt(u, 10)] != strconv.FormatInt(500+int64(co), 10) {
 			t.Fatalf("coalesce %d: bucket 2 buyers %v", co, buyers)
 		}
 		if s0, _, b0 := e.bucket(t, 0); s0 != 3 || len(b0) != 0 {
 			t.Fatalf("coalesce %d: bucket 0 touched: stock %d buyers %v", co, s0, b0)
 		}
-		_ = stock
 		msgs, err := e.rdb.XRange(ctx, e.keys.Stream(e.keys.BucketShard(7, 2, 3)), "-", "+").Result()
 		if err != nil || len(msgs) == 0 {
 			t.Fatal(msgs, err)
