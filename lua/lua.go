@@ -47,6 +47,8 @@ var (
 	fenceSrc string
 	//go:embed release_lease.lua
 	releaseLeaseSrc string
+	//go:embed renew_lease.lua
+	renewLeaseSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -108,8 +110,11 @@ func Resolve() *redis.Script { return redis.NewScript(resolveSrc) }
 // the units of a refused move back.
 func Close() *redis.Script { return redis.NewScript(closeSrc) }
 
-// Fence refuses moves out of a bucket until a time, or allows them again.
+// Fence sets, checks or lifts a rebuild's fencing token on a bucket.
 func Fence() *redis.Script { return redis.NewScript(fenceSrc) }
 
 // ReleaseLease drops a voucher's bucket lease if it still holds a token.
 func ReleaseLease() *redis.Script { return redis.NewScript(releaseLeaseSrc) }
+
+// RenewLease extends a lease if it still holds a token.
+func RenewLease() *redis.Script { return redis.NewScript(renewLeaseSrc) }

@@ -1,0 +1,96 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"seckill/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestKeepRenews: a lease held three times its time to live is still the
+// holder's, its context alive; Release drops it.
+func TestKeepRenews(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	key := testenv.Prefix(t) + ":lease"
+	l, took, err := Take(ctx, rdb, key, Min)
+	if err != nil || !took {
+		t.Fatalf("Take = %v, %v", took, err)
+	}
+	if _, again, err := Take(ctx, rdb, key, Min); err != nil || again {
+		t.Fatalf("second Take = %v, %v; want held", again, err)
+	}
+	began := time.Now()
+	testenv.WaitFor(t, 20*time.Second, "three times the lease's life", func() bool {
+		if got, _ := rdb.Get(ctx, key).Result(); got != l.Token() || l.Err() != nil {
+			t.Fatalf("after %s the lease holds %q (err %v), want the holder's", time.Since(began), got, l.Err())
+		}
+		return time.Since(began) > 3*Min
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Exists(ctx, key).Result(); n != 0 {
+		t.Error("lease left after Release")
+	}
+	if !errors.Is(l.Err(), context.Canceled) {
+		t.Errorf("Err after Release = %v, want canceled", l.Err())
+	}
+}
+
+// TestKeepLost: a lease taken by another is not renewed back: the
+// holder's context ends with ErrLost within a renewal, and its Release
+// leaves the other's lease alone.
+func TestKeepLost(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	ctx := context.Background()
+	key := testenv.Prefix(t) + ":lease"
+	l, took, err := Take(ctx, rdb, key, Min)
+	if err != nil || !took {
+		t.Fatalf("Take = %v, %v", took, err)
+	}
+	if err := rdb.Set(ctx, key, "another", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the holder told", func() bool { return l.Context().Err() != nil })
+	if !errors.Is(l.Err(), ErrLost) {
+		t.Errorf("cause %v, want ErrLost", l.Err())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := rdb.Get(ctx, key).Result(); got != "another" {
+		t.Errorf("lease %q after the old holder's Release, want another's", got)
+	}
+}
+
+// TestKeepUnreachable: a holder whose renewals get no answer (Redis
+// paused) is told the lease is lost once its time to live has passed
+// since the last renewal it sent, not later.
+func TestKeepUnreachable(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t, testenv.RedisOptions{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	l, took, err := Take(ctx, rdb, "lease", Min)
+	if err != nil || !took {
+		t.Fatalf("Take = %v, %v", took, err)
+	}
+	srv.Pause(t)
+	defer srv.Kill(t)
+	stopped := time.Now()
+	testenv.WaitFor(t, 10*time.Second, "the holder told", func() bool { return l.Context().Err() != nil })
+	if !errors.Is(l.Err(), ErrLost) {
+		t.Errorf("cause %v, want ErrLost", l.Err())
+	}
+	if d := time.Since(stopped); d > Min+Min/2 {
+		t.Errorf("told %s after Redis paused, want within the lease's %s and a renewal", d, Min)
+	}
+	l.Stop()
+}
