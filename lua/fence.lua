@@ -1,31 +1,48 @@
--- fence.lua: refuse (or allow again) moves out of one bucket of a voucher
--- (see internal/bucket/mover.go): take.lua refuses while fence_until is
--- after the server's time. A rebuild of another bucket fences every other
--- bucket so the units stand still while it counts them.
+-- fence.lua: set, check or lift a rebuild's fence on one bucket of a
+-- voucher (see internal/bucket/quiesce.go). A fence is the rebuild's
+-- fencing token, written in the bucket's shard: take.lua refuses to move
+-- units out of a fenced bucket, and the rebuilt bucket's shard reopens
+-- only while its fence still holds the rebuild's token (reopen.lua).
 --
--- The fence is set from this server's own clock, so the masters' clocks
--- need not agree.
+-- A fence has no time to live: it holds until its holder lifts it, or a
+-- newer holder of the voucher's lease overwrites it (set). A holder that
+-- stalls past its lease therefore never lets units move under it; it
+-- finds its token gone instead, and its writes are refused.
 --
--- KEYS[1] seckill:{<shard>}:voucher:<voucher id>  the bucket's state (hash, or missing)
--- ARGV[1] how long the fence holds (ms) from now; "0" lifts it (fence_until 0)
+-- KEYS[1] seckill:{<shard>}:fences  the shard's fences (hash: voucher id ->
+--         "<nb>:<token>", or missing)
+-- ARGV[1] "set" | "check" | "lift"
+-- ARGV[2] voucher id
+-- ARGV[3] the holder's value "<nb>:<token>"
 --
 -- Returns (decoded in internal/bucket/scripts.go by decodeFence alone):
---   1   fence_until written
---   0   no state: nothing written
---   -1  the key holds another type: nothing written
+--   set:   {1}          written (no fence before, or this value already)
+--          {2, value}   written over another holder's fence (a takeover)
+--   check: {1}          the fence holds the value
+--          {0, value}   another value, or "" when none
+--   lift:  {1}          the fence held the value: dropped
+--          {0, value}   another value, or "" when none: nothing written
+--   {8, key}           the key holds another type: nothing written
 
 local t = redis.call('TYPE', KEYS[1])['ok']
-if t == 'none' then
-  return 0
+if t ~= 'hash' and t ~= 'none' then
+  return {8, KEYS[1]}
 end
-if t ~= 'hash' then
-  return -1
+local cur = redis.call('HGET', KEYS[1], ARGV[2])
+local mode = ARGV[1]
+if mode == 'set' then
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+  if cur and cur ~= ARGV[3] then
+    return {2, cur}
+  end
+  return {1}
 end
-local until_ms = 0
-local ttl = tonumber(ARGV[1])
-if ttl and ttl > 0 then
-  local now = redis.call('TIME')
-  until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + ttl
+if cur ~= ARGV[3] then
+  return {0, cur or ''}
 end
-redis.call('HSET', KEYS[1], 'fence_until', until_ms)
-return 1
+if mode == 'lift' then
+  redis.call('HDEL', KEYS[1], ARGV[2])
+elseif mode ~= 'check' then
+  error('fence.lua: mode must be set, check or lift, got ' .. tostring(mode))
+end
+return {1}

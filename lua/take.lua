@@ -12,6 +12,8 @@
 --         stock, alloc, out, fence_until, ...)
 -- KEYS[3] seckill:{<shard>}:transfers  the donor's journal (hash: move id ->
 --         "<voucher id>:<to bucket>:<units>:<nb>:<at ms>", or missing)
+-- KEYS[4] seckill:{<shard>}:fences  the shard's rebuild fences (hash: voucher id ->
+--         "<nb>:<token>", or missing): a voucher with an entry is fenced
 -- ARGV[1] move id (random, chosen by the caller; a retry sends the same one)
 -- ARGV[2] units wanted (an integer > 0; checked by the caller)
 -- ARGV[3] voucher id
@@ -23,7 +25,8 @@
 --               the record journaled
 --   {1, record} this id is journaled already (its record as journaled); nothing written
 --   {2}         the bucket's stock is 0; nothing written
---   {3}         the bucket is fenced (fence_until is after now); nothing written
+--   {3}         the bucket is fenced (a rebuild's fence in KEYS[4], or a
+--               fence_until after now, as an older version fenced); nothing written
 --   {6}         the shard is not ready; nothing written
 --   {7}         no state, or a state without integer stock and alloc (out and
 --               fence_until: integers or absent); nothing written
@@ -44,7 +47,7 @@ end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {6}
 end
-for i = 2, 3 do
+for i = 2, 4 do
   local t = kind(KEYS[i])
   if t ~= 'hash' and t ~= 'none' then
     return {8, KEYS[i]}
@@ -62,7 +65,7 @@ if stock == nil or alloc == nil or out == nil or fence == nil then
 end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if fence > now_ms then
+if fence > now_ms or redis.call('HEXISTS', KEYS[4], ARGV[3]) == 1 then
   return {3}
 end
 if stock <= 0 then

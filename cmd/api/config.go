@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"seckill/internal/lease"
 	"seckill/internal/redisconn"
 )
 
@@ -42,6 +43,10 @@ type config struct {
 	// between a voucher's buckets (internal/bucket).
 	BucketStaleAfter  time.Duration // SECKILL_BUCKET_STALE_AFTER
 	BucketApplyWindow time.Duration // SECKILL_BUCKET_APPLY_WINDOW
+	// RebuildLease is the time to live of a shard's rebuild lease and of a
+	// voucher's bucket lease, renewed every third of it while a rebuild
+	// goes on.
+	RebuildLease time.Duration // SECKILL_REBUILD_LEASE
 	// Coalesce is the most purchase scripts sent to Redis in one
 	// pipeline; 0: one round trip per purchase.
 	Coalesce int // SECKILL_REDIS_COALESCE
@@ -109,6 +114,9 @@ var coreSettings = []setting{
 	{name: "SECKILL_BUCKET_APPLY_WINDOW", def: "5s",
 		doc:   "a transfer's units are taken in by the receiving bucket only this soon after the donor gave them; must be below SECKILL_BUCKET_STALE_AFTER",
 		field: func(c *config) value { return duration{p: &c.BucketApplyWindow, lo: time.Millisecond} }},
+	{name: "SECKILL_REBUILD_LEASE", def: "30s",
+		doc:   "a rebuild's leases (the shard's, a bucketed voucher's) live this long unless renewed; the rebuild renews them every third of it, so this bounds how long a crashed instance's rebuild blocks the next",
+		field: func(c *config) value { return duration{p: &c.RebuildLease, lo: lease.Min, hi: 10 * time.Minute} }},
 	{name: "SECKILL_REDIS_COALESCE", def: "128",
 		doc:   "most purchase scripts sent to Redis in one pipeline; 0: one round trip each",
 		field: func(c *config) value { return integer{&c.Coalesce, 0, 1024} }},
@@ -187,7 +195,7 @@ var coreSettings = []setting{
 		doc:   "json or text",
 		field: func(c *config) value { return oneOf{&c.LogFormat, []string{"json", "text"}} }},
 	{name: "SECKILL_CRASH_POINT", def: "",
-		doc:   "fault tests only: after_commit_before_ack, hang_after_read, after_take_before_apply or after_apply_before_close",
+		doc:   "fault tests only: after_commit_before_ack, hang_after_read, after_take_before_apply, after_apply_before_close or stop_after_bucket_rebuild",
 		field: func(c *config) value { return text{&c.CrashPoint, crashPointSetting} }},
 }
 

@@ -1,6 +1,10 @@
 package main
 
-import "os"
+import (
+	"os"
+	"sync"
+	"syscall"
+)
 
 // Crash points of the fault tests (SECKILL_CRASH_POINT): each stops the
 // worker dead at one place, so a test can check what the pipeline recovers
@@ -19,11 +23,20 @@ const (
 	// instance finishes or returns the transfer.
 	crashAfterTake  = "after_take_before_apply"
 	crashAfterApply = "after_apply_before_close"
+	// crashStopAfterBucket stops the process (SIGSTOP, as a pause of the
+	// machine would) once, after the first bucket a shard rebuild wrote and
+	// before the shard reopens: its leases lapse, another instance's
+	// rebuild takes over, and the test resumes it with SIGCONT.
+	crashStopAfterBucket = "stop_after_bucket_rebuild"
 )
 
 // crashPointValid reports whether p is empty or a known crash point.
 func crashPointValid(p string) bool {
-	return p == "" || p == crashAfterCommit || p == crashHangAfterRead || p == crashAfterTake || p == crashAfterApply
+	switch p {
+	case "", crashAfterCommit, crashHangAfterRead, crashAfterTake, crashAfterApply, crashStopAfterBucket:
+		return true
+	}
+	return false
 }
 
 // crashHooks are the hooks a crash point installs in the writer and the
@@ -33,6 +46,8 @@ type crashHooks struct {
 	afterRead   func(int) // mq.ConsumerConfig.AfterRead
 	// afterStep is bucket.Config.AfterStep: told each step of a transfer.
 	afterStep func(step string) bool
+	// afterBucket is voucher.Warmer.AfterBucket: told each bucket rebuilt.
+	afterBucket func(voucherID int64, bucket int)
 }
 
 // crashPoint returns the hooks of crash point p (none when p is empty).
@@ -49,6 +64,11 @@ func crashPoint(p string) crashHooks {
 				os.Exit(3)
 			}
 			return false
+		}}
+	case crashStopAfterBucket:
+		var once sync.Once
+		return crashHooks{afterBucket: func(int64, int) {
+			once.Do(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) })
 		}}
 	}
 	return crashHooks{}

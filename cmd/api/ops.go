@@ -31,6 +31,7 @@ func opsClients(ctx context.Context, cfg config, log *slog.Logger) (*order.DeadL
 	keys := saleKeys(cfg, rdb)
 	vstore := voucher.NewStore(db)
 	warmer := voucher.NewWarmer(vstore, voucher.NewState(rdb, keys), order.NewStore(db), keys, cfg.Warm, log)
+	warmer.LeaseTTL(cfg.RebuildLease)
 	dead := order.NewDeadLetters(db, newReserver(cfg, rdb, keys, newMover(cfg, rdb, keys, crashHooks{}, log)))
 	return dead, warmer, func() { closeDB(); closeRedis() }, nil
 }

@@ -255,6 +255,10 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 	c.warmer.OnRebuild(m.ShardRebuilt)
 	c.warmer.Announce(c.events)
 	c.warmer.Quiesce(mover)
+	c.warmer.LeaseTTL(cfg.RebuildLease)
+	if crash := crashPoint(cfg.CrashPoint); crash.afterBucket != nil {
+		c.warmer.AfterBucket(crash.afterBucket)
+	}
 	if n, err := c.warmer.Warm(ctx); err != nil {
 		log.Warn("warming voucher state failed; purchases answer not_ready until it works", "err", err)
 	} else {
@@ -289,7 +293,7 @@ func newMover(cfg config, rdb redis.UniversalClient, keys voucher.Keys, crash cr
 	return bucket.NewMover(rdb, keys, bucket.Config{
 		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout,
 		StaleAfter: cfg.BucketStaleAfter, ApplyWindow: cfg.BucketApplyWindow,
-		AfterStep: crash.afterStep,
+		LeaseTTL: cfg.RebuildLease, AfterStep: crash.afterStep,
 	}, log.With("component", "bucket"))
 }
 

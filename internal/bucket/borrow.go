@@ -75,6 +75,7 @@ func (m *Mover) borrow(ctx context.Context, v int64, to, nb int) error {
 // bucketView is one bucket's state as Borrow reads it.
 type bucketView struct {
 	ready                             bool // ready marker there, state read
+	fenced                            bool // a rebuild's fence (quiesce.go)
 	stock, alloc, out, total, fenceMs int64
 }
 
@@ -84,10 +85,13 @@ func (m *Mover) view(ctx context.Context, v int64, nb int) []bucketView {
 	pipe := m.rdb.Pipeline()
 	states := make([]*redis.SliceCmd, nb)
 	ready := make([]*redis.IntCmd, nb)
+	fenced := make([]*redis.BoolCmd, nb)
+	field := strconv.FormatInt(v, 10)
 	for b := range nb {
 		s := m.keys.BucketShard(v, b, nb)
 		states[b] = pipe.HMGet(ctx, m.keys.StateAt(s, v), "stock", voucher.FieldAlloc, voucher.FieldOut, voucher.FieldTotal, voucher.FieldFenceUntil)
 		ready[b] = pipe.Exists(ctx, m.keys.Ready(s))
+		fenced[b] = pipe.HExists(ctx, fencesKey(m.keys, s), field)
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 	bs := make([]bucketView, nb)
@@ -108,7 +112,9 @@ func (m *Mover) view(ctx context.Context, v int64, nb int) []bucketView {
 				ok = false
 			}
 		}
-		bs[b] = bucketView{ready: ok, stock: f[0], alloc: f[1], out: f[2], total: f[3], fenceMs: f[4]}
+		// A fence that cannot be read counts as one: the take would say.
+		isFenced, ferr := fenced[b].Result()
+		bs[b] = bucketView{ready: ok, fenced: isFenced || ferr != nil, stock: f[0], alloc: f[1], out: f[2], total: f[3], fenceMs: f[4]}
 	}
 	return bs
 }
@@ -118,7 +124,7 @@ func (m *Mover) view(ctx context.Context, v int64, nb int) []bucketView {
 func donor(bs []bucketView, to int, nowMs int64) int {
 	best := -1
 	for b, x := range bs {
-		if b == to || !x.ready || x.stock <= 0 || x.fenceMs > nowMs {
+		if b == to || !x.ready || x.stock <= 0 || x.fenced || x.fenceMs > nowMs {
 			continue
 		}
 		if best < 0 || x.stock > bs[best].stock {

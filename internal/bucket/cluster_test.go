@@ -66,7 +66,7 @@ func TestCluster(t *testing.T) {
 		t.Errorf("Quiet %v, want %v", q.Alloc, want)
 	}
 	q.Release(ctx)
-	if e.fenceOf(1) != 0 || e.fenceOf(2) != 0 {
+	if e.fenceOf(0) != "" || e.fenceOf(1) != "" || e.fenceOf(2) != "" {
 		t.Error("fences left after Release")
 	}
 }

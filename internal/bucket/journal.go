@@ -3,6 +3,8 @@ package bucket
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"seckill/internal/redisconn"
@@ -45,6 +47,32 @@ func (m *Mover) scanJournal(ctx context.Context, shard int, visit func(j journal
 		}
 		if cursor = next; cursor == 0 {
 			return nil
+		}
+	}
+}
+
+// scanFences reads a shard's fences: voucher id -> its bucket count, from
+// the fence's value "<nb>:<token>". A field that does not parse is skipped
+// (no script writes one).
+func (m *Mover) scanFences(ctx context.Context, shard int) (map[int64]int, error) {
+	key := fencesKey(m.keys, shard)
+	out := map[int64]int{}
+	var cursor uint64
+	for {
+		kv, next, err := m.rdb.HScan(ctx, key, cursor, "", journalPage).Result()
+		if err != nil {
+			return nil, fmt.Errorf("fences of shard %d: scan: %w", shard, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			v, err1 := strconv.ParseInt(kv[i], 10, 64)
+			nbs, _, _ := strings.Cut(kv[i+1], ":")
+			nb, err2 := strconv.Atoi(nbs)
+			if err1 == nil && err2 == nil && nb >= 2 {
+				out[v] = nb
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
 		}
 	}
 }

@@ -22,3 +22,7 @@ func leaseKey(k voucher.Keys, v int64, nb int) string { return k.Lease(v, nb) }
 func turnKey(k voucher.Keys, v int64, nb int) string {
 	return k.StateAt(k.BucketShard(v, 0, nb), v) + ":rebalancing"
 }
+
+// fencesKey is a shard's rebuild fences: voucher id -> "<nb>:<token>" of
+// the rebuild (Quiesce) that fenced that voucher's bucket in the shard.
+func fencesKey(k voucher.Keys, shard int) string { return k.Tag(shard) + ":fences" }

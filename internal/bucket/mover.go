@@ -78,8 +78,9 @@ type Config struct {
 	BorrowMax int
 	// MarkTTL is how long a receiver keeps a move's mark (default 1h).
 	MarkTTL time.Duration
-	// LeaseTTL is how long a Quiesce holds the voucher's lease and its
-	// fences (default 30s).
+	// LeaseTTL is the voucher's lease a Quiesce holds, renewed every
+	// third of it while the rebuild goes on (default 30s, at least
+	// lease.Min). Fences have no time to live (quiesce.go).
 	LeaseTTL time.Duration
 	// AfterStep, when set, is called after the steps "take" and "apply"
 	// of a Move; true stops the move there, as a crash would (tests).
@@ -211,7 +212,7 @@ func (m *Mover) stopAfter(step string) bool { return m.cfg.AfterStep != nil && m
 // take is T1 on the donor, confirmed by WAIT: the move's journal entry.
 func (m *Mover) take(ctx context.Context, id string, v int64, from, to, k, nb int) (entry, error) {
 	d := m.keys.BucketShard(v, from, nb)
-	keys := []string{m.keys.Ready(d), m.keys.StateAt(d, v), journalKey(m.keys, d)}
+	keys := []string{m.keys.Ready(d), m.keys.StateAt(d, v), journalKey(m.keys, d), fencesKey(m.keys, d)}
 	res, err := m.r.run(ctx, m.s.take, true, keys, id, k, v, to, nb)
 	if res == nil && err != nil {
 		return entry{}, err

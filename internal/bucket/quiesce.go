@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/lease"
 	"seckill/internal/voucher"
 )
 
@@ -18,35 +19,71 @@ import (
 // pass normally finds none.
 const drainRounds = 5
 
+// A rebuild of one bucket of a voucher counts the others, so the units
+// must stand still while it counts, and no other rebuild of the voucher
+// may count until this one's bucket is live. Two things hold them, and
+// neither trusts a clock:
+//
+//	what            | where                       | held by                 | ends
+//	----------------+-----------------------------+-------------------------+----------------------------------
+//	the lease       | Keys.Lease(v, nb)           | one Quiesce; renewed    | Release; or not renewed in time
+//	                | (bucket 0's shard), a token | every LeaseTTL/3 by a   | (the holder stalled): the next
+//	                | with a time to live         | watchdog (lease.Keep)   | rebuild takes it; Quiet.Ctx ends
+//	a fence, one    | fencesKey(shard of b),      | the lease holder; no    | lifted by its holder (compare and
+//	per bucket b    | field v = "<nb>:<token>"    | time to live            | delete), or overwritten by the
+//	                |                             |                         | next lease holder (a takeover)
+//
+// Quiesce: take the lease; fence every bucket (the lost one too); settle
+// every journaled move; wait ApplyWindow (a move journaled in the lost
+// bucket and never seen can no longer be applied); read the allocs; then
+// lift the other buckets' fences, each of which must still hold this
+// token (the check that no takeover happened while they were read: a
+// fence is never lifted by anyone who has not first overwritten every
+// fence of the voucher). The lost bucket's fence stays until Release: its
+// shard reopens only while it holds this token (Quiet.Guard, checked by
+// reopen.lua), so a rebuild that stalled past its lease, whose fences a
+// newer rebuild took over, makes nothing live; and the newer rebuild,
+// having set every fence before it counted, counted with the stalled one
+// stopped.
+//
+// take.lua refuses a fenced donor; units moving between the other ready
+// buckets after the allocs are read leave their sum unchanged, and a
+// bucket that is not ready neither gives nor takes units.
+
 // Quiesce stops the units of voucher v (of nb buckets) for a rebuild of
-// bucket lost: it takes the voucher's lease, fences every other bucket,
-// finishes or returns every journaled move of v, waits ApplyWindow so
-// that a move journaled in lost and never seen can no longer be applied,
-// then reads the allocs. It implements voucher.Quiescer. An error leaves
+// bucket lost, as above. It implements voucher.Quiescer. An error leaves
 // nothing held.
 func (m *Mover) Quiesce(ctx context.Context, v int64, nb, lost int) (voucher.Quiet, error) {
-	token := newID()
-	lease := leaseKey(m.keys, v, nb)
-	ok, err := m.rdb.SetNX(ctx, lease, token, m.cfg.LeaseTTL).Result()
+	l, took, err := lease.Take(ctx, m.rdb, leaseKey(m.keys, v, nb), m.cfg.LeaseTTL)
 	if err != nil {
 		return voucher.Quiet{}, fmt.Errorf("quiesce voucher %d: lease: %w", v, err)
 	}
-	if !ok {
+	if !took {
 		return voucher.Quiet{}, fmt.Errorf("quiesce voucher %d: %w", v, ErrLeaseHeld)
 	}
+	value := fenceValue(nb, l.Token())
 	var once sync.Once
-	release := func(ctx context.Context) { once.Do(func() { m.release(ctx, v, nb, lost, token) }) }
-	q, err := m.quiesce(ctx, v, nb, lost)
+	release := func(ctx context.Context) { once.Do(func() { m.release(ctx, l, v, nb, value) }) }
+	q, err := m.quiesce(l.Context(), v, nb, lost, value)
 	if err != nil {
+		if cause := l.Err(); errors.Is(cause, lease.ErrLost) {
+			err = fmt.Errorf("%w (%w)", err, cause)
+		}
 		release(context.WithoutCancel(ctx))
 		return voucher.Quiet{}, fmt.Errorf("quiesce voucher %d for bucket %d: %w", v, lost, err)
 	}
+	q.Ctx = l.Context()
+	q.Guard = voucher.Guard{Key: fencesKey(m.keys, m.keys.BucketShard(v, lost, nb)), Field: strconv.FormatInt(v, 10), Value: value}
 	q.Release = release
 	return q, nil
 }
 
-func (m *Mover) quiesce(ctx context.Context, v int64, nb, lost int) (voucher.Quiet, error) {
-	if err := m.fence(ctx, v, nb, lost, m.cfg.LeaseTTL); err != nil {
+// fenceValue is a fence's value: the voucher's bucket count, so that a
+// fence found alone can be lifted (clearFences), and the holder's token.
+func fenceValue(nb int, token string) string { return strconv.Itoa(nb) + ":" + token }
+
+func (m *Mover) quiesce(ctx context.Context, v int64, nb, lost int, value string) (voucher.Quiet, error) {
+	if err := m.fenceAll(ctx, v, nb, value); err != nil {
 		return voucher.Quiet{}, err
 	}
 	if err := m.drain(ctx, v, nb, lost); err != nil {
@@ -56,32 +93,68 @@ func (m *Mover) quiesce(ctx context.Context, v int64, nb, lost int) (voucher.Qui
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return voucher.Quiet{}, ctx.Err()
+		return voucher.Quiet{}, context.Cause(ctx)
 	case <-t.C:
 	}
-	return m.allocs(ctx, v, nb, lost)
-}
-
-// fence sets (ttl > 0) or lifts (ttl 0) the fence of every bucket but
-// lost, each from its own master's clock.
-func (m *Mover) fence(ctx context.Context, v int64, nb, lost int, ttl time.Duration) error {
+	q, err := m.allocs(ctx, v, nb, lost)
+	if err != nil {
+		return voucher.Quiet{}, err
+	}
 	for b := range nb {
 		if b == lost {
 			continue
 		}
-		key := m.keys.StateAt(m.keys.BucketShard(v, b, nb), v)
-		res, err := m.r.run(ctx, m.s.fence, ttl > 0, []string{key}, ttl.Milliseconds())
-		if res == nil && err != nil {
-			return fmt.Errorf("fence bucket %d: %w", b, err)
+		if err := m.lift(ctx, v, nb, b, value); err != nil {
+			return voucher.Quiet{}, err
 		}
-		if _, derr := decodeFence(res); derr != nil {
-			return fmt.Errorf("fence bucket %d: %w", b, derr)
-		}
+	}
+	return q, nil
+}
+
+// fenceAll sets value as the fence of every bucket of v, over whatever
+// fence was there (a takeover: the lease is this caller's, so the other
+// holder's lease ended), each confirmed by WAIT.
+func (m *Mover) fenceAll(ctx context.Context, v int64, nb int, value string) error {
+	for b := range nb {
+		prev, err := m.fenceOp(ctx, true, v, nb, b, "set", value)
 		if err != nil {
 			return fmt.Errorf("fence bucket %d: %w", b, err)
 		}
+		if prev != "" {
+			m.log.Info("bucket fence taken over from an earlier rebuild", "voucher", v, "bucket", b, "earlier", prev)
+		}
 	}
 	return nil
+}
+
+// lift drops bucket b's fence if it holds value; a fence holding another
+// value (taken over) fails with ErrFenceLost.
+func (m *Mover) lift(ctx context.Context, v int64, nb, b int, value string) error {
+	if _, err := m.fenceOp(ctx, false, v, nb, b, "lift", value); err != nil {
+		return fmt.Errorf("lift fence of bucket %d: %w", b, err)
+	}
+	return nil
+}
+
+// fenceOp runs fence.lua on bucket b's shard. It returns the value found
+// when it was not value (set: the one overwritten; check and lift: the one
+// there, "" when none, as ErrFenceLost for lift and check).
+func (m *Mover) fenceOp(ctx context.Context, ack bool, v int64, nb, b int, mode, value string) (string, error) {
+	key := fencesKey(m.keys, m.keys.BucketShard(v, b, nb))
+	res, err := m.r.run(ctx, m.s.fence, ack, []string{key}, mode, v, value)
+	if res == nil && err != nil {
+		return "", err
+	}
+	held, other, derr := decodeFence(res)
+	switch {
+	case derr != nil:
+		return "", derr
+	case err != nil:
+		return "", err
+	case !held && mode != "set":
+		return other, fmt.Errorf("fence holds %q: %w", other, ErrFenceLost)
+	}
+	return other, nil
 }
 
 // drain settles every journaled move of v, in every bucket's journal, the
@@ -155,13 +228,37 @@ func (m *Mover) allocs(ctx context.Context, v int64, nb, lost int) (voucher.Quie
 	return q, nil
 }
 
-// release lifts the fences and drops the lease if it still holds token.
-func (m *Mover) release(ctx context.Context, v int64, nb, lost int, token string) {
-	if err := m.fence(ctx, v, nb, lost, 0); err != nil {
-		m.log.Warn("quiesce: lift fences", "voucher", v, "err", err)
+// release lifts every fence that still holds value, then gives the lease
+// back if it is still the holder's. A fence it cannot reach is left to
+// the Recoverer (clearFences).
+func (m *Mover) release(ctx context.Context, l *lease.Lease, v int64, nb int, value string) {
+	l.Stop()
+	for b := range nb {
+		if _, err := m.fenceOp(ctx, false, v, nb, b, "lift", value); err != nil && !errors.Is(err, ErrFenceLost) {
+			m.log.Warn("quiesce: lift fence", "voucher", v, "bucket", b, "err", err)
+		}
 	}
-	lease := leaseKey(m.keys, v, nb)
-	if err := m.s.releaseLease.Run(ctx, m.rdb, []string{lease}, token).Err(); err != nil {
+	if err := l.Release(ctx); err != nil {
 		m.log.Warn("quiesce: release lease", "voucher", v, "err", err)
 	}
+}
+
+// clearFences lifts the fences of voucher v (of nb) that a rebuild left
+// behind (it died after its shard reopened, or could not reach a master
+// to lift them): it takes the voucher's lease, so no rebuild runs, sets
+// its own fence over every bucket's, and lifts them. A rebuild that
+// stalled and still holds such a fence finds it gone and writes nothing
+// live. held is true when another holds the lease (nothing done).
+func (m *Mover) clearFences(ctx context.Context, v int64, nb int) (held bool, err error) {
+	l, took, err := lease.Take(ctx, m.rdb, leaseKey(m.keys, v, nb), m.cfg.LeaseTTL)
+	if err != nil {
+		return false, err
+	}
+	if !took {
+		return true, nil
+	}
+	value := fenceValue(nb, l.Token())
+	err = m.fenceAll(l.Context(), v, nb, value)
+	m.release(context.WithoutCancel(ctx), l, v, nb, value)
+	return false, err
 }

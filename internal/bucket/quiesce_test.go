@@ -5,28 +5,31 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/lease"
 	"seckill/internal/testenv"
 )
 
-// fenceOf is bucket b's fence_until (0 when absent).
-func (e *env) fenceOf(b int) int64 {
+// fenceOf is bucket b's fence: "<nb>:<token>" of its holder, "" when none.
+func (e *env) fenceOf(b int) string {
 	e.tb.Helper()
-	n, err := e.rdb.HGet(context.Background(), e.state(b), "fence_until").Int64()
+	s, err := e.rdb.HGet(context.Background(), fencesKey(e.keys, e.shard(b)), strconv.FormatInt(e.v, 10)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		e.tb.Fatal(err)
 	}
-	return n
+	return s
 }
 
 // TestQuiesceReturnsMoveToLost: a move journaled towards the bucket being
 // rebuilt and never applied is refused and its units go back to the
-// donor; the other buckets are fenced until Release; the allocs read
-// add up with the lost bucket's share to the total.
+// donor; the allocs read add up with the lost bucket's share to the
+// total; once they are read, the other buckets move again and only the
+// lost bucket's fence (the rebuild's guard) holds, until Release.
 func TestQuiesceReturnsMoveToLost(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 5, 5, 5)
@@ -43,24 +46,33 @@ func TestQuiesceReturnsMoveToLost(t *testing.T) {
 	if want := map[int]int64{0: 5, 1: 5}; !maps.Equal(q.Alloc, want) || len(q.NotReady) != 0 {
 		t.Errorf("Quiet %v %v, want %v", q.Alloc, q.NotReady, want)
 	}
-	if e.fenceOf(0) == 0 || e.fenceOf(1) == 0 || e.fenceOf(2) != 0 {
-		t.Errorf("fences %d %d %d, want buckets 0 and 1 fenced", e.fenceOf(0), e.fenceOf(1), e.fenceOf(2))
+	if e.fenceOf(0) != "" || e.fenceOf(1) != "" || e.fenceOf(2) != q.Guard.Value || q.Guard.Value == "" {
+		t.Errorf("fences %q %q %q, want bucket 2's alone, the guard %q", e.fenceOf(0), e.fenceOf(1), e.fenceOf(2), q.Guard.Value)
 	}
-	if _, err := m.Move(ctx, e.v, 0, 2, 1, e.nb); !errors.Is(err, ErrFenced) {
-		t.Errorf("Move out of a fenced bucket = %v, want ErrFenced", err)
+	if _, err := m.Move(ctx, e.v, 2, 0, 1, e.nb); !errors.Is(err, ErrFenced) {
+		t.Errorf("Move out of the fenced bucket = %v, want ErrFenced", err)
+	}
+	if moved, err := m.Move(ctx, e.v, 0, 1, 1, e.nb); err != nil || moved != 1 {
+		t.Errorf("Move between the counted buckets = %d, %v; want 1", moved, err)
 	}
 	if _, err := m.Quiesce(ctx, e.v, e.nb, 2); !errors.Is(err, ErrLeaseHeld) {
 		t.Errorf("second Quiesce = %v, want ErrLeaseHeld", err)
 	}
+	if q.Ctx.Err() != nil {
+		t.Errorf("the quiet's context ended while held: %v", context.Cause(q.Ctx))
+	}
 	q.Release(ctx)
-	if e.fenceOf(0) != 0 || e.fenceOf(1) != 0 {
-		t.Errorf("fences %d %d after Release", e.fenceOf(0), e.fenceOf(1))
+	if e.fenceOf(2) != "" {
+		t.Errorf("fence %q after Release", e.fenceOf(2))
+	}
+	if q.Ctx.Err() == nil {
+		t.Error("the quiet's context goes on after Release")
 	}
 	if n, _ := e.rdb.Exists(ctx, leaseKey(e.keys, e.v, e.nb)).Result(); n != 0 {
 		t.Error("lease held after Release")
 	}
 	e.settled()
-	if moved, err := m.Move(ctx, e.v, 0, 2, 1, e.nb); err != nil || moved != 1 {
+	if moved, err := m.Move(ctx, e.v, 2, 0, 1, e.nb); err != nil || moved != 1 {
 		t.Errorf("Move after Release = %d, %v", moved, err)
 	}
 	q2, err := m.Quiesce(ctx, e.v, e.nb, 2)
@@ -113,7 +125,9 @@ func TestQuiesceWaitsApplyWindow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := m.Quiesce(ctx, e.v, e.nb, 2); done <- err }()
-	testenv.WaitFor(t, 5*time.Second, "buckets fenced", func() bool { return e.fenceOf(0) != 0 && e.fenceOf(1) != 0 })
+	testenv.WaitFor(t, 5*time.Second, "buckets fenced", func() bool {
+		return e.fenceOf(0) != "" && e.fenceOf(1) != "" && e.fenceOf(2) != ""
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("Quiesce returned before its window: %v", err)
@@ -123,7 +137,7 @@ func TestQuiesceWaitsApplyWindow(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Quiesce = %v, want canceled", err)
 	}
-	if e.fenceOf(0) != 0 || e.fenceOf(1) != 0 {
+	if e.fenceOf(0) != "" || e.fenceOf(1) != "" || e.fenceOf(2) != "" {
 		t.Error("fences left after a failed Quiesce")
 	}
 	if n, _ := e.rdb.Exists(context.Background(), leaseKey(e.keys, e.v, e.nb)).Result(); n != 0 {
@@ -131,24 +145,134 @@ func TestQuiesceWaitsApplyWindow(t *testing.T) {
 	}
 }
 
-// TestReleaseKeepsOthersLease: a Release whose lease expired and was
-// taken by another instance leaves that lease alone (fences are lifted
-// all the same: the other instance sets its own).
-func TestReleaseKeepsOthersLease(t *testing.T) {
+// TestStalledQuiesceTakenOver: a rebuild that stalls past its lease is
+// taken over by the next one, which fences every bucket with its own
+// token; the stalled one's Release then lifts nothing of the newer one's
+// (moves stay refused while the newer one counts) and leaves its lease
+// alone; the stalled one's guard no longer holds, so its shard could not
+// reopen with what it counted.
+func TestStalledQuiesceTakenOver(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 5, 5, 5)
 	ctx := context.Background()
-	m := e.mover(Config{ApplyWindow: time.Millisecond})
-	q, err := m.Quiesce(ctx, e.v, e.nb, 2)
+	// Leases long enough that no watchdog tick runs during the test: the
+	// stall is simulated by the lease's key expiring (deleted).
+	m := e.mover(Config{ApplyWindow: time.Millisecond, LeaseTTL: time.Minute})
+	a, err := m.Quiesce(ctx, e.v, e.nb, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lease := leaseKey(e.keys, e.v, e.nb)
-	if err := e.rdb.Set(ctx, lease, "another", time.Minute).Err(); err != nil {
+	if err := e.rdb.Del(ctx, lease).Err(); err != nil {
 		t.Fatal(err)
 	}
-	q.Release(ctx)
-	if got, err := e.rdb.Get(ctx, lease).Result(); got != "another" {
-		t.Errorf("lease = %q, %v; want another's kept", got, err)
+	// The newer rebuild (of another bucket) holds in its apply window.
+	slow := e.mover(Config{ApplyWindow: time.Hour, LeaseTTL: time.Minute})
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := slow.Quiesce(bctx, e.v, e.nb, 1); done <- err }()
+	testenv.WaitFor(t, 5*time.Second, "the newer rebuild's fences", func() bool {
+		for b := range e.nb {
+			if f := e.fenceOf(b); f == "" || f == a.Guard.Value {
+				return false
+			}
+		}
+		return true
+	})
+	newer := e.fenceOf(0)
+	a.Release(ctx)
+	for b := range e.nb {
+		if f := e.fenceOf(b); f != newer {
+			t.Errorf("bucket %d fence %q after the stalled rebuild's Release, want the newer one's %q", b, f, newer)
+		}
 	}
+	if _, err := m.Move(ctx, e.v, 0, 2, 1, e.nb); !errors.Is(err, ErrFenced) {
+		t.Errorf("Move while the newer rebuild counts = %v, want ErrFenced", err)
+	}
+	if n, _ := e.rdb.Exists(ctx, lease).Result(); n != 1 {
+		t.Error("the stalled rebuild's Release dropped the newer one's lease")
+	}
+	if _, err := m.fenceOp(ctx, false, e.v, e.nb, 2, "check", a.Guard.Value); !errors.Is(err, ErrFenceLost) {
+		t.Errorf("the stalled rebuild's guard: %v, want ErrFenceLost", err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("newer Quiesce = %v, want canceled", err)
+	}
+	for b := range e.nb {
+		if f := e.fenceOf(b); f != "" {
+			t.Errorf("bucket %d fence %q after both ended", b, f)
+		}
+	}
+	e.settled()
+}
+
+// TestQuiesceLeaseRenewed: a Quiet held for several times its lease's
+// time to live keeps the lease (the watchdog renews it) and its context;
+// the lease taken from under it ends the context with lease.ErrLost.
+func TestQuiesceLeaseRenewed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 5, 5, 5)
+	ctx := context.Background()
+	m := e.mover(Config{ApplyWindow: time.Millisecond, LeaseTTL: lease.Min})
+	q, err := m.Quiesce(ctx, e.v, e.nb, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Release(ctx)
+	key := leaseKey(e.keys, e.v, e.nb)
+	began := time.Now()
+	testenv.WaitFor(t, 20*time.Second, "three times the lease's life", func() bool {
+		if n, _ := e.rdb.Exists(ctx, key).Result(); n != 1 || q.Ctx.Err() != nil {
+			t.Fatalf("lease lost after %s while held: %v", time.Since(began), context.Cause(q.Ctx))
+		}
+		return time.Since(began) > 3*lease.Min
+	})
+	if err := e.rdb.Set(ctx, key, "another", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the quiet's context ended", func() bool { return q.Ctx.Err() != nil })
+	if cause := context.Cause(q.Ctx); !errors.Is(cause, lease.ErrLost) {
+		t.Errorf("cause %v, want lease.ErrLost", cause)
+	}
+}
+
+// TestRecovererClearsLeftFences: fences whose rebuild died (its lease
+// gone, never released) are lifted by the recovery loop, and moves out of
+// those buckets work again; fences whose lease is held are left.
+func TestRecovererClearsLeftFences(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 5, 5, 5)
+	ctx := context.Background()
+	m := e.mover(Config{ApplyWindow: time.Millisecond, LeaseTTL: time.Minute})
+	q, err := m.Quiesce(ctx, e.v, e.nb, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecoverer(m)
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.fenceOf(2) != q.Guard.Value {
+		t.Fatalf("a held rebuild's fence %q was touched", e.fenceOf(2))
+	}
+	// The rebuild dies: its lease expires, nothing is released.
+	if err := e.rdb.Del(ctx, leaseKey(e.keys, e.v, e.nb)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for b := range e.nb {
+		if f := e.fenceOf(b); f != "" {
+			t.Errorf("bucket %d fence %q after recovery", b, f)
+		}
+	}
+	if n, _ := e.rdb.Exists(ctx, leaseKey(e.keys, e.v, e.nb)).Result(); n != 0 {
+		t.Error("the recovery loop kept the voucher's lease")
+	}
+	if moved, err := m.Move(ctx, e.v, 2, 0, 1, e.nb); err != nil || moved != 1 {
+		t.Errorf("Move out of the cleared bucket = %d, %v", moved, err)
+	}
+	e.settled()
 }

@@ -10,7 +10,8 @@ import (
 
 // Recoverer finishes the moves whose movers died: every journaled move
 // older than StaleAfter is resolved on its receiver and closed on its
-// donor (see the table in mover.go).
+// donor (see the table in mover.go). It also lifts the fences a rebuild
+// left behind when nobody holds their voucher's lease (clearFences).
 type Recoverer struct {
 	m      *Mover
 	oldest atomic.Int64 // ns: the oldest entry seen by the last pass
@@ -69,6 +70,9 @@ func (r *Recoverer) Once(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, err)
 		}
+		if err := r.clearFences(ctx, shard); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	r.oldest.Store(int64(oldest))
 	r.mu.Lock()
@@ -86,4 +90,28 @@ func (r *Recoverer) fail(failing map[string]bool, id string, err error) {
 	if !seen {
 		r.m.log.Warn("bucket move left in the journal", "move", id, "err", err)
 	}
+}
+
+// clearFences lifts the shard's fences whose voucher's lease nobody holds:
+// their rebuild died after its shard reopened, or could not reach the
+// master to lift them, or stalled past its lease.
+func (r *Recoverer) clearFences(ctx context.Context, shard int) error {
+	left, err := r.m.scanFences(ctx, shard)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for v, nb := range left {
+		n, err := r.m.rdb.Exists(ctx, leaseKey(r.m.keys, v, nb)).Result()
+		if err != nil || n == 1 {
+			errs = append(errs, err) // held: a rebuild is at it
+			continue
+		}
+		held, err := r.m.clearFences(ctx, v, nb)
+		if err == nil && !held {
+			r.m.log.Info("bucket fences left by a rebuild lifted", "voucher", v, "buckets", nb, "shard", shard)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

@@ -35,6 +35,9 @@ var (
 	ErrOutcomeUnknown = errors.New("move outcome unknown")
 	// ErrLeaseHeld: another instance quiesces the voucher; try next round.
 	ErrLeaseHeld = errors.New("voucher bucket lease held by another")
+	// ErrFenceLost: a bucket's fence holds another rebuild's token (this
+	// one stalled past its lease and was taken over) or none.
+	ErrFenceLost = errors.New("bucket fence held by another rebuild")
 )
 
 // Outcomes of a move on its receiver, as its mark spells them.
@@ -193,16 +196,20 @@ func decodeClose(res any) (closed, error) {
 	return 0, refusal(code, detail)
 }
 
-// decodeFence reads fence.lua's answer: whether a fence was written (no
-// state: nothing to fence).
-func decodeFence(res any) (bool, error) {
-	switch n, _ := res.(int64); n {
-	case 1:
-		return true, nil
-	case 0:
-		return false, nil
-	case -1:
-		return false, ErrWrongType
+// decodeFence reads fence.lua's answer: whether the fence held (check,
+// lift) or was written (set) with the caller's value, and the other value
+// found (set: the one overwritten; check, lift: the one there, "" none).
+func decodeFence(res any) (held bool, other string, err error) {
+	code, detail, err := reply(res)
+	switch {
+	case err != nil:
+		return false, "", err
+	case code == 1:
+		return true, "", nil
+	case code == 2:
+		return true, detail, nil
+	case code == 0:
+		return false, detail, nil
 	}
-	return false, fmt.Errorf("unexpected fence.lua reply %v", res)
+	return false, "", refusal(code, detail)
 }

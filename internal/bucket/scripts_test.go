@@ -125,8 +125,10 @@ func TestTakeFenced(t *testing.T) {
 	e := newEnv(t, 10, 0, 5)
 	ctx := context.Background()
 	m := e.mover(Config{})
-	if err := m.fence(ctx, e.v, e.nb, 2, time.Minute); err != nil {
-		t.Fatal(err)
+	for _, b := range []int{0, 1} {
+		if _, err := m.fenceOp(ctx, true, e.v, e.nb, b, "set", "3:t"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrFenced) {
 		t.Fatalf("take from a fenced bucket = %v, want ErrFenced", err)
@@ -137,8 +139,16 @@ func TestTakeFenced(t *testing.T) {
 	if _, err := m.take(ctx, newID(), e.v, 2, 1, 4, e.nb); err != nil {
 		t.Fatalf("take from the unfenced bucket: %v", err)
 	}
-	if err := m.fence(ctx, e.v, e.nb, 2, 0); err != nil {
-		t.Fatal(err)
+	if _, err := m.fenceOp(ctx, false, e.v, e.nb, 0, "lift", "3:other"); !errors.Is(err, ErrFenceLost) {
+		t.Fatalf("lift of another's fence = %v, want ErrFenceLost", err)
+	}
+	if _, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrFenced) {
+		t.Fatalf("take after another's lift = %v, want ErrFenced", err)
+	}
+	for _, b := range []int{0, 1} {
+		if _, err := m.fenceOp(ctx, false, e.v, e.nb, b, "lift", "3:t"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb); err != nil {
 		t.Fatalf("take after the fence lifted: %v", err)

@@ -35,13 +35,25 @@ type Quiescer interface {
 	Quiesce(ctx context.Context, voucherID int64, nb, lost int) (Quiet, error)
 }
 
-// Quiet is a voucher whose units stand still, for a rebuild of one
-// bucket.
+// Quiet is a voucher whose other buckets were counted while their units
+// stood still, for a rebuild of one bucket.
 type Quiet struct {
 	// Alloc is each ready bucket's alloc, lost excluded.
 	Alloc map[int]int64
 	// NotReady lists the other buckets that are not ready either.
 	NotReady []int
+	// Ctx ends when the voucher's lease is lost (its holder stalled past
+	// it and another rebuild took over) or released: the rest of the
+	// rebuild runs in it.
+	Ctx context.Context
+	// Guard must still hold when the rebuilt bucket's shard reopens (the
+	// reopen checks it in the same script): a rebuild taken over writes
+	// nothing live, whatever its lease told it.
+	Guard Guard
 	// Release lifts the fences and the lease; call it once.
 	Release func(ctx context.Context)
 }
+
+// Guard is a fencing token a write must find where it lands: hash Key's
+// Field holding Value, in the shard the write goes to.
+type Guard struct{ Key, Field, Value string }

@@ -100,3 +100,93 @@ func TestTwoBucketsRebuiltAtOnce(t *testing.T) {
 		t.Errorf("the rebuild inside failed with %v, want the voucher's lease held", inside)
 	}
 }
+
+// TestStalledBucketRebuildTakenOver: as above, but the first rebuild
+// stalls past its voucher's lease after writing its bucket (a paused
+// process, a slow database): the second instance's rebuild takes the
+// lease over, counts the first bucket by its buyers alone and reopens its
+// own. When the first one wakes, its shard must not reopen with what it
+// counted before (the buckets would hold 4 + 26 + 26 units of 30): its
+// fence on the bucket was taken over. The next round rebuilds it with
+// what is left, and the allocs add up to the stock.
+func TestStalledBucketRebuildTakenOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	keys := voucher.NewKeys(testenv.Prefix(t), 3)
+	store := voucher.NewStore(voucher.MigratedMySQL(t))
+	state := voucher.NewState(rdb, keys)
+	v := voucher.Voucher{Title: "hot", TotalStock: 30, Buckets: 3, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
+	if err := store.Create(ctx, &v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.Load(ctx, v, nil); err != nil {
+		t.Fatal(err)
+	}
+	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
+	for s := range 3 {
+		if err := state.MarkReady(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Leases long enough that no watchdog renews or gives up during the
+	// test: the stall is the voucher's lease expiring (deleted below).
+	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second, LeaseTTL: time.Minute},
+		slog.New(slog.DiscardHandler))
+	// Bucket 0 lent 6 units to bucket 1 before: alloc 4, 16, 10.
+	if n, err := m.Move(ctx, v.ID, 0, 1, 6, 3); err != nil || n != 6 {
+		t.Fatalf("move: %d, %v", n, err)
+	}
+	for _, b := range []int{1, 2} {
+		rdb.Del(ctx, keys.StateAt(shard(b), v.ID), keys.BuyersAt(shard(b), v.ID), keys.Ready(shard(b)))
+	}
+	warmer := func() *voucher.Warmer {
+		w := voucher.NewWarmer(store, state, nobody{}, keys, time.Hour, slog.New(slog.DiscardHandler))
+		w.Quiesce(m)
+		return w
+	}
+	a, b := warmer(), warmer()
+	var (
+		first  = -1
+		inside error
+	)
+	a.AfterBucket(func(_ int64, bk int) {
+		if first >= 0 {
+			return
+		}
+		first = bk
+		// a stalls: its voucher lease expires, and b's round runs.
+		if err := rdb.Del(ctx, keys.Lease(v.ID, 3)).Err(); err != nil {
+			t.Error(err)
+		}
+		_, inside = b.Warm(ctx)
+	})
+	if _, err := a.Warm(ctx); err != nil {
+		t.Fatalf("the round of the stalled rebuild: %v", err)
+	}
+	if inside != nil {
+		t.Fatalf("the rebuild that took over: %v", inside)
+	}
+	alloc := func() (sum int64, open int) {
+		for bk := range 3 {
+			if n, _ := rdb.Exists(ctx, keys.Ready(shard(bk))).Result(); n == 0 {
+				continue
+			}
+			a, err := rdb.HGet(ctx, keys.StateAt(shard(bk), v.ID), voucher.FieldAlloc).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum, open = sum+a, open+1
+		}
+		return sum, open
+	}
+	if sum, open := alloc(); sum > 30 || open != 2 {
+		t.Fatalf("after the stalled rebuild of bucket %d woke: %d units over %d open buckets, want at most 30 over 2", first, sum, open)
+	}
+	if _, err := a.Warm(ctx); err != nil {
+		t.Fatalf("the next round: %v", err)
+	}
+	if sum, open := alloc(); sum != 30 || open != 3 {
+		t.Fatalf("%d units over %d open buckets, want 30 over 3", sum, open)
+	}
+}

@@ -363,14 +363,19 @@ func TestEmptyHomeBorrows(t *testing.T) {
 
 // stillQuiet is the Quiescer of these tests: nothing is moving (no
 // transfer in this package's tests), so it reads the other buckets'
-// alloc and readiness.
+// alloc and readiness. Its guard is a field it sets in the lost bucket's
+// shard, as the bucket package's fence is.
 type stillQuiet struct {
 	e        bucketEnv
 	released int
 }
 
 func (q *stillQuiet) Quiesce(ctx context.Context, v int64, nb, lost int) (Quiet, error) {
-	out := Quiet{Alloc: map[int]int64{}, Release: func(context.Context) { q.released++ }}
+	g := Guard{Key: q.e.keys.Tag(q.e.keys.BucketShard(v, lost, nb)) + ":test-guard", Field: strconv.FormatInt(v, 10), Value: "held"}
+	if err := q.e.rdb.HSet(ctx, g.Key, g.Field, g.Value).Err(); err != nil {
+		return Quiet{}, err
+	}
+	out := Quiet{Alloc: map[int]int64{}, Ctx: ctx, Guard: g, Release: func(context.Context) { q.released++ }}
 	for b := range nb {
 		if b == lost {
 			continue

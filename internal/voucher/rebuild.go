@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/lease"
 )
 
-// rebuildLease bounds how long a crashed instance's rebuild blocks others;
-// each voucher replaced extends it.
+// rebuildLease is the default time to live of a shard's rebuild lease:
+// how long a crashed instance's rebuild blocks others. A live rebuild
+// renews it (lease.Keep) and each voucher replaced extends it.
 const rebuildLease = 30 * time.Second
 
 // Ledger reads what the database knows of a voucher's sales; the order
@@ -56,6 +59,8 @@ type Warmer struct {
 	// quiescer stops a voucher's units moving while one of its buckets
 	// is rebuilt (rebuild_buckets.go).
 	quiescer Quiescer
+	// lease is the shard rebuild lease's time to live.
+	lease time.Duration
 }
 
 // NewWarmer returns a Warmer that checks every interval (default 5s).
@@ -63,8 +68,13 @@ func NewWarmer(store *Store, state *State, ledger Ledger, keys Keys, every time.
 	if every <= 0 {
 		every = 5 * time.Second
 	}
-	return &Warmer{store: store, state: state, ledger: ledger, keys: keys, every: every, log: log}
+	return &Warmer{store: store, state: state, ledger: ledger, keys: keys, every: every, log: log, lease: rebuildLease}
 }
+
+// LeaseTTL sets the time to live of a shard's rebuild lease (default
+// 30s, at least lease.Min), renewed every third of it while the rebuild
+// goes on. Set it before Warm or Run is first called.
+func (w *Warmer) LeaseTTL(d time.Duration) { w.lease = max(d, lease.Min) }
 
 // Diff is one difference between Redis and what the database plus the
 // in-flight orders say Redis should hold.
@@ -320,7 +330,7 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 		// Dropped only if it still holds what was read (an instance that
 		// rebuilt the shard meanwhile wrote a new one), with the lease
 		// taken in the same step.
-		took, err = w.state.dropMarker(ctx, shard, c.marker, token, rebuildLease)
+		took, err = w.state.dropMarker(ctx, shard, c.marker, token, w.lease)
 	default:
 		took, err = w.takeRebuildLease(ctx, shard, token)
 	}
@@ -334,7 +344,20 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	if id, err := ms.reread(ctx, w.keys.Ready(shard)); err == nil {
 		c.master = id
 	}
-	n, err := w.rebuildShard(ctx, shard, vs, ps, c, v, token)
+	// The lease is renewed while the rebuild goes on; lost, the rebuild
+	// stops (its writes check the token anyway).
+	l := lease.Keep(ctx, w.state.rdb, w.keys.Rebuilding(shard), token, w.lease)
+	n, err := w.rebuildShard(l.Context(), shard, vs, ps, c, v, token)
+	l.Stop()
+	if err != nil && (errors.Is(l.Err(), lease.ErrLost) || errors.Is(err, errLeaseLost) || errors.Is(err, errGuardLost)) {
+		// Stalled past a lease (this process paused, a slow database):
+		// another instance's rebuild took over and this one wrote nothing
+		// live. Not this round's failure: the next round checks again.
+		w.log.Warn("shard rebuild outlived its lease; nothing it counted was made live", "shard", shard,
+			"err", err, "lease", context.Cause(l.Context()))
+		w.state.releaseRebuild(context.WithoutCancel(ctx), shard, token)
+		return 0, nil
+	}
 	if err != nil {
 		// Tried again next round, by whichever instance comes first: not
 		// after the lease's 30s (a bucket's rebuild fails while another
@@ -395,14 +418,14 @@ func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher, ps [
 			return 0, err
 		}
 	}
-	release, err := w.rebuildBuckets(ctx, shard, ps, token)
+	guards, release, err := w.rebuildBuckets(ctx, shard, ps, token)
 	if err != nil {
 		return 0, err
 	}
-	// The units of the rebuilt buckets' vouchers stand still until the
-	// shard is open: see rebuildBuckets.
+	// The rebuilt buckets' vouchers stay quiet until the shard is open,
+	// and it opens only while their guards hold: see rebuildBuckets.
 	defer release(context.WithoutCancel(ctx))
-	if err := w.state.Reopen(ctx, token, shard, c.master); err != nil {
+	if err := w.state.Reopen(ctx, token, shard, c.master, guards...); err != nil {
 		return 0, err
 	}
 	w.log.Info("shard state rebuilt from the database", "shard", shard, "vouchers", len(vs), "buckets", len(ps))
@@ -424,7 +447,7 @@ func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher, ps [
 // another instance is at it or has rebuilt it meanwhile.
 func (w *Warmer) takeRebuildLease(ctx context.Context, shard int, token string) (took bool, err error) {
 	rdb := w.state.rdb
-	took, err = rdb.SetNX(ctx, w.keys.Rebuilding(shard), token, rebuildLease).Result()
+	took, err = rdb.SetNX(ctx, w.keys.Rebuilding(shard), token, w.lease).Result()
 	if err != nil {
 		return false, fmt.Errorf("take shard %d rebuild lease: %w", shard, err)
 	}
@@ -482,7 +505,7 @@ func (w *Warmer) loadAll(ctx context.Context, shard int, todo []Voucher, token s
 			return err
 		}
 		if rebuild {
-			err = w.state.Replace(ctx, token, rebuildLease, v, e.stock, e.buyers)
+			err = w.state.Replace(ctx, token, w.lease, v, e.stock, e.buyers)
 		} else {
 			v.Stock = int(e.stock)
 			_, err = w.state.Load(ctx, v, e.buyers)

@@ -24,6 +24,11 @@ type placed struct {
 // Set it before Warm or Run is first called.
 func (w *Warmer) Quiesce(q Quiescer) { w.quiescer = q }
 
+// AfterBucket sets a hook a shard rebuild runs after each bucket it wrote,
+// before the shard reopens: fault tests stall or race a rebuild there.
+// Set it before Warm or Run is first called.
+func (w *Warmer) AfterBucket(f func(voucherID int64, bucket int)) { w.afterBucket = f }
+
 // errNoQuiescer means a bucket of a voucher of more than one bucket needs
 // a rebuild and the Warmer has no Quiescer.
 var errNoQuiescer = errors.New("no quiescer to rebuild a bucket")
@@ -93,20 +98,22 @@ func (w *Warmer) loadBucket(ctx context.Context, shard int, p placed) error {
 		w.log.Info("voucher buckets loaded from database", "voucher_id", p.v.ID, "buckets", nb, "buyers", len(buyers))
 		return nil
 	}
-	alloc, release, err := w.bucketAlloc(ctx, p)
+	alloc, q, err := w.bucketAlloc(ctx, p)
 	if err != nil {
 		return err
 	}
-	defer release(context.WithoutCancel(ctx))
-	flying, err := w.readInFlight(ctx, shard)
+	defer q.Release(context.WithoutCancel(ctx))
+	// The rest runs while the voucher's lease is held, and the write
+	// lands only while this rebuild's fence on the bucket holds.
+	flying, err := w.readInFlight(q.Ctx, shard)
 	if err != nil {
 		return err
 	}
-	e, err := w.expectBucket(ctx, p, flying, alloc)
+	e, err := w.expectBucket(q.Ctx, p, flying, alloc)
 	if err != nil {
 		return err
 	}
-	if _, err := w.state.loadAt(ctx, shard, p.v, e.stock, e.buyers, BucketFields(p.v, alloc)); err != nil {
+	if _, err := w.state.loadAt(q.Ctx, shard, p.v, e.stock, e.buyers, BucketFields(p.v, alloc), &q.Guard); err != nil {
 		return err
 	}
 	w.events.Loaded(ctx, p.v.ID)
@@ -119,36 +126,39 @@ func (w *Warmer) loadBucket(ctx context.Context, shard int, p placed) error {
 // buckets leave it. The buckets (of different vouchers) are rebuilt side
 // by side, at most bucketRebuilds at once: each waits out the transfer
 // apply window (Quiescer), and one after the other they would keep the
-// shard closed that many times as long. Each voucher's units stay still
-// until the returned release is called, once the shard is reopened: until
-// then the rebuilt bucket is not ready, and a rebuild of another bucket of
-// the voucher would count it by its buyers alone, handing its units out
-// twice. On an error, whatever was held is released.
-func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, token string) (release func(context.Context), err error) {
+// shard closed that many times as long. Each voucher stays quiet (its
+// lease held) until the returned release is called, once the shard is
+// reopened: until then the rebuilt bucket is not ready, and a rebuild of
+// another bucket of the voucher would count it by its buyers alone,
+// handing its units out twice. The shard must reopen only while every
+// returned guard holds (State.Reopen): a rebuild that stalled past its
+// voucher's lease was taken over, and the other rebuild counted without
+// it. On an error, whatever was held is released.
+func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, token string) (guards []Guard, release func(context.Context), err error) {
 	var (
 		mu   sync.Mutex
-		held []func(context.Context)
+		held []Quiet
 	)
 	release = func(ctx context.Context) {
-		for _, r := range held {
-			r(ctx)
+		for _, q := range held {
+			q.Release(ctx)
 		}
 	}
 	if len(ps) == 0 {
-		return release, nil
+		return nil, release, nil
 	}
 	flying, err := w.readInFlight(ctx, shard)
 	if err != nil {
-		return release, err
+		return nil, release, err
 	}
 	var g errgroup.Group
 	g.SetLimit(bucketRebuilds)
 	for _, p := range ps {
 		g.Go(func() error {
-			r, err := w.rebuildBucket(ctx, shard, p, flying, token)
-			if r != nil {
+			q, err := w.rebuildBucket(ctx, shard, p, flying, token)
+			if q.Release != nil {
 				mu.Lock()
-				held = append(held, r)
+				held = append(held, q)
 				mu.Unlock()
 			}
 			if err == nil && w.afterBucket != nil {
@@ -159,71 +169,80 @@ func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, tok
 	}
 	if err := g.Wait(); err != nil {
 		release(context.WithoutCancel(ctx))
-		return func(context.Context) {}, err
+		return nil, func(context.Context) {}, err
 	}
-	return release, nil
+	for _, q := range held {
+		guards = append(guards, q.Guard)
+	}
+	return guards, release, nil
 }
 
 // bucketRebuilds bounds the buckets one shard rebuild writes at once.
 const bucketRebuilds = 8
 
-func (w *Warmer) rebuildBucket(ctx context.Context, shard int, p placed, flying inFlight, token string) (func(context.Context), error) {
-	alloc, release, err := w.bucketAlloc(ctx, p)
+// rebuildBucket counts and writes one bucket; the Quiet it returns (with
+// a Release once quiesced, even on an error) holds the voucher until the
+// shard reopens. The database is read, and the state written, in the
+// Quiet's context: a lease lost stops the rebuild there.
+func (w *Warmer) rebuildBucket(ctx context.Context, shard int, p placed, flying inFlight, token string) (Quiet, error) {
+	alloc, q, err := w.bucketAlloc(ctx, p)
 	if err != nil {
-		return nil, err
+		return Quiet{}, err
 	}
-	e, err := w.expectBucket(ctx, p, flying, alloc)
+	e, err := w.expectBucket(q.Ctx, p, flying, alloc)
 	if err != nil {
-		return release, err
+		return q, err
 	}
-	if err := w.state.ReplaceAt(ctx, token, rebuildLease, shard, p.v, e.stock, BucketFields(p.v, alloc), e.buyers); err != nil {
-		return release, err
+	if err := w.state.ReplaceAt(q.Ctx, token, w.lease, shard, p.v, e.stock, BucketFields(p.v, alloc), e.buyers); err != nil {
+		return q, err
 	}
 	w.log.Info("voucher bucket rebuilt from database", "voucher_id", p.v.ID, "bucket", p.b, "alloc", alloc,
 		"stock", e.stock, "buyers", len(e.buyers), "in_flight", e.flying)
-	return release, nil
+	return q, nil
 }
 
 // bucketAlloc is what bucket p.b of a voucher holds once the others are
 // counted: total - the alloc of every other ready bucket - the holders of
 // every other bucket not ready (such a bucket keeps only the units it sold;
 // its own rebuild later gets what the others leave, never less than its
-// holders). The units stand still while it is read (Quiescer) and until
-// release is called, after the bucket's state is written.
-func (w *Warmer) bucketAlloc(ctx context.Context, p placed) (int64, func(context.Context), error) {
+// holders). The other buckets are counted while their units stand still
+// (Quiescer); the voucher stays quiet until q.Release is called, after the
+// bucket's state is written and its shard reopened. On an error nothing is
+// held.
+func (w *Warmer) bucketAlloc(ctx context.Context, p placed) (alloc int64, q Quiet, err error) {
 	if w.quiescer == nil {
-		return 0, nil, fmt.Errorf("rebuild voucher %d bucket %d: %w", p.v.ID, p.b, errNoQuiescer)
+		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: %w", p.v.ID, p.b, errNoQuiescer)
 	}
 	nb := p.v.BucketCount()
-	q, err := w.quiescer.Quiesce(ctx, p.v.ID, nb, p.b)
+	q, err = w.quiescer.Quiesce(ctx, p.v.ID, nb, p.b)
 	if err != nil {
-		return 0, nil, fmt.Errorf("rebuild voucher %d bucket %d: %w", p.v.ID, p.b, err)
+		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: %w", p.v.ID, p.b, err)
 	}
 	var others int64
 	for _, a := range q.Alloc {
 		others += a
 	}
 	for _, c := range q.NotReady {
-		flying, err := w.readInFlight(ctx, w.keys.BucketShard(p.v.ID, c, nb))
+		flying, err := w.readInFlight(q.Ctx, w.keys.BucketShard(p.v.ID, c, nb))
 		if err == nil {
 			var e expected
-			e, err = w.expectBucket(ctx, placed{v: p.v, b: c}, flying, 0)
+			e, err = w.expectBucket(q.Ctx, placed{v: p.v, b: c}, flying, 0)
 			others += int64(len(e.buyers))
 		}
 		if err != nil {
 			q.Release(context.WithoutCancel(ctx))
-			return 0, nil, fmt.Errorf("rebuild voucher %d bucket %d: count bucket %d, not ready: %w", p.v.ID, p.b, c, err)
+			return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: count bucket %d, not ready: %w", p.v.ID, p.b, c, err)
 		}
 	}
-	alloc := int64(p.v.TotalStock) - others
+	alloc = int64(p.v.TotalStock) - others
 	if alloc < 0 {
 		// Units exist twice already: selling this bucket would oversell.
 		// It stays closed until an operator looks (api buckets, reconcile).
 		q.Release(context.WithoutCancel(ctx))
-		return 0, nil, fmt.Errorf("rebuild voucher %d bucket %d: the other buckets hold %d units of %d: %w",
+		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: the other buckets hold %d units of %d: %w",
 			p.v.ID, p.b, others, p.v.TotalStock, errOverAllocated)
 	}
-	return alloc, q.Release, nil
+	return alloc, q, nil
 }
 
 // expectBucket is expect for one bucket: its buyers are the holders whose

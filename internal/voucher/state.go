@@ -41,7 +41,7 @@ func (s *State) Load(ctx context.Context, v Voucher, buyers map[int64]int64) (bo
 	if v.BucketCount() > 1 {
 		return s.LoadBuckets(ctx, v, buyers)
 	}
-	return s.loadAt(ctx, s.keys.Shard(v.ID), v, int64(v.Stock), buyers, nil)
+	return s.loadAt(ctx, s.keys.Shard(v.ID), v, int64(v.Stock), buyers, nil, nil)
 }
 
 // LoadBuckets writes the first state of every bucket of v that has none:
@@ -70,7 +70,7 @@ func (s *State) LoadBuckets(ctx context.Context, v Voucher, buyers map[int64]int
 	for b := range nb {
 		alloc := Share(int64(v.TotalStock), b, nb)
 		stock := max(alloc-int64(len(homes[b])), 0)
-		did, err := s.loadAt(ctx, s.keys.BucketShard(v.ID, b, nb), v, stock, homes[b], BucketFields(v, alloc))
+		did, err := s.loadAt(ctx, s.keys.BucketShard(v.ID, b, nb), v, stock, homes[b], BucketFields(v, alloc), nil)
 		if err != nil {
 			return wrote, fmt.Errorf("bucket %d: %w", b, err)
 		}
@@ -110,7 +110,11 @@ func BucketFields(v Voucher, alloc int64) []any {
 
 // loadAt writes v's state, of the given stock and further fields, in a
 // shard, unless it is there already, its buyers first.
-func (s *State) loadAt(ctx context.Context, shard int, v Voucher, stock int64, buyers map[int64]int64, fields []any) (bool, error) {
+//
+// With a guard, the state is written only while the guard holds
+// (errGuardLost otherwise; the buyers written first are harmless: the
+// state is missing, and whoever loads it next writes the same ones).
+func (s *State) loadAt(ctx context.Context, shard int, v Voucher, stock int64, buyers map[int64]int64, fields []any, guard *Guard) (bool, error) {
 	if len(buyers) > 0 {
 		pipe := s.rdb.Pipeline()
 		args := make([]any, 0, 2*buyerChunk)
@@ -131,10 +135,18 @@ func (s *State) loadAt(ctx context.Context, shard int, v Voucher, stock int64, b
 			return false, fmt.Errorf("load buyers of voucher %d: %w", v.ID, err)
 		}
 	}
-	args := append([]any{stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli()}, fields...)
-	n, err := s.load.Run(ctx, s.rdb, []string{s.keys.StateAt(shard, v.ID)}, args...).Int()
-	if err != nil {
+	keys := []string{s.keys.StateAt(shard, v.ID)}
+	args := []any{stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli()}
+	if guard != nil {
+		keys = append(keys, guard.Key)
+		args = append(args, guard.Field, guard.Value)
+	}
+	n, err := s.load.Run(ctx, s.rdb, keys, append(args, fields...)...).Int()
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("load state of voucher %d: %w", v.ID, err)
+	case n == 2:
+		return false, fmt.Errorf("load state of voucher %d: %w", v.ID, errGuardLost)
 	}
 	return n == 1, nil
 }
@@ -320,16 +332,24 @@ func scriptFlag(b bool) string {
 }
 
 // Reopen marks a rebuilt shard ready, if token still holds its rebuild
-// lease. The marker holds master, the identity of the shard's master read
-// before the rebuild began: a master that changed during the rebuild then
-// shows as changed in the next round, which rebuilds again.
-func (s *State) Reopen(ctx context.Context, token string, shard int, master string) error {
+// lease and every guard (one per bucket rebuilt: Quiet.Guard) still holds.
+// The marker holds master, the identity of the shard's master read before
+// the rebuild began: a master that changed during the rebuild then shows
+// as changed in the next round, which rebuilds again.
+func (s *State) Reopen(ctx context.Context, token string, shard int, master string, guards ...Guard) error {
 	keys := []string{s.keys.Rebuilding(shard), s.keys.Ready(shard)}
-	n, err := s.reopen.Run(ctx, s.rdb, keys, token, markerOf(master)).Int()
-	if err != nil {
-		return fmt.Errorf("reopen shard %d: %w", shard, err)
+	args := []any{token, markerOf(master)}
+	for _, g := range guards {
+		keys = append(keys, g.Key)
+		args = append(args, g.Field, g.Value)
 	}
-	if n != 1 {
+	n, err := s.reopen.Run(ctx, s.rdb, keys, args...).Int()
+	switch {
+	case err != nil:
+		return fmt.Errorf("reopen shard %d: %w", shard, err)
+	case n == 2:
+		return fmt.Errorf("reopen shard %d: %w", shard, errGuardLost)
+	case n != 1:
 		return fmt.Errorf("reopen shard %d: %w", shard, errLeaseLost)
 	}
 	return nil
@@ -356,6 +376,10 @@ func (s *State) releaseRebuild(ctx context.Context, shard int, token string) {
 
 // errLeaseLost means a rebuild outlived its lease; another one took over.
 var errLeaseLost = errors.New("shard rebuild lease lost")
+
+// errGuardLost means a bucket's rebuild outlived its voucher's lease: a
+// newer rebuild took its fences over, and what it counted is not written.
+var errGuardLost = errors.New("bucket rebuild fence taken over")
 
 // errLeaseHeld means another instance holds a voucher's lease: it is
 // loading the voucher's buckets or rebuilding one. Tried again later.
