@@ -649,3 +649,68 @@ func TestBucketedUnitsResold(t *testing.T) {
 	}
 	t.Logf("%d cancelled and %d expired units resold to buyers at home in buckets %v; checked I1-I10: %s", cancelled, len(unpaid)-cancelled, homes, rep)
 }
+
+// fenceOf is the rebuild fence on bucket b: "<nb>:<token>" of the rebuild
+// holding it, "" when none (internal/bucket's fences hash of the shard).
+func (w *bucketSale) fenceOf(b int) string {
+	s, err := w.crdb.HGet(context.Background(), w.keys.Tag(w.shard(b))+":fences", strconv.FormatInt(w.v, 10)).Result()
+	if err != nil && err != redis.Nil {
+		w.t.Fatal(err)
+	}
+	return s
+}
+
+// A rebuild stalls past its leases: the instance rebuilding a bucket whose
+// master restarted stops (SIGSTOP, as a paused machine would) after
+// writing the bucket and before reopening its shard. The other instance
+// takes the rebuild over once the leases lapse, and the stalled one
+// resumes while the newer rebuild counts the buckets, then both sell on,
+// with units moving between the buckets. The stalled rebuild makes
+// nothing live and lifts none of the newer one's fences: every unit is
+// sold once, none is lost, and I1-I7 hold.
+func TestClusterStalledRebuildTakenOver(t *testing.T) {
+	const stock, rebuilt = 1500, 2
+	w := newBucketSale(t, testenv.ClusterOptions{Masters: 3, Replicas: -1, AppendOnly: true},
+		map[string]string{"SECKILL_REBUILD_LEASE": "1s"})
+	a := w.run("a", map[string]string{"SECKILL_CRASH_POINT": "stop_after_bucket_rebuild"})
+	b := w.run("b", nil)
+	w.create(b.base, stock)
+	// Skewed buyers: units move to bucket 0 from the others.
+	w.fire(buyersFrom(10_000, stock/3, 0.6), []string{a.base, b.base}, 16).wait(t)
+	// b pauses, so that a rebuilds the bucket whose master restarts (its
+	// data kept, but another master identity: the shard is rebuilt).
+	b.pause(t)
+	victim := w.master(rebuilt)
+	victim.Kill(t)
+	victim.Restart(t)
+	w.rc.WaitHealthy(t, time.Minute)
+	testenv.WaitFor(t, time.Minute, "instance a stopped in its rebuild", a.stopped)
+	stale := w.fenceOf(rebuilt)
+	if stale == "" {
+		t.Fatalf("no fence on bucket %d, which a was rebuilding", rebuilt)
+	}
+	b.resume(t)
+	testenv.WaitFor(t, time.Minute, "instance b took the rebuild over", func() bool {
+		f := w.fenceOf(rebuilt)
+		return f != "" && f != stale
+	})
+	// a wakes while b counts the buckets.
+	a.resume(t)
+	w.fire(buyersFrom(20_000, stock, 0.6), []string{a.base, b.base}, 32).wait(t)
+	// The load may end before b's rebuild does: the rest is sold once
+	// bucket 2 sells again and nothing is in transit.
+	w.recovered(rebuilt, time.Minute)
+	testenv.WaitFor(t, 30*time.Second, "no transfer open", func() bool { return w.inTransit() == 0 })
+	w.fire(buyersFrom(40_000, 2*stock, 0.3), []string{a.base, b.base}, 32).wait(t)
+	rep, lost := w.settle(2 * time.Minute)
+	if len(lost) != 0 {
+		t.Fatalf("lost accepted orders %v", lost)
+	}
+	if rep.Live != stock {
+		t.Fatalf("%d units sold of %d; answers by home %s", rep.Live, stock, w.answers())
+	}
+	if log := a.log.String(); !strings.Contains(log, "shard rebuild outlived its lease") {
+		t.Errorf("instance a never found its rebuild taken over; its log:\n%s", tailLines(log, 30))
+	}
+	t.Logf("answers by home bucket %s; checked I1-I7: %s", w.answers(), rep)
+}

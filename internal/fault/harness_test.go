@@ -183,6 +183,33 @@ func (in *instance) exited() bool {
 	}
 }
 
+// pause stops the instance's process (SIGSTOP), as a paused machine
+// would be: it holds its connections and answers nothing. resume undoes it.
+func (in *instance) pause(t *testing.T) {
+	t.Helper()
+	if err := in.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (in *instance) resume(t *testing.T) {
+	t.Helper()
+	if err := in.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stopped reports whether the process is stopped (state T in /proc), by
+// a signal of the test's or by its own crash point.
+func (in *instance) stopped() bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", in.cmd.Process.Pid))
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && strings.HasPrefix(rest, "T")
+}
+
 // signal sends sig to the instance and, for a stop, waits for its exit.
 func (in *instance) signal(t *testing.T, sig syscall.Signal) int {
 	t.Helper()
