@@ -16,8 +16,8 @@
 //	(take.lua)    | journal[t]=v:r:k:nb:at        | transit), nowhere else          | StaleAfter): resolve on r
 //	              |                               |                                 | writes "refused"; close on d
 //	              |                               |                                 | gives the k back to d
-//	WAIT n        | (d's replicas)                | as T1; short of n: the move     | as T1; a failover that lost
-//	              |                               | stops here                      | T1 lost the take with it
+//	WAIT n        | (d's replicas)                | as T1; short of n: the mover    | as T1; a failover that lost
+//	              |                               | closes it refused at once (T3)  | T1 lost that close with it
 //	T2 apply      | r: stock+=k alloc+=k,         | k units in r, t still in d's    | Recoverer: resolve on r reads
 //	(apply.lua)   | mark[t]="applied" PX MarkTTL  | journal (out still counts them) | "applied"; close on d: out-=k
 //	              | (too old: mark "refused" only)| ("refused": k still in transit) | ("refused": k back to d)
@@ -185,6 +185,15 @@ func (m *Mover) Move(ctx context.Context, v int64, from, to, k, nb int) (int, er
 		return 0, fmt.Errorf("move voucher %d: %d units from bucket %d to %d of %d: out of range", v, k, from, to, nb)
 	}
 	e, err := m.take(ctx, newID(), v, from, to, k, nb)
+	if err != nil && e.id != "" {
+		// Journaled but not confirmed by the donor's replicas: the move
+		// goes no further, so its units go back now (no apply will come:
+		// only this call applies it) rather than wait StaleAfter in
+		// transit. A failover that loses the take loses this close too.
+		if cerr := m.close(ctx, e, outcomeRefused, &m.stats); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("move voucher %d from bucket %d to %d: take: %w", v, from, to, err)
 	}
@@ -209,7 +218,8 @@ func (m *Mover) Move(ctx context.Context, v int64, from, to, k, nb int) (int, er
 
 func (m *Mover) stopAfter(step string) bool { return m.cfg.AfterStep != nil && m.cfg.AfterStep(step) }
 
-// take is T1 on the donor, confirmed by WAIT: the move's journal entry.
+// take is T1 on the donor, confirmed by WAIT: the move's journal entry,
+// also with the error when the take was journaled but not confirmed.
 func (m *Mover) take(ctx context.Context, id string, v int64, from, to, k, nb int) (entry, error) {
 	d := m.keys.BucketShard(v, from, nb)
 	keys := []string{m.keys.Ready(d), m.keys.StateAt(d, v), journalKey(m.keys, d), fencesKey(m.keys, d)}
@@ -221,10 +231,14 @@ func (m *Mover) take(ctx context.Context, id string, v int64, from, to, k, nb in
 	if derr != nil {
 		return entry{}, derr
 	}
-	if err != nil {
-		return entry{}, fmt.Errorf("move %s journaled: %w", id, err)
+	e, perr := parseEntry(d, id, rec)
+	if perr != nil {
+		return entry{}, perr
 	}
-	return parseEntry(d, id, rec)
+	if err != nil {
+		return e, fmt.Errorf("move %s journaled: %w", id, err)
+	}
+	return e, nil
 }
 
 // applyOrResolve is T2 on the receiver, confirmed by WAIT: the move's

@@ -87,31 +87,49 @@ func TestCrashAfterApply(t *testing.T) {
 }
 
 // TestWaitShortStopsMove (rows WAIT): a take no replica confirms (this
-// server has none) stops the move after T1, and a Recoverer that asks
-// for a replica cannot close it either (its resolve is not confirmed);
-// one that asks for none returns it.
+// server has none) stops the move after T1 and is returned at once by
+// its mover; a move cut after its take is not closed by a Recoverer whose
+// resolve no replica confirms; one that asks for none returns it.
 func TestWaitShortStopsMove(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 10, 0, 5)
-	m := e.mover(Config{WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond, StaleAfter: time.Millisecond})
-	if _, err := m.Move(context.Background(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrNotReplicated) {
+	ctx := context.Background()
+	m := e.mover(Config{WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond, StaleAfter: time.Hour})
+	if _, err := m.Move(ctx, e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("Move = %v, want ErrNotReplicated", err)
 	}
-	if n := e.journaled(); n != 1 {
-		t.Fatalf("%d moves journaled, want 1", n)
+	// The unconfirmed take is returned at once, not left in transit.
+	if n := e.journaled(); n != 0 {
+		t.Fatalf("%d moves journaled after an unconfirmed take, want it closed", n)
 	}
-	if err := NewRecoverer(m).Once(context.Background()); err != nil {
+	if got := e.stocks(); !slices.Equal(got, []int64{10, 0, 5}) {
+		t.Errorf("stocks %v, want [10 0 5]", got)
+	}
+	if st := m.Stats(); st.Returned != 1 || st.Applied != 0 {
+		t.Errorf("stats %+v, want one returned", st)
+	}
+	e.settled()
+
+	// A move cut after its take, then recovered by a Recoverer whose
+	// resolve is not confirmed: the entry stays until a resolve is.
+	crash := e.mover(Config{AfterStep: stopAfter("take")})
+	if _, err := crash.Move(ctx, e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrStopped) {
 		t.Fatal(err)
 	}
-	if n := e.journaled(); n != 1 {
-		t.Fatalf("%d moves journaled after an unconfirmed resolve, want 1", n)
-	}
-	ids, err := e.rdb.HKeys(context.Background(), e.journal(0)).Result()
+	ids, err := e.rdb.HKeys(ctx, e.journal(0)).Result()
 	if err != nil || len(ids) != 1 {
 		t.Fatal(ids, err)
 	}
-	if mark, err := e.rdb.Get(context.Background(), markKey(e.keys, e.shard(1), ids[0])).Result(); mark != outcomeRefused {
-		t.Fatalf("mark after the recoverer's resolve = %q, %v; want refused", mark, err)
+	unconfirmed := NewRecoverer(e.mover(Config{WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond, StaleAfter: time.Millisecond}))
+	testenv.WaitFor(t, 5*time.Second, "the move resolved", func() bool {
+		if err := unconfirmed.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mark, _ := e.rdb.Get(ctx, markKey(e.keys, e.shard(1), ids[0])).Result()
+		return mark == outcomeRefused
+	})
+	if n := e.journaled(); n != 1 {
+		t.Fatalf("%d moves journaled after an unconfirmed resolve, want 1", n)
 	}
 	e.recoverAll(NewRecoverer(e.mover(Config{StaleAfter: time.Millisecond})))
 	if got := e.stocks(); !slices.Equal(got, []int64{10, 0, 5}) {
