@@ -37,6 +37,7 @@ func exported(t *testing.T) map[string][]string {
 	t.Cleanup(func() { _ = db.Close() })
 	m.WatchDB(db)
 	m.WatchRedisPool(func() *redis.PoolStats { return &redis.PoolStats{} })
+	m.WatchAloneWrites(func() int64 { return 0 })
 
 	out := map[string][]string{}
 	add := func(name, typ string, labels []string) {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"seckill/internal/order"
+	"seckill/internal/redisconn"
 	"seckill/internal/voucher"
 )
 
@@ -32,7 +33,8 @@ func opsClients(ctx context.Context, cfg config, log *slog.Logger) (*order.DeadL
 	vstore := voucher.NewStore(db)
 	warmer := voucher.NewWarmer(vstore, voucher.NewState(rdb, keys), order.NewStore(db), keys, cfg.Warm, log)
 	warmer.LeaseTTL(cfg.RebuildLease)
-	dead := order.NewDeadLetters(db, newReserver(cfg, rdb, keys, newMover(cfg, rdb, keys, crashHooks{}, log)))
+	replicas := redisconn.NewReplicas()
+	dead := order.NewDeadLetters(db, newReserver(cfg, rdb, keys, replicas, newMover(cfg, rdb, keys, replicas, crashHooks{}, log)))
 	return dead, warmer, func() { closeDB(); closeRedis() }, nil
 }
 

@@ -235,17 +235,21 @@ type core struct {
 func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gorm.DB, log *slog.Logger) *core {
 	m := metrics.New()
 	m.WatchRedisPool(rdb.PoolStats)
+	// A master with no replica confirms purchases and transfers alone
+	// (redisconn.Replicas), counted for SeckillMasterWithoutReplica.
+	replicas := redisconn.NewReplicas()
+	m.WatchAloneWrites(replicas.AloneWrites)
 	if sqlDB, err := db.DB(); err == nil {
 		m.WatchDB(sqlDB)
 	}
 	keys := saleKeys(cfg, rdb)
-	mover := newMover(cfg, rdb, keys, crashPoint(cfg.CrashPoint), log)
+	mover := newMover(cfg, rdb, keys, replicas, crashPoint(cfg.CrashPoint), log)
 	c := &core{
 		rdb: rdb, db: db, log: log, m: m, keys: keys, mover: mover,
 		vstore:   voucher.NewStore(db),
 		vstate:   voucher.NewState(rdb, keys),
 		ostore:   order.NewStore(db),
-		reserver: newReserver(cfg, rdb, keys, mover),
+		reserver: newReserver(cfg, rdb, keys, replicas, mover),
 		health:   &health{rdb: rdb, db: db, keys: keys, log: log, checks: readyChecks(m.Registry())},
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
@@ -277,21 +281,21 @@ func saleKeys(cfg config, rdb redis.UniversalClient) voucher.Keys {
 // newReserver is the one Reserver of an instance: with
 // SECKILL_REDIS_WAIT_REPLICAS an accepted purchase waits for replicas; a
 // buyer whose home bucket is empty borrows units through mover.
-func newReserver(cfg config, rdb redis.UniversalClient, keys voucher.Keys, mover *bucket.Mover) *voucher.Reserver {
+func newReserver(cfg config, rdb redis.UniversalClient, keys voucher.Keys, rs *redisconn.Replicas, mover *bucket.Mover) *voucher.Reserver {
 	if cfg.WaitReplicas == 0 {
 		return voucher.NewReserver(rdb, keys, voucher.Coalesce(cfg.Coalesce), voucher.Lend(mover))
 	}
 	// WAIT confirms one connection's writes: purchases that wait for
 	// replicas are not coalesced.
-	return voucher.NewReserver(rdb, keys, voucher.WaitReplicas(cfg.WaitReplicas, cfg.WaitTimeout), voucher.Lend(mover))
+	return voucher.NewReserver(rdb, keys, voucher.WaitReplicasOr(cfg.WaitReplicas, cfg.WaitTimeout, rs), voucher.Lend(mover))
 }
 
 // newMover moves units between the buckets of a voucher: with
 // SECKILL_REDIS_WAIT_REPLICAS each step of a transfer waits for replicas
 // too, so a failover loses none of its steps.
-func newMover(cfg config, rdb redis.UniversalClient, keys voucher.Keys, crash crashHooks, log *slog.Logger) *bucket.Mover {
+func newMover(cfg config, rdb redis.UniversalClient, keys voucher.Keys, rs *redisconn.Replicas, crash crashHooks, log *slog.Logger) *bucket.Mover {
 	return bucket.NewMover(rdb, keys, bucket.Config{
-		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout,
+		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout, Replicas: rs,
 		StaleAfter: cfg.BucketStaleAfter, ApplyWindow: cfg.BucketApplyWindow,
 		LeaseTTL: cfg.RebuildLease, AfterStep: crash.afterStep,
 	}, log.With("component", "bucket"))

@@ -59,6 +59,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
+	"seckill/internal/redisconn"
 	"seckill/internal/voucher"
 )
 
@@ -69,6 +70,10 @@ type Config struct {
 	WaitReplicas int
 	// WaitTimeout bounds each WAIT (default 100ms).
 	WaitTimeout time.Duration
+	// Replicas, when set, lets a master with no replica at all confirm a
+	// step alone (redisconn.Replicas): a failover cannot lose it, and the
+	// units of a bucket whose replica took over move again.
+	Replicas *redisconn.Replicas
 	// StaleAfter is how old a journaled move must be before the
 	// Recoverer finishes it (default 15s): a live mover finishes sooner.
 	StaleAfter time.Duration
@@ -128,7 +133,7 @@ func NewMover(rdb redis.UniversalClient, keys voucher.Keys, cfg Config, log *slo
 	cfg = cfg.withDefaults()
 	return &Mover{
 		rdb: rdb, keys: keys, cfg: cfg, log: log, s: newScripts(),
-		r: runner{rdb: rdb, replics: cfg.WaitReplicas, timeout: cfg.WaitTimeout},
+		r: runner{rdb: rdb, replics: cfg.WaitReplicas, timeout: cfg.WaitTimeout, replicas: cfg.Replicas},
 	}
 }
 

@@ -59,9 +59,10 @@ func newScripts() scripts {
 // confirm a step and replicas are wanted, sends WAIT on the same
 // connection, which counts the replicas holding that connection's writes.
 type runner struct {
-	rdb     redis.UniversalClient
-	replics int
-	timeout time.Duration
+	rdb      redis.UniversalClient
+	replics  int
+	timeout  time.Duration
+	replicas *redisconn.Replicas // a master with none confirms alone
 }
 
 // run returns the script's reply; with ack and replicas wanted, an
@@ -83,12 +84,12 @@ func (r runner) run(ctx context.Context, s *redis.Script, ack bool, keys []strin
 	if err != nil {
 		return nil, err
 	}
-	n, err := conn.Wait(ctx, r.replics, r.timeout).Result()
+	conf, err := r.replicas.Confirm(ctx, conn, c.Options().Addr, r.replics, r.timeout)
 	if err != nil {
 		return res, fmt.Errorf("wait for replicas: %w", err)
 	}
-	if n < int64(r.replics) {
-		return res, fmt.Errorf("%d of %d replicas within %s: %w", n, r.replics, r.timeout, ErrNotReplicated)
+	if !conf.OK(r.replics) {
+		return res, fmt.Errorf("%d of %d replicas within %s: %w", conf.Acked, r.replics, r.timeout, ErrNotReplicated)
 	}
 	return res, nil
 }

@@ -714,3 +714,46 @@ func TestClusterStalledRebuildTakenOver(t *testing.T) {
 	}
 	t.Logf("answers by home bucket %s; checked I1-I7: %s", w.answers(), rep)
 }
+
+// A bucket's master is killed for good in a sale confirmed by replicas
+// (WAIT 1): its replica takes over and has no replica of its own. It
+// confirms purchases and transfers alone (the replica-less policy of
+// redisconn.Replicas), so its units keep moving to the buckets whose
+// buyers come and the voucher sells out; without that policy every
+// transfer out of it failed its WAIT and 531-592 of 600 units sold in two
+// minutes. No accepted order is lost; Redis and MySQL agree.
+func TestClusterMasterLostForGood(t *testing.T) {
+	const stock, killed = 600, 1
+	w := newBucketSale(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 2 * time.Second},
+		map[string]string{"SECKILL_REDIS_WAIT_REPLICAS": "1", "SECKILL_REDIS_WAIT_TIMEOUT": "300ms"})
+	a := w.run("a", nil)
+	b := w.run("b", nil)
+	w.create(a.base, stock)
+	w.rc.WaitHealthy(t, time.Minute)
+	// A first wave, skewed to bucket 0, so units move before the kill.
+	w.fire(buyersFrom(110_000, stock/3, 0.8), []string{a.base, b.base}, 16).wait(t)
+	victim := w.master(killed)
+	victim.Kill(t)
+	w.rc.WaitFailover(t, victim, time.Minute)
+	failedOver := time.Now()
+	// Demand three times what is left, skewed away from the lost master's
+	// bucket: its units must move to be sold.
+	w.fire(buyersFrom(120_000, 3*stock, 0.6), []string{a.base, b.base}, 32).wait(t)
+	testenv.WaitFor(t, 30*time.Second, "no transfer open", func() bool { return w.inTransit() == 0 })
+	w.fire(buyersFrom(140_000, stock, 0), []string{a.base, b.base}, 16).wait(t)
+	rep, lost := w.settle(2 * time.Minute)
+	if len(lost) != 0 {
+		t.Fatalf("%d orders confirmed by a replica were lost: %v", len(lost), lost)
+	}
+	if rep.Live != stock {
+		t.Fatalf("%d units sold of %d after the master was lost; answers by home %s", rep.Live, stock, w.answers())
+	}
+	w.mu.Lock()
+	last := w.lastSale.Sub(failedOver)
+	w.mu.Unlock()
+	if last > 30*time.Second {
+		t.Errorf("the last unit sold %s after the failover, want within 30s", last.Round(time.Millisecond))
+	}
+	t.Logf("last unit sold %s after the failover; answers by home bucket %s; checked I1-I7: %s",
+		last.Round(time.Millisecond), w.answers(), rep)
+}

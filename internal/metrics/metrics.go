@@ -210,6 +210,17 @@ func (m *Metrics) WatchRedisPool(stats func() *redis.PoolStats) {
 	counter("redis_pool_timeouts_total", "Waits for a free Redis connection that timed out.", func(s *redis.PoolStats) uint32 { return s.Timeouts })
 }
 
+// WatchAloneWrites adds the count of writes (accepted purchases and
+// transfer steps) that a master with no replica confirmed alone
+// (redisconn.Replicas).
+func (m *Metrics) WatchAloneWrites(n func() int64) {
+	name := "redis_writes_without_replica_total"
+	m.families[namespace+"_"+name] = Family{Type: "counter"}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: name,
+		Help: "Writes that asked for replica confirmation (SECKILL_REDIS_WAIT_REPLICAS) and were confirmed by a master that has no replica at all: accepted purchases and transfer steps. Such a master's loss would lose them."},
+		func() float64 { return float64(n()) }))
+}
+
 // Purchase records one purchase: its outcome, the handler's time and the
 // script's time (0 when the script did not run).
 func (m *Metrics) Purchase(outcome string, took, script time.Duration) {

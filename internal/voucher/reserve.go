@@ -85,6 +85,9 @@ type Reserver struct {
 	uc      redis.UniversalClient
 	acks    int
 	ackWait time.Duration
+	// replicas, when set, confirms a purchase on a master with no
+	// replica by the master alone (redisconn.Replicas).
+	replicas *redisconn.Replicas
 
 	// layouts holds the bucket count of each voucher of more than one
 	// bucket this instance has sold, learnt from the purchase script: a
@@ -114,6 +117,14 @@ type ReserveOption func(*Reserver)
 // NewReserver panics otherwise, as on any programming error. WAIT's answer
 // is awaited for timeout plus 10s, whatever the client's read timeout.
 func WaitReplicas(n int, timeout time.Duration) ReserveOption {
+	return WaitReplicasOr(n, timeout, nil)
+}
+
+// WaitReplicasOr is WaitReplicas with the policy for a master that has no
+// replica at all (redisconn.Replicas): its purchases are accepted,
+// confirmed by the master alone, and counted by rs, instead of answered
+// ErrNotReplicated while the order is on its way to the database.
+func WaitReplicasOr(n int, timeout time.Duration, rs *redisconn.Replicas) ReserveOption {
 	return func(r *Reserver) {
 		if n == 0 {
 			r.acks = 0
@@ -128,7 +139,7 @@ func WaitReplicas(n int, timeout time.Duration) ReserveOption {
 		default:
 			panic(fmt.Sprintf("voucher.WaitReplicas: the client is a %T; WAIT needs a *redis.Client or *redis.ClusterClient, to send it on a connection of the voucher's master", r.rdb))
 		}
-		r.acks, r.ackWait = n, timeout
+		r.acks, r.ackWait, r.replicas = n, timeout, rs
 	}
 }
 
@@ -337,7 +348,7 @@ func (r *Reserver) reserveAcked(ctx context.Context, keys []string, args ...any)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("purchase script: find the master: %w", err)
 	}
-	conn := c.Conn()
+	conn, addr := c.Conn(), c.Options().Addr
 	defer func() { _ = conn.Close() }() // the last one, after a redirection
 	res, err := r.runOn(ctx, conn, false, keys, args)
 	if addr, ask, ok := redirect(err); ok {
@@ -350,7 +361,7 @@ func (r *Reserver) reserveAcked(ctx context.Context, keys []string, args ...any)
 			return Reservation{}, fmt.Errorf("purchase script: %w; follow it: %w", err, ferr)
 		}
 		_ = conn.Close()
-		conn = node.Conn()
+		conn, addr = node.Conn(), node.Options().Addr
 		res, err = r.runOn(ctx, conn, ask, keys, args)
 	}
 	if err != nil {
@@ -360,12 +371,12 @@ func (r *Reserver) reserveAcked(ctx context.Context, keys []string, args ...any)
 	if err != nil {
 		return out, err // a refusal: nothing written, nothing to confirm
 	}
-	n, err := conn.Wait(ctx, r.acks, r.ackWait).Result()
+	conf, err := r.replicas.Confirm(ctx, conn, addr, r.acks, r.ackWait)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("order %d taken, replicas unknown: wait for replicas: %w", out.OrderID, err)
 	}
-	if n < int64(r.acks) {
-		return Reservation{}, fmt.Errorf("order %d confirmed by %d of %d replicas within %s: %w", out.OrderID, n, r.acks, r.ackWait, ErrNotReplicated)
+	if !conf.OK(r.acks) {
+		return Reservation{}, fmt.Errorf("order %d confirmed by %d of %d replicas within %s: %w", out.OrderID, conf.Acked, r.acks, r.ackWait, ErrNotReplicated)
 	}
 	return out, nil
 }
