@@ -28,8 +28,9 @@
 //	(resolve.lua) | (a tombstone)                 | of t is refused                 |
 //	close, d not  | d: journal[t] del only        | d's alloc short of r's receipt  | d's rebuild (Quiesce) counts
 //	ready         |                               | or of a refused return          | alloc from the other buckets
-//	(t older than | nothing: the Recoverer leaves | k in transit: r's mark may have | an operator; Recoverer.Oldest
-//	MarkTTL/2)    | t, never resolves it          | expired, the outcome is unknown | shows it
+//	(t older than | no tombstone: the Recoverer   | r's mark may have expired: the  | - (a move never applied loses
+//	MarkTTL/2)    | closes t with r's mark, or as | outcome read, never written     | its k units, logged: never
+//	              | applied when it is gone       |                                 | made twice)
 //
 // Conservation, over a voucher's ready buckets: sum(alloc) + units taken
 // and not applied = total. sum(out) counts the journaled moves, applied
@@ -322,19 +323,34 @@ func (s *stats) count(outcome string, units int) {
 // settle finishes a journaled move whose mover may be gone: resolve on
 // the receiver, WAIT, close on the donor with the outcome.
 //
-// A move older than half of MarkTTL is left alone: its mark may have
-// expired (the receiver down for that long, say), and a resolve would
-// then refuse an applied move and create its units twice. It stays in
-// transit, the Recoverer's Oldest shows it, and an operator settles it.
+// A move older than half of MarkTTL may have outlived its mark (the
+// receiver down for that long, say): a resolve could then refuse an
+// applied move and give its units back twice. Its outcome is read, never
+// written: the mark if it is still there, else "applied". No apply of it
+// can land any more (it is far past ApplyWindow), so whether or not it was
+// applied, closing it as applied can lose its units, never make them
+// twice; a loss is logged with its units, for an operator to add them
+// back (reconcile's "alloc" line shows it).
 func (m *Mover) settle(ctx context.Context, j journaled, st *stats) error {
-	if j.age > m.cfg.MarkTTL/2 {
-		return fmt.Errorf("move %s is %s old, its mark may be gone: %w", j.id, j.age, ErrOutcomeUnknown)
+	if j.age <= m.cfg.MarkTTL/2 {
+		outcome, err := m.resolve(ctx, j.e)
+		if err != nil {
+			return err
+		}
+		return m.close(ctx, j.e, outcome, st)
 	}
-	outcome, err := m.resolve(ctx, j.e)
-	if err != nil {
-		return err
+	mark, err := m.rdb.Get(ctx, markKey(m.keys, m.receiver(j.e), j.id)).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		mark = outcomeApplied
+		m.log.Warn("move older than its mark closed as applied: if it never was, its units are lost",
+			"move", j.id, "voucher", j.e.v, "to_bucket", j.e.to, "units", j.e.units, "age", j.age)
+	case err != nil:
+		return fmt.Errorf("move %s, %s old: read its mark: %w", j.id, j.age, err)
+	case mark != outcomeApplied && mark != outcomeRefused:
+		return fmt.Errorf("move %s mark %q: %w", j.id, mark, ErrWrongType)
 	}
-	return m.close(ctx, j.e, outcome, st)
+	return m.close(ctx, j.e, mark, st)
 }
 
 // logChange logs a background pass's failure when it starts failing, and

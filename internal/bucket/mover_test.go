@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"seckill/internal/testenv"
+	"seckill/internal/voucher"
 )
 
 // TestMoveCompletes: a move that runs to the end (T1, T2, T3) leaves the
@@ -210,30 +211,48 @@ func TestRecovererRun(t *testing.T) {
 	e.settled()
 }
 
-// TestRecovererLeavesMoveOlderThanMarks: a move older than half the
-// marks' life may have lost its mark: it is left in transit (never
-// resolved as refused, which could give applied units back), and Oldest
-// reports its age.
-func TestRecovererLeavesMoveOlderThanMarks(t *testing.T) {
+// TestRecovererClosesMoveOlderThanMarks: a move older than half the
+// marks' life may have lost its mark. It is closed with the mark when the
+// mark is still there (refused: its units back), and as applied when it
+// is gone: never with a tombstone, which could give applied units back
+// twice. A move never applied whose mark is gone loses its units (the
+// allocs add up to less than the total), and never makes any.
+func TestRecovererClosesMoveOlderThanMarks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 10, 0, 5)
 	ctx := context.Background()
-	old := time.Now().Add(-2 * time.Hour).UnixMilli()
-	rec := strconv.FormatInt(e.v, 10) + ":1:3:3:" + strconv.FormatInt(old, 10)
-	if err := e.rdb.HSet(ctx, e.journal(0), "ancient", rec).Err(); err != nil {
+	old := strconv.FormatInt(time.Now().Add(-2*time.Hour).UnixMilli(), 10)
+	// Two old takes of 3 units each out of bucket 0 toward bucket 1, never
+	// applied: one's receiver still holds a "refused" mark, the other's
+	// mark is gone.
+	for _, id := range []string{"refused-kept", "mark-gone"} {
+		if err := e.rdb.HSet(ctx, e.journal(0), id, strconv.FormatInt(e.v, 10)+":1:3:3:"+old).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.rdb.HSet(ctx, e.state(0), "stock", 4, voucher.FieldAlloc, 4, voucher.FieldOut, 6).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Set(ctx, markKey(e.keys, e.shard(1), "refused-kept"), outcomeRefused, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	r := NewRecoverer(e.mover(Config{StaleAfter: time.Millisecond}))
 	if err := r.Once(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.journaled(); n != 1 {
-		t.Errorf("%d journaled, want the old move left", n)
+	if n := e.journaled(); n != 0 {
+		t.Errorf("%d journaled, want both old moves closed", n)
 	}
-	if n, _ := e.rdb.Exists(ctx, markKey(e.keys, e.shard(1), "ancient")).Result(); n != 0 {
+	if n, _ := e.rdb.Exists(ctx, markKey(e.keys, e.shard(1), "mark-gone")).Result(); n != 0 {
 		t.Error("a tombstone was written for a move older than the marks")
 	}
-	if r.Oldest() < 2*time.Hour-time.Minute {
-		t.Errorf("Oldest = %s, want about 2h", r.Oldest())
+	if s := e.bucket(0); s.stock != 7 || s.alloc != 7 || s.out != 0 {
+		t.Errorf("donor %+v, want the refused move's 3 units back and the other's closed as applied", s)
+	}
+	if s := e.bucket(1); s.stock != 0 || s.alloc != 0 {
+		t.Errorf("receiver %+v, want nothing made", s)
+	}
+	if st := r.Stats(); st.Returned != 1 || st.Applied != 1 {
+		t.Errorf("stats %+v, want one returned, one applied", st)
 	}
 }

@@ -30,9 +30,6 @@ var (
 	ErrNotReplicated = errors.New("step not confirmed by enough replicas")
 	// ErrStopped: the AfterStep hook stopped a move, as a crash would.
 	ErrStopped = errors.New("move stopped after a step")
-	// ErrOutcomeUnknown: a journaled move outlived its receiver's mark,
-	// so whether it was applied is unknown; it is left in the journal.
-	ErrOutcomeUnknown = errors.New("move outcome unknown")
 	// ErrLeaseHeld: another instance quiesces the voucher; try next round.
 	ErrLeaseHeld = errors.New("voucher bucket lease held by another")
 	// ErrFenceLost: a bucket's fence holds another rebuild's token (this
