@@ -280,3 +280,34 @@ func TestQuietClusterRebuildsNothing(t *testing.T) {
 	}
 	t.Logf("answers %v; %v rebuilds at start-up, none after", codes, atStart)
 }
+
+// TestClusterFullCoverageRefused: on a Redis Cluster where one master
+// says cluster-require-full-coverage yes (one master down would stop every
+// shard and every bucket), the service refuses to start and names the
+// master and the fix; with SECKILL_FULL_COVERAGE=warn it starts and warns.
+func TestClusterFullCoverageRefused(t *testing.T) {
+	t.Parallel()
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: -1})
+	keys := voucher.KeysFor(testenv.Prefix(t), 3, true)
+	full := cl.MasterOf(t, keys.Stream(1))
+	if err := full.Client(t).ConfigSet(context.Background(), "cluster-require-full-coverage", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"SECKILL_REDIS_URL": cl.URL(), "SECKILL_SHARDS": "3", "SECKILL_KEY_PREFIX": testenv.Prefix(t),
+		"SECKILL_MYSQL_DSN": testenv.MySQLDSN(t), "SECKILL_TOKEN_SECRET": testSecret, "SECKILL_RATE_LIMIT": "off",
+		"SECKILL_DATA_DIR": t.TempDir(), "SECKILL_ADDR": freeAddr(t), "SECKILL_ADMIN_ADDR": "off",
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out testenv.Buffer
+	err := run(ctx, []string{"api"}, func(k string) string { return env[k] }, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "cluster-require-full-coverage yes") || !strings.Contains(err.Error(), full.Addr) {
+		t.Fatalf("start with full coverage required = %v, want a refusal naming %s", err, full.Addr)
+	}
+	env["SECKILL_FULL_COVERAGE"] = "warn"
+	logs := runService(t, env)
+	if !strings.Contains(logs(), "cluster-require-full-coverage yes") {
+		t.Errorf("started with SECKILL_FULL_COVERAGE=warn but no warning logged:\n%s", logs())
+	}
+}

@@ -43,6 +43,9 @@ type config struct {
 	// between a voucher's buckets (internal/bucket).
 	BucketStaleAfter  time.Duration // SECKILL_BUCKET_STALE_AFTER
 	BucketApplyWindow time.Duration // SECKILL_BUCKET_APPLY_WINDOW
+	// FullCoverage is what start-up does on a Redis Cluster whose masters
+	// require full slot coverage: refuse, or warn.
+	FullCoverage string // SECKILL_FULL_COVERAGE
 	// RebuildLease is the time to live of a shard's rebuild lease and of a
 	// voucher's bucket lease, renewed every third of it while a rebuild
 	// goes on.
@@ -114,6 +117,9 @@ var coreSettings = []setting{
 	{name: "SECKILL_BUCKET_APPLY_WINDOW", def: "5s",
 		doc:   "a transfer's units are taken in by the receiving bucket only this soon after the donor gave them; must be below SECKILL_BUCKET_STALE_AFTER",
 		field: func(c *config) value { return duration{p: &c.BucketApplyWindow, lo: time.Millisecond} }},
+	{name: "SECKILL_FULL_COVERAGE", def: "refuse",
+		doc:   "on a Redis Cluster whose masters say cluster-require-full-coverage yes (one master down stops every slot, so every bucket of every voucher, for the whole failover): refuse to start, or warn",
+		field: func(c *config) value { return oneOf{&c.FullCoverage, []string{"refuse", "warn"}} }},
 	{name: "SECKILL_REBUILD_LEASE", def: "30s",
 		doc:   "a rebuild's leases (the shard's, a bucketed voucher's) live this long unless renewed; the rebuild renews them every third of it, so this bounds how long a crashed instance's rebuild blocks the next",
 		field: func(c *config) value { return duration{p: &c.RebuildLease, lo: lease.Min, hi: 10 * time.Minute} }},

@@ -151,6 +151,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	if err := checkShardCount(ctx, cfg, rdb, saleKeys(cfg, rdb), log); err != nil {
 		return err
 	}
+	if err := checkCoverage(ctx, cfg, rdb, log); err != nil {
+		return err
+	}
 	c := newCore(ctx, cfg, rdb, db, log)
 	warnUnpayable(ctx, cfg, c)
 	if firstStart {

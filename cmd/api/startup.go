@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -123,4 +125,53 @@ func warnUnpayable(ctx context.Context, cfg config, c *core) {
 		c.log.Warn("priced vouchers are on sale while payments are off (SECKILL_PAY_PROVIDER=off): their orders cannot be paid and expire; "+
 			"set SECKILL_PAY_PROVIDER=webhook with SECKILL_PAY_GATEWAY_URL and SECKILL_PAY_WEBHOOK_SECRET", "voucher_ids", priced)
 	}
+}
+
+// checkCoverage reads cluster-require-full-coverage from every master of a
+// Redis Cluster. Where it is yes, one master's failure makes the whole
+// cluster refuse every command until the failover ends: every shard, and
+// every bucket of every voucher, answers 503, where a voucher of several
+// buckets is meant to stop only the dead master's bucket. Start-up is
+// refused then (SECKILL_FULL_COVERAGE=warn only warns). A master that does
+// not answer CONFIG GET (a managed service may forbid it) is warned about.
+func checkCoverage(ctx context.Context, cfg config, rdb redis.UniversalClient, log *slog.Logger) error {
+	if !redisconn.IsCluster(rdb) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var (
+		mu            sync.Mutex
+		full, unknown []string
+	)
+	err := redisconn.ForEachMaster(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
+		v, err := c.ConfigGet(ctx, "cluster-require-full-coverage").Result()
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil || v["cluster-require-full-coverage"] == "":
+			unknown = append(unknown, c.Options().Addr)
+		case v["cluster-require-full-coverage"] == "yes":
+			full = append(full, c.Options().Addr)
+		}
+		return nil
+	})
+	if err != nil {
+		log.Warn("cannot read cluster-require-full-coverage from the masters; not checked", "err", err)
+		return nil
+	}
+	if len(unknown) > 0 {
+		log.Warn("cannot read cluster-require-full-coverage from these masters; set it to no so that one master down stops only its own shards", "masters", unknown)
+	}
+	if len(full) == 0 {
+		return nil
+	}
+	slices.Sort(full)
+	msg := fmt.Sprintf("the Redis Cluster masters %v have cluster-require-full-coverage yes: one master down would stop every shard and every bucket for the whole failover; "+
+		"set it to no on every node (CONFIG SET cluster-require-full-coverage no, and in redis.conf), or start with SECKILL_FULL_COVERAGE=warn", full)
+	if cfg.FullCoverage == "warn" {
+		log.Warn(msg)
+		return nil
+	}
+	return errors.New(msg)
 }
