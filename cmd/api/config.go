@@ -121,7 +121,7 @@ var coreSettings = []setting{
 		doc:   "on a Redis Cluster whose masters say cluster-require-full-coverage yes (one master down stops every slot, so every bucket of every voucher, for the whole failover): refuse to start, or warn",
 		field: func(c *config) value { return oneOf{&c.FullCoverage, []string{"refuse", "warn"}} }},
 	{name: "SECKILL_REBUILD_LEASE", def: "30s",
-		doc:   "a rebuild's leases (the shard's, a bucketed voucher's) live this long unless renewed; the rebuild renews them every third of it, so this bounds how long a crashed instance's rebuild blocks the next",
+		doc:   "a rebuild's leases (the shard's, a bucketed voucher's) live this long unless renewed; the rebuild renews them every third of it, so this bounds how long a crashed instance's rebuild blocks the next; a rebuild still running after ten times this gives up and the next round starts over",
 		field: func(c *config) value { return duration{p: &c.RebuildLease, lo: lease.Min, hi: 10 * time.Minute} }},
 	{name: "SECKILL_REDIS_COALESCE", def: "128",
 		doc:   "most purchase scripts sent to Redis in one pipeline; 0: one round trip each",

@@ -262,6 +262,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 	c.warmer.OnRebuild(m.ShardRebuilt)
 	c.warmer.Announce(c.events)
 	c.warmer.Quiesce(mover)
+	c.vstate.HoldWith(mover)
 	c.warmer.LeaseTTL(cfg.RebuildLease)
 	if crash := crashPoint(cfg.CrashPoint); crash.afterBucket != nil {
 		c.warmer.AfterBucket(crash.afterBucket)

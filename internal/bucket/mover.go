@@ -60,6 +60,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
+	"seckill/internal/lease"
 	"seckill/internal/redisconn"
 	"seckill/internal/voucher"
 )
@@ -99,7 +100,7 @@ func (c Config) withDefaults() Config {
 	c.ApplyWindow = cmp.Or(c.ApplyWindow, 5*time.Second)
 	c.BorrowMax = cmp.Or(c.BorrowMax, 256)
 	c.MarkTTL = cmp.Or(c.MarkTTL, time.Hour)
-	c.LeaseTTL = cmp.Or(c.LeaseTTL, 30*time.Second)
+	c.LeaseTTL = max(cmp.Or(c.LeaseTTL, 30*time.Second), lease.Min)
 	return c
 }
 

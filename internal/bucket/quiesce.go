@@ -243,6 +243,34 @@ func (m *Mover) release(ctx context.Context, l *lease.Lease, v int64, nb int, va
 	}
 }
 
+// Hold holds voucher v (of nb buckets) still for the first load of its
+// buckets: it takes the voucher's lease (kept by the watchdog) and fences
+// every bucket; bucket b's state is to be written only while Guards[b]
+// holds (load.lua checks it). No move can be open (a bucket without state
+// gives and takes nothing), so nothing is drained. It implements
+// voucher.Holder. An error leaves nothing held.
+func (m *Mover) Hold(ctx context.Context, v int64, nb int) (voucher.Held, error) {
+	l, took, err := lease.Take(ctx, m.rdb, leaseKey(m.keys, v, nb), m.cfg.LeaseTTL)
+	if err != nil {
+		return voucher.Held{}, fmt.Errorf("hold voucher %d: lease: %w", v, err)
+	}
+	if !took {
+		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, ErrLeaseHeld)
+	}
+	value := fenceValue(nb, l.Token())
+	var once sync.Once
+	release := func(ctx context.Context) { once.Do(func() { m.release(ctx, l, v, nb, value) }) }
+	if err := m.fenceAll(l.Context(), v, nb, value); err != nil {
+		release(context.WithoutCancel(ctx))
+		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, err)
+	}
+	h := voucher.Held{Ctx: l.Context(), Guards: make([]voucher.Guard, nb), Release: release}
+	for b := range nb {
+		h.Guards[b] = voucher.Guard{Key: fencesKey(m.keys, m.keys.BucketShard(v, b, nb)), Field: strconv.FormatInt(v, 10), Value: value}
+	}
+	return h, nil
+}
+
 // clearFences lifts the fences of voucher v (of nb) that a rebuild left
 // behind (it died after its shard reopened, or could not reach a master
 // to lift them): it takes the voucher's lease, so no rebuild runs, sets

@@ -60,25 +60,25 @@ var (
 // Take sets key to a new token for ttl if nobody holds it, and keeps it
 // (Keep). took is false when another holds it.
 func Take(ctx context.Context, rdb redis.UniversalClient, key string, ttl time.Duration) (l *Lease, took bool, err error) {
-	token := NewToken()
-	took, err = rdb.SetNX(ctx, key, token, ttl).Result()
+	token, sent := NewToken(), time.Now()
+	took, err = rdb.SetNX(ctx, key, token, max(ttl, Min)).Result()
 	if err != nil || !took {
 		return nil, false, err
 	}
-	return Keep(ctx, rdb, key, token, ttl), true, nil
+	return Keep(ctx, rdb, key, token, ttl, sent), true, nil
 }
 
 // Keep starts renewing a lease that token holds in key (taken by the
-// caller, in whatever script took it) every ttl/3, until Release, Stop or
-// ctx's end. The lease is assumed held until ttl after the last renewal
-// was sent: a renewal that finds another token, or none arriving by then,
-// ends Context with ErrLost.
-func Keep(ctx context.Context, rdb redis.Scripter, key, token string, ttl time.Duration) *Lease {
+// caller, in whatever script took it, sent at sent) every ttl/3, until
+// Release, Stop or ctx's end. The lease is assumed held until ttl after
+// the taking or the last renewal was sent: a renewal that finds another
+// token, or none arriving by then, ends Context with ErrLost.
+func Keep(ctx context.Context, rdb redis.Scripter, key, token string, ttl time.Duration, sent time.Time) *Lease {
 	ttl = max(ttl, Min)
 	lctx, cancel := context.WithCancelCause(ctx)
 	l := &Lease{rdb: rdb, key: key, token: token, ttl: ttl, ctx: lctx, cancel: cancel,
 		stop: make(chan struct{}), done: make(chan struct{})}
-	go l.watch(time.Now())
+	go l.watch(sent)
 	return l
 }
 

@@ -54,6 +54,26 @@ type Quiet struct {
 	Release func(ctx context.Context)
 }
 
+// Holder holds a voucher of several buckets still for the first load of
+// its buckets. The bucket package supplies it.
+type Holder interface {
+	// Hold takes the voucher's lease (kept while held) and fences every
+	// bucket; each bucket's state is written only while Guards[b] holds.
+	// Release lifts the fences and the lease; call it once. An error
+	// leaves nothing held.
+	Hold(ctx context.Context, voucherID int64, nb int) (Held, error)
+}
+
+// Held is a voucher held still for the first load of its buckets.
+type Held struct {
+	// Ctx ends when the lease is lost or released.
+	Ctx context.Context
+	// Guards has bucket b's guard at index b.
+	Guards []Guard
+	// Release lifts the fences and the lease; call it once.
+	Release func(ctx context.Context)
+}
+
 // Guard is a fencing token a write must find where it lands: hash Key's
 // Field holding Value, in the shard the write goes to.
 type Guard struct{ Key, Field, Value string }

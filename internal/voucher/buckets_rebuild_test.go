@@ -190,3 +190,79 @@ func TestStalledBucketRebuildTakenOver(t *testing.T) {
 		t.Fatalf("%d units over %d open buckets, want 30 over 3", sum, open)
 	}
 }
+
+// TestStalledFirstLoadTakenOver: the first load of a voucher's buckets
+// (under the Mover's Hold) writes bucket 0, then stalls past its lease;
+// another instance loads bucket 1 from what bucket 0 holds, counting
+// bucket 2 (no state yet) by its buyers. The stalled load's write of
+// bucket 2 is refused (its fence was taken over): with it the buckets
+// would hold 100 + 200 + 100 units of 300. A first load that finds some
+// buckets with state writes nothing; the next round loads the rest from
+// the others, and the allocs add up to the stock.
+func TestStalledFirstLoadTakenOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	keys := voucher.NewKeys(testenv.Prefix(t), 3)
+	store := voucher.NewStore(voucher.MigratedMySQL(t))
+	state := voucher.NewState(rdb, keys)
+	v := voucher.Voucher{Title: "hot", TotalStock: 300, Buckets: 3, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
+	if err := store.Create(ctx, &v); err != nil {
+		t.Fatal(err)
+	}
+	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
+	for s := range 3 {
+		if err := state.MarkReady(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second, LeaseTTL: time.Minute},
+		slog.New(slog.DiscardHandler))
+	state.HoldWith(m)
+	x, err := m.Hold(ctx, v.ID, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release(ctx)
+	if ok, err := state.LoadAt(x.Ctx, shard(0), v, 100, voucher.BucketFields(v, 100), &x.Guards[0]); err != nil || !ok {
+		t.Fatalf("first load of bucket 0: %v, %v", ok, err)
+	}
+	// x stalls: its lease expires; another instance loads bucket 1.
+	if err := rdb.Del(ctx, keys.Lease(v.ID, 3)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q, err := m.Quiesce(ctx, v.ID, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Alloc[0] != 100 || len(q.NotReady) != 1 {
+		t.Fatalf("quiet %v %v, want bucket 0's 100 and bucket 2 not ready", q.Alloc, q.NotReady)
+	}
+	// x wakes and writes bucket 2 with its share.
+	if ok, err := state.LoadAt(x.Ctx, shard(2), v, 100, voucher.BucketFields(v, 100), &x.Guards[2]); !errors.Is(err, voucher.ErrGuardLost) || ok {
+		t.Fatalf("the stalled load's write of bucket 2 = %v, %v; want refused", ok, err)
+	}
+	if ok, err := state.LoadAt(q.Ctx, shard(1), v, 200, voucher.BucketFields(v, 200), &q.Guard); err != nil || !ok {
+		t.Fatalf("load of bucket 1: %v, %v", ok, err)
+	}
+	q.Release(ctx)
+	if wrote, err := state.LoadBuckets(ctx, v, nil); err == nil || wrote {
+		t.Errorf("a first load with buckets 0 and 1 loaded = %v, %v; want refused, nothing written", wrote, err)
+	}
+	w := voucher.NewWarmer(store, state, nobody{}, keys, time.Hour, slog.New(slog.DiscardHandler))
+	w.Quiesce(m)
+	if _, err := w.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for bk := range 3 {
+		a, err := rdb.HGet(ctx, keys.StateAt(shard(bk), v.ID), voucher.FieldAlloc).Int64()
+		if err != nil {
+			t.Fatalf("bucket %d: %v", bk, err)
+		}
+		sum += a
+	}
+	if sum != 300 {
+		t.Fatalf("alloc adds up to %d over the buckets, want 300", sum)
+	}
+}

@@ -312,6 +312,7 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 		v     = judge(c)
 		token = newToken()
 		took  bool
+		sent  = time.Now() // before the lease is taken, for its watchdog
 	)
 	switch v {
 	case shardCurrent:
@@ -346,8 +347,13 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	}
 	// The lease is renewed while the rebuild goes on; lost, the rebuild
 	// stops (its writes check the token anyway).
-	l := lease.Keep(ctx, w.state.rdb, w.keys.Rebuilding(shard), token, w.lease)
-	n, err := w.rebuildShard(l.Context(), shard, vs, ps, c, v, token)
+	l := lease.Keep(ctx, w.state.rdb, w.keys.Rebuilding(shard), token, w.lease, sent)
+	// A rebuild that hangs (a database that never answers) would keep its
+	// leases for ever: it gives up after ten of their lives, and the next
+	// round starts over.
+	rctx, cancel := context.WithTimeout(l.Context(), 10*w.lease)
+	n, err := w.rebuildShard(rctx, shard, vs, ps, c, v, token)
+	cancel()
 	l.Stop()
 	if err != nil && (errors.Is(l.Err(), lease.ErrLost) || errors.Is(err, errLeaseLost) || errors.Is(err, errGuardLost)) {
 		// Stalled past a lease (this process paused, a slow database):
@@ -455,7 +461,7 @@ func (w *Warmer) takeRebuildLease(ctx context.Context, shard int, token string) 
 		return false, nil // another instance is at it
 	}
 	if ready, err := rdb.Exists(ctx, w.keys.Ready(shard)).Result(); err != nil || ready == 1 {
-		rdb.Del(context.WithoutCancel(ctx), w.keys.Rebuilding(shard))
+		w.state.releaseRebuild(context.WithoutCancel(ctx), shard, token)
 		return false, err // rebuilt meanwhile
 	}
 	return true, nil

@@ -82,7 +82,7 @@ func (w *Warmer) loadMissingBuckets(ctx context.Context, shard int, ps []placed)
 // loadBucket writes one missing bucket's state (never over one there).
 func (w *Warmer) loadBucket(ctx context.Context, shard int, p placed) error {
 	nb := p.v.BucketCount()
-	others, err := w.bucketsWithState(ctx, p.v)
+	others, err := w.state.bucketsWithState(ctx, p.v)
 	if err != nil {
 		return err
 	}
@@ -284,24 +284,6 @@ func (w *Warmer) allHolders(ctx context.Context, v Voucher) (map[int64]int64, er
 		return nil, err
 	}
 	return e.buyers, nil
-}
-
-// bucketsWithState counts the buckets of v whose state exists.
-func (w *Warmer) bucketsWithState(ctx context.Context, v Voucher) (int, error) {
-	nb := v.BucketCount()
-	pipe := w.rdb().Pipeline()
-	cmds := make([]*redis.IntCmd, nb)
-	for b := range nb {
-		cmds[b] = pipe.Exists(ctx, w.keys.StateAt(w.keys.BucketShard(v.ID, b, nb), v.ID))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, fmt.Errorf("check the buckets of voucher %d: %w", v.ID, err)
-	}
-	n := 0
-	for _, c := range cmds {
-		n += int(c.Val())
-	}
-	return n, nil
 }
 
 func (w *Warmer) rdb() redis.UniversalClient { return w.state.rdb }

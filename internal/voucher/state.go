@@ -23,7 +23,17 @@ type State struct {
 	reopen       *redis.Script
 	dropReady    *redis.Script
 	releaseLease *redis.Script
+	// holder, when set, holds a voucher of several buckets still while
+	// its buckets are first loaded (HoldWith).
+	holder Holder
 }
+
+// HoldWith makes LoadBuckets load a voucher's buckets under h (the bucket
+// package's Mover): the voucher's lease kept by a watchdog, every bucket
+// fenced, and each bucket's state written only while its fence still holds.
+// Without it (one instance and tests) a plain lease is taken, which a
+// stall longer than its 30s can outlive. Set it before any Load.
+func (s *State) HoldWith(h Holder) { s.holder = h }
 
 // NewState returns a State; it does not own rdb.
 func NewState(rdb redis.UniversalClient, keys Keys) *State {
@@ -44,39 +54,78 @@ func (s *State) Load(ctx context.Context, v Voucher, buyers map[int64]int64) (bo
 	return s.loadAt(ctx, s.keys.Shard(v.ID), v, int64(v.Stock), buyers, nil, nil)
 }
 
-// LoadBuckets writes the first state of every bucket of v that has none:
-// bucket b gets alloc = its share of v.TotalStock (Share), and a stock of
-// that share less its buyers (those whose Home is b). It is right only
-// while no unit has moved between the buckets: for a voucher's first
-// load, and for buckets that all lack state. It reports whether any
-// bucket was written.
+// LoadBuckets writes the first state of every bucket of v: bucket b gets
+// alloc = its share of v.TotalStock (Share), and a stock of that share
+// less its buyers (those whose Home is b). It is right only while no unit
+// has moved between the buckets, so only while no bucket has state: once
+// one has, the others are loaded one by one (Warmer.loadBucket) from what
+// the others hold. It reports whether any bucket was written.
 //
-// It holds the voucher's lease (Keys.Lease) while it writes: a rebuild of
-// one bucket (which takes the lease too) must not count the others while
-// some are still being written.
+// With a Holder (HoldWith), it holds the voucher (lease, fences) and then
+// checks that no bucket has state, and each bucket is written only while
+// its fence holds: a load that stalled past its lease, while another
+// instance loaded a bucket from the others' alloc, writes nothing more.
 func (s *State) LoadBuckets(ctx context.Context, v Voucher, buyers map[int64]int64) (bool, error) {
 	nb := v.BucketCount()
-	lease, token := s.keys.Lease(v.ID, nb), newToken()
-	took, err := s.rdb.SetNX(ctx, lease, token, rebuildLease).Result()
-	if err != nil {
-		return false, fmt.Errorf("load buckets of voucher %d: lease: %w", v.ID, err)
+	guards := make([]*Guard, nb)
+	if s.holder != nil {
+		h, err := s.holder.Hold(ctx, v.ID, nb)
+		if err != nil {
+			return false, fmt.Errorf("load buckets of voucher %d: %w", v.ID, err)
+		}
+		defer h.Release(context.WithoutCancel(ctx))
+		ctx = h.Ctx
+		for b := range guards {
+			guards[b] = &h.Guards[b]
+		}
+		n, err := s.bucketsWithState(ctx, v)
+		if err != nil {
+			return false, err
+		}
+		if n > 0 {
+			return false, fmt.Errorf("load buckets of voucher %d: %d of %d have state: %w", v.ID, n, nb, errSomeLoaded)
+		}
+	} else {
+		lease, token := s.keys.Lease(v.ID, nb), newToken()
+		took, err := s.rdb.SetNX(ctx, lease, token, rebuildLease).Result()
+		if err != nil {
+			return false, fmt.Errorf("load buckets of voucher %d: lease: %w", v.ID, err)
+		}
+		if !took {
+			return false, fmt.Errorf("load buckets of voucher %d: %w", v.ID, errLeaseHeld)
+		}
+		defer s.releaseLease.Run(context.WithoutCancel(ctx), s.rdb, []string{lease}, token)
 	}
-	if !took {
-		return false, fmt.Errorf("load buckets of voucher %d: %w", v.ID, errLeaseHeld)
-	}
-	defer s.releaseLease.Run(context.WithoutCancel(ctx), s.rdb, []string{lease}, token)
 	homes := SplitBuyers(buyers, nb)
 	wrote := false
 	for b := range nb {
 		alloc := Share(int64(v.TotalStock), b, nb)
 		stock := max(alloc-int64(len(homes[b])), 0)
-		did, err := s.loadAt(ctx, s.keys.BucketShard(v.ID, b, nb), v, stock, homes[b], BucketFields(v, alloc), nil)
+		did, err := s.loadAt(ctx, s.keys.BucketShard(v.ID, b, nb), v, stock, homes[b], BucketFields(v, alloc), guards[b])
 		if err != nil {
 			return wrote, fmt.Errorf("bucket %d: %w", b, err)
 		}
 		wrote = wrote || did
 	}
 	return wrote, nil
+}
+
+// bucketsWithState counts the buckets of v whose state exists.
+func (s *State) bucketsWithState(ctx context.Context, v Voucher) (int, error) {
+	nb := v.BucketCount()
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, nb)
+	for b := range nb {
+		cmds[b] = pipe.Exists(ctx, s.keys.StateAt(s.keys.BucketShard(v.ID, b, nb), v.ID))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("check the buckets of voucher %d: %w", v.ID, err)
+	}
+	n := 0
+	for _, c := range cmds {
+		n += int(c.Val())
+	}
+	return n, nil
 }
 
 // Share is bucket b's part of total units over nb buckets: total/nb, one
@@ -380,6 +429,10 @@ var errLeaseLost = errors.New("shard rebuild lease lost")
 // errGuardLost means a bucket's rebuild outlived its voucher's lease: a
 // newer rebuild took its fences over, and what it counted is not written.
 var errGuardLost = errors.New("bucket rebuild fence taken over")
+
+// errSomeLoaded means a first load of a voucher's buckets found some with
+// state: the rest are loaded one by one from what those hold.
+var errSomeLoaded = errors.New("some buckets already have state")
 
 // errLeaseHeld means another instance holds a voucher's lease: it is
 // loading the voucher's buckets or rebuilding one. Tried again later.
