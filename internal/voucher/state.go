@@ -43,10 +43,10 @@ func NewState(rdb redis.UniversalClient, keys Keys) *State {
 // buyerChunk bounds the fields of one HSET when buyers are loaded.
 const buyerChunk = 500
 
-// Load writes v's state unless it is there already, the buyers (user id ->
-// order id) first, so the script never sees stock without buyers. It
-// reports whether the state was written. A voucher of more than one bucket
-// is split (LoadBuckets), its stock v.TotalStock.
+// Load writes v's state unless it is there already, with its buyers (user
+// id -> order id) in the same step, so the script never sees stock
+// without buyers. It reports whether the state was written. A voucher of
+// more than one bucket is split (LoadBuckets), its stock v.TotalStock.
 func (s *State) Load(ctx context.Context, v Voucher, buyers map[int64]int64) (bool, error) {
 	if v.BucketCount() > 1 {
 		return s.LoadBuckets(ctx, v, buyers)
@@ -157,19 +157,21 @@ func BucketFields(v Voucher, alloc int64) []any {
 	return []any{FieldBuckets, v.BucketCount(), FieldTotal, v.TotalStock, FieldAlloc, alloc, FieldOut, 0}
 }
 
-// loadAt writes v's state, of the given stock and further fields, in a
-// shard, unless it is there already, its buyers first.
+// loadAt writes v's state, of the given stock and further fields, with
+// its buyers, in a shard, unless it is there already.
 //
-// With a guard, the state is written only while the guard holds
-// (errGuardLost otherwise; the buyers written first are harmless: the
-// state is missing, and whoever loads it next writes the same ones).
+// The buyers are staged under a key of their own and put in place by the
+// script that writes the state, so a load that finds the state there
+// changes nothing. With a guard, the state is written only while the
+// guard holds (errGuardLost otherwise).
 func (s *State) loadAt(ctx context.Context, shard int, v Voucher, stock int64, buyers map[int64]int64, fields []any, guard *Guard) (bool, error) {
+	staging := s.keys.BuyersAt(shard, v.ID) + ":loading:" + newToken()
 	if len(buyers) > 0 {
 		pipe := s.rdb.Pipeline()
 		args := make([]any, 0, 2*buyerChunk)
 		flush := func() {
 			if len(args) > 0 {
-				pipe.HSet(ctx, s.keys.BuyersAt(shard, v.ID), args...)
+				pipe.HSet(ctx, staging, args...)
 				args = make([]any, 0, 2*buyerChunk)
 			}
 		}
@@ -180,11 +182,13 @@ func (s *State) loadAt(ctx context.Context, shard int, v Voucher, stock int64, b
 			}
 		}
 		flush()
+		// A load that dies here leaves nothing behind for long.
+		pipe.Expire(ctx, staging, 10*time.Minute)
 		if _, err := pipe.Exec(ctx); err != nil {
 			return false, fmt.Errorf("load buyers of voucher %d: %w", v.ID, err)
 		}
 	}
-	keys := []string{s.keys.StateAt(shard, v.ID)}
+	keys := []string{s.keys.StateAt(shard, v.ID), s.keys.BuyersAt(shard, v.ID), staging}
 	args := []any{stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli()}
 	if guard != nil {
 		keys = append(keys, guard.Key)
