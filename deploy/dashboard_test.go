@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql"
 	dto "github.com/prometheus/client_model/go"
@@ -38,6 +39,7 @@ func exported(t *testing.T) map[string][]string {
 	m.WatchDB(db)
 	m.WatchRedisPool(func() *redis.PoolStats { return &redis.PoolStats{} })
 	m.WatchAloneWrites(func() int64 { return 0 })
+	m.WatchRebuild(func() time.Duration { return 0 })
 
 	out := map[string][]string{}
 	add := func(name, typ string, labels []string) {

@@ -260,6 +260,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 	describeRedis(ctx, cfg, rdb, keys, log)
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
 	c.warmer.OnRebuild(m.ShardRebuilt)
+	m.WatchRebuild(c.warmer.Running)
 	c.warmer.Announce(c.events)
 	c.warmer.Quiesce(mover)
 	c.vstate.HoldWith(mover)

@@ -221,6 +221,16 @@ func (m *Metrics) WatchAloneWrites(n func() int64) {
 		func() float64 { return float64(n()) }))
 }
 
+// WatchRebuild adds how long the shard rebuild this instance is running
+// has run (0: none).
+func (m *Metrics) WatchRebuild(running func() time.Duration) {
+	name := "rebuild_running_seconds"
+	m.families[namespace+"_"+name] = Family{Type: "gauge"}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: name,
+		Help: "How long the shard rebuild this instance is running has run, 0 when none: its shard answers not_ready meanwhile."},
+		func() float64 { return running().Seconds() }))
+}
+
 // Purchase records one purchase: its outcome, the handler's time and the
 // script's time (0 when the script did not run).
 func (m *Metrics) Purchase(outcome string, took, script time.Duration) {

@@ -155,6 +155,9 @@ func TestStalledBucketRebuildTakenOver(t *testing.T) {
 			return
 		}
 		first = bk
+		if a.Running() <= 0 {
+			t.Error("a rebuild under way, but Running says none")
+		}
 		// a stalls: its voucher lease expires, and b's round runs.
 		if err := rdb.Del(ctx, keys.Lease(v.ID, 3)).Err(); err != nil {
 			t.Error(err)
@@ -166,6 +169,9 @@ func TestStalledBucketRebuildTakenOver(t *testing.T) {
 	}
 	if inside != nil {
 		t.Fatalf("the rebuild that took over: %v", inside)
+	}
+	if d := a.Running(); d != 0 {
+		t.Errorf("no rebuild under way, but Running says %s", d)
 	}
 	alloc := func() (sum int64, open int) {
 		for bk := range 3 {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,6 +62,18 @@ type Warmer struct {
 	quiescer Quiescer
 	// lease is the shard rebuild lease's time to live.
 	lease time.Duration
+	// running is when the shard rebuild under way began (unix ns), 0 none.
+	running atomic.Int64
+}
+
+// Running is how long the shard rebuild this Warmer is running has run,
+// 0 when none.
+func (w *Warmer) Running() time.Duration {
+	at := w.running.Load()
+	if at == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, at))
 }
 
 // NewWarmer returns a Warmer that checks every interval (default 5s).
@@ -352,7 +365,9 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	// leases for ever: it gives up after ten of their lives, and the next
 	// round starts over.
 	rctx, cancel := context.WithTimeout(l.Context(), 10*w.lease)
+	w.running.Store(time.Now().UnixNano())
 	n, err := w.rebuildShard(rctx, shard, vs, ps, c, v, token)
+	w.running.Store(0)
 	cancel()
 	l.Stop()
 	if err != nil && (errors.Is(l.Err(), lease.ErrLost) || errors.Is(err, errLeaseLost) || errors.Is(err, errGuardLost)) {
