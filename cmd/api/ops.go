@@ -34,7 +34,10 @@ func opsClients(ctx context.Context, cfg config, log *slog.Logger) (*order.DeadL
 	warmer := voucher.NewWarmer(vstore, voucher.NewState(rdb, keys), order.NewStore(db), keys, cfg.Warm, log)
 	warmer.LeaseTTL(cfg.RebuildLease)
 	replicas := redisconn.NewReplicas()
-	dead := order.NewDeadLetters(db, newReserver(cfg, rdb, keys, replicas, newMover(cfg, rdb, keys, replicas, crashHooks{}, log)))
+	mover := newMover(cfg, rdb, keys, replicas, crashHooks{}, log)
+	// Reconcile counts the units of moves under way through the mover.
+	warmer.Quiesce(mover)
+	dead := order.NewDeadLetters(db, newReserver(cfg, rdb, keys, replicas, mover))
 	return dead, warmer, func() { closeDB(); closeRedis() }, nil
 }
 

@@ -3,9 +3,12 @@ package bucket
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Recoverer finishes the moves whose movers died: every journaled move
@@ -114,4 +117,32 @@ func (r *Recoverer) clearFences(ctx context.Context, shard int) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// Applied is the units of voucher v's journaled moves that their receiver
+// has applied (its mark says so) and their donor has not closed yet: until
+// the close they are in the receiver's alloc and in the donor's out at
+// once, so conservation counts them once (reconcile). A move whose mark
+// cannot be read fails the count.
+func (m *Mover) Applied(ctx context.Context, v int64, nb int) (int64, error) {
+	var units int64
+	for b := range nb {
+		var failed error
+		err := m.scanJournal(ctx, m.keys.BucketShard(v, b, nb), func(j journaled) {
+			if j.err != nil || j.e.v != v || failed != nil {
+				return
+			}
+			mark, err := m.rdb.Get(ctx, markKey(m.keys, m.receiver(j.e), j.id)).Result()
+			switch {
+			case err == nil && mark == outcomeApplied:
+				units += int64(j.e.units)
+			case err != nil && !errors.Is(err, redis.Nil):
+				failed = err
+			}
+		})
+		if err = errors.Join(err, failed); err != nil {
+			return 0, fmt.Errorf("moves of voucher %d out of bucket %d: %w", v, b, err)
+		}
+	}
+	return units, nil
 }

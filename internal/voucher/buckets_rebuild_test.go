@@ -272,3 +272,49 @@ func TestStalledFirstLoadTakenOver(t *testing.T) {
 		t.Fatalf("alloc adds up to %d over the buckets, want 300", sum)
 	}
 }
+
+// TestReconcileCountsMovesUnderWay: a move applied by its receiver and not
+// yet closed by its donor puts its units in the receiver's alloc and the
+// donor's out at once; reconcile counts them once and finds nothing to
+// report, while a unit really made (an alloc raised by hand) is reported.
+func TestReconcileCountsMovesUnderWay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	keys := voucher.NewKeys(testenv.Prefix(t), 3)
+	store := voucher.NewStore(voucher.MigratedMySQL(t))
+	state := voucher.NewState(rdb, keys)
+	v := voucher.Voucher{Title: "hot", TotalStock: 30, Buckets: 3, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
+	if err := store.Create(ctx, &v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.Load(ctx, v, nil); err != nil {
+		t.Fatal(err)
+	}
+	for s := range 3 {
+		if err := state.MarkReady(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cut := bucket.NewMover(rdb, keys, bucket.Config{StaleAfter: time.Hour, AfterStep: func(s string) bool { return s == "apply" }},
+		slog.New(slog.DiscardHandler))
+	if _, err := cut.Move(ctx, v.ID, 0, 1, 4, 3); !errors.Is(err, bucket.ErrStopped) {
+		t.Fatalf("move cut after its apply: %v", err)
+	}
+	w := voucher.NewWarmer(store, state, nobody{}, keys, time.Hour, slog.New(slog.DiscardHandler))
+	w.Quiesce(cut)
+	if diffs, err := w.Reconcile(ctx); err != nil || len(diffs) != 0 {
+		t.Fatalf("reconcile during a move applied and not closed = %+v, %v; want nothing", diffs, err)
+	}
+	shard1 := keys.BucketShard(v.ID, 1, 3)
+	if err := rdb.HIncrBy(ctx, keys.StateAt(shard1, v.ID), voucher.FieldAlloc, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HIncrBy(ctx, keys.StateAt(shard1, v.ID), "stock", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	diffs, err := w.Reconcile(ctx)
+	if err != nil || len(diffs) != 1 || diffs[0].What != "alloc" {
+		t.Fatalf("reconcile with a unit made = %+v, %v; want one alloc difference", diffs, err)
+	}
+}

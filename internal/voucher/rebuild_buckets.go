@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -288,26 +289,66 @@ func (w *Warmer) allHolders(ctx context.Context, v Voucher) (map[int64]int64, er
 
 func (w *Warmer) rdb() redis.UniversalClient { return w.state.rdb }
 
+// transitCounter counts the units of a voucher's moves applied by their
+// receiver and not yet closed by their donor (the bucket package's Mover).
+type transitCounter interface {
+	Applied(ctx context.Context, voucherID int64, nb int) (int64, error)
+}
+
+// reconcileReads bounds the reads of a voucher's buckets by reconcile: a
+// sum that differs on every read is a difference, one that differed while
+// a move was under way between two reads is not.
+const reconcileReads = 3
+
 // reconcileBuckets is Reconcile for a voucher of more than one bucket: per
 // bucket, the stock its alloc and holders say and the buyers whose home it
-// is; per voucher, sum(alloc) + sum(out) = total.
+// is; per voucher, sum(alloc) + sum(out) - the units of applied moves not
+// yet closed = total. The buckets are read one by one, so a move under way
+// can make one read differ: the sum is read again, and reported only when
+// it differs on every read.
 func (w *Warmer) reconcileBuckets(ctx context.Context, v Voucher) ([]Diff, error) {
+	for read := 1; ; read++ {
+		diffs, sum, err := w.reconcileBucketsOnce(ctx, v)
+		if err != nil || len(diffs) > 0 || sum.ok() || read == reconcileReads {
+			if err == nil && len(diffs) == 0 && !sum.ok() {
+				diffs = append(diffs, Diff{VoucherID: v.ID, Bucket: -1, What: "alloc",
+					Redis:    fmt.Sprintf("alloc %d + in transit %d", sum.alloc, sum.out-sum.applied),
+					Expected: fmt.Sprint(v.TotalStock)})
+			}
+			return diffs, err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// allocSum is a voucher's units over its buckets, as reconcile reads them.
+type allocSum struct{ alloc, out, applied, total int64 }
+
+func (s allocSum) ok() bool { return s.alloc+s.out-s.applied == s.total }
+
+func (w *Warmer) reconcileBucketsOnce(ctx context.Context, v Voucher) ([]Diff, allocSum, error) {
 	nb := v.BucketCount()
 	var diffs []Diff
-	var alloc, out int64
+	sum := allocSum{total: int64(v.TotalStock)}
 	for b := range nb {
 		shard := w.keys.BucketShard(v.ID, b, nb)
 		flying, err := w.readInFlight(ctx, shard)
 		if err != nil {
-			return nil, err
+			return nil, sum, err
 		}
 		f, err := w.rdb().HMGet(ctx, w.keys.StateAt(shard, v.ID), "stock", FieldAlloc, FieldOut).Result()
 		if err != nil {
-			return nil, err
+			return nil, sum, err
 		}
 		ready, err := w.rdb().Exists(ctx, w.keys.Ready(shard)).Result()
 		if err != nil {
-			return nil, err
+			return nil, sum, err
 		}
 		d := Diff{VoucherID: v.ID, Bucket: b, ShardMarked: ready == 1}
 		stock, _ := f[0].(string)
@@ -318,10 +359,10 @@ func (w *Warmer) reconcileBuckets(ctx context.Context, v Voucher) ([]Diff, error
 			diffs = append(diffs, d)
 			continue
 		}
-		alloc, out = alloc+a, out+o
+		sum.alloc, sum.out = sum.alloc+a, sum.out+o
 		e, err := w.expectBucket(ctx, placed{v: v, b: b}, flying, a)
 		if err != nil {
-			return nil, err
+			return nil, sum, err
 		}
 		d.InFlight = e.flying
 		if stock != fmt.Sprint(e.stock) {
@@ -330,16 +371,19 @@ func (w *Warmer) reconcileBuckets(ctx context.Context, v Voucher) ([]Diff, error
 		}
 		got, err := w.buyersAt(ctx, shard, v.ID)
 		if err != nil {
-			return nil, err
+			return nil, sum, err
 		}
 		if inRedis, expected, differ := compareBuyers(got, e.buyers); differ {
 			d.What, d.Redis, d.Expected = "buyers", inRedis, expected
 			diffs = append(diffs, d)
 		}
 	}
-	if len(diffs) == 0 && alloc+out != int64(v.TotalStock) {
-		diffs = append(diffs, Diff{VoucherID: v.ID, Bucket: -1, What: "alloc",
-			Redis: fmt.Sprintf("alloc %d + in transit %d", alloc, out), Expected: fmt.Sprint(v.TotalStock)})
+	if tc, ok := w.quiescer.(transitCounter); ok && sum.out > 0 {
+		applied, err := tc.Applied(ctx, v.ID, nb)
+		if err != nil {
+			return nil, sum, err
+		}
+		sum.applied = applied
 	}
-	return diffs, nil
+	return diffs, sum, nil
 }
