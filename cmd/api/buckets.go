@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/bucket"
 	"seckill/internal/voucher"
 )
 
@@ -34,6 +35,9 @@ type bucketPlace struct {
 	Out    any    `json:"out"`
 	// Ready: the shard's ready marker is set (its state was loaded).
 	Ready bool `json:"ready"`
+	// Fence is the rebuild fence on the bucket ("<nb>:<token>" of the
+	// rebuild or first load holding it), "" when none.
+	Fence string `json:"fence"`
 }
 
 // bucketsCommand runs "api buckets VOUCHER": where each bucket of the
@@ -82,7 +86,7 @@ func bucketsCommand(ctx context.Context, e *cmdEnv) error {
 }
 
 // readBuckets reads every bucket of v with one pipeline: HMGET of its
-// state hash and EXISTS of its shard's ready marker.
+// state hash and EXISTS of its shard's ready marker; then its fence.
 func readBuckets(ctx context.Context, rdb redis.UniversalClient, keys voucher.Keys, places []voucher.ShardPlace, v voucher.Voucher) ([]bucketPlace, error) {
 	nb := v.BucketCount()
 	out := make([]bucketPlace, nb)
@@ -103,6 +107,15 @@ func readBuckets(ctx context.Context, rdb redis.UniversalClient, keys voucher.Ke
 		vals := fields[b].Val()
 		out[b].Stock, out[b].Alloc, out[b].Out = number(vals[0]), number(vals[1]), number(vals[2])
 		out[b].Ready = ready[b].Val() == 1
+	}
+	if nb > 1 {
+		fences, err := bucket.Fences(ctx, rdb, keys, v.ID, nb)
+		if err != nil {
+			return nil, err
+		}
+		for b, f := range fences {
+			out[b].Fence = f
+		}
 	}
 	return out, nil
 }

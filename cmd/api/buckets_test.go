@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ type bucketsOut struct {
 		Alloc  any    `json:"alloc"`
 		Out    any    `json:"out"`
 		Ready  *bool  `json:"ready"`
+		Fence  string `json:"fence"`
 	} `json:"buckets"`
 	Warning *string `json:"warning"`
 }
@@ -127,6 +129,19 @@ func TestCLIBuckets(t *testing.T) {
 			t.Errorf("bucket %d: %+v, want shard %d, tag %s, slot %d, master %s, ready", b, got, shard, keys.Tag(shard), redisconn.Slot(keys.Tag(shard)), opt.Addr)
 		}
 	}
+	// A fence left on bucket 2 (as a rebuild holds it) is shown there.
+	fences := keys.Tag(keys.BucketShard(hot, 2, 3)) + ":fences"
+	rdbFence := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdbFence.Close() })
+	if err := rdbFence.HSet(t.Context(), fences, strconv.FormatInt(hot, 10), "3:a-token").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for b, got := range cliBuckets(t, env, hot).Buckets {
+		if want := map[bool]string{true: "3:a-token"}[b == 2]; got.Fence != want {
+			t.Errorf("bucket %d fence %q, want %q", b, got.Fence, want)
+		}
+	}
+	rdbFence.HDel(t.Context(), fences, strconv.FormatInt(hot, 10))
 	if sum := stockSum(t, out); sum != 9 {
 		t.Errorf("the buckets hold %d units, want 9 (10 less one sold): %+v", sum, out)
 	}

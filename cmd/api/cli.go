@@ -60,7 +60,7 @@ var commands = []command{
 		flags: func(*flag.FlagSet) action { return reconcileCommand }},
 	{name: "shards", doc: "show where each shard lives: hash tag, slot, master",
 		flags: func(*flag.FlagSet) action { return shardsCommand }},
-	{name: "buckets", synopsis: "VOUCHER", nargs: 1, doc: "show where each bucket of a voucher lives (shard, hash tag, slot, master) and its stock, alloc, out and readiness",
+	{name: "buckets", synopsis: "VOUCHER", nargs: 1, doc: "show where each bucket of a voucher lives (shard, hash tag, slot, master) and its stock, alloc, out, readiness and rebuild fence",
 		flags: func(*flag.FlagSet) action { return bucketsCommand }},
 	{name: "version", noConfig: true, doc: "print the module version and the VCS revision it was built from",
 		flags: func(*flag.FlagSet) action { return versionCommand }},

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/voucher"
 )
 
 // Recoverer finishes the moves whose movers died: every journaled move
@@ -145,4 +148,25 @@ func (m *Mover) Applied(ctx context.Context, v int64, nb int) (int64, error) {
 		}
 	}
 	return units, nil
+}
+
+// Fences is the rebuild fence on each bucket of voucher v ("<nb>:<token>"
+// of the rebuild or first load holding it, "" none), read in one pipeline,
+// for an operator (api buckets): a fence that stays while no rebuild runs
+// is lifted by the recovery loop.
+func Fences(ctx context.Context, rdb redis.UniversalClient, keys voucher.Keys, v int64, nb int) ([]string, error) {
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, nb)
+	field := strconv.FormatInt(v, 10)
+	for b := range nb {
+		cmds[b] = pipe.HGet(ctx, fencesKey(keys, keys.BucketShard(v, b, nb)), field)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read the fences of voucher %d: %w", v, err)
+	}
+	out := make([]string, nb)
+	for b, c := range cmds {
+		out[b] = c.Val()
+	}
+	return out, nil
 }
