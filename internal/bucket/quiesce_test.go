@@ -276,3 +276,43 @@ func TestRecovererClearsLeftFences(t *testing.T) {
 	}
 	e.settled()
 }
+
+// TestQuiesceTakenOverWhileCounting: a rebuild whose fences another
+// rebuild takes over during its apply window (its lease lapsed while it
+// waited) finds them gone when it lifts them after reading the allocs,
+// and fails instead of returning what it counted.
+func TestQuiesceTakenOverWhileCounting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 5, 5, 5)
+	ctx := context.Background()
+	// No watchdog tick during the test: the lapse is the lease deleted.
+	slow := e.mover(Config{ApplyWindow: 2 * time.Second, LeaseTTL: time.Minute})
+	done := make(chan error, 1)
+	go func() {
+		q, err := slow.Quiesce(ctx, e.v, e.nb, 2)
+		if err == nil {
+			q.Release(ctx)
+		}
+		done <- err
+	}()
+	testenv.WaitFor(t, 5*time.Second, "the slow rebuild's fences", func() bool { return e.fenceOf(0) != "" && e.fenceOf(2) != "" })
+	if err := e.rdb.Del(ctx, leaseKey(e.keys, e.v, e.nb)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q, err := e.mover(Config{ApplyWindow: time.Millisecond, LeaseTTL: time.Minute}).Quiesce(ctx, e.v, e.nb, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Release(ctx)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrFenceLost) {
+			t.Fatalf("the rebuild taken over while counting = %v, want ErrFenceLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow rebuild did not end")
+	}
+	if f := e.fenceOf(1); f != q.Guard.Value {
+		t.Errorf("the newer rebuild's guard %q, want %q kept", f, q.Guard.Value)
+	}
+}

@@ -64,3 +64,38 @@ func TestLoadLeavesLiveBuyers(t *testing.T) {
 		t.Errorf("staged buyers left behind: %v", left)
 	}
 }
+
+// TestReopenChecksGuards: a shard reopens only while every guard holds
+// its rebuild's value: a guard holding another rebuild's value (a
+// takeover), or none, keeps the shard closed and its lease held; each
+// guard is checked, not only the first.
+func TestReopenChecksGuards(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	keys := NewKeys(testenv.Prefix(t), 1)
+	st := NewState(rdb, keys)
+	if err := rdb.Set(ctx, keys.Rebuilding(0), "mine", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fences := keys.Tag(0) + ":fences"
+	rdb.HSet(ctx, fences, "7", "3:mine", "8", "3:newer")
+	guards := []Guard{{Key: fences, Field: "7", Value: "3:mine"}, {Key: fences, Field: "8", Value: "3:mine"}}
+	if err := st.Reopen(ctx, "mine", 0, "", guards...); !errors.Is(err, errGuardLost) {
+		t.Fatalf("reopen with voucher 8's fence taken over = %v, want errGuardLost", err)
+	}
+	rdb.HDel(ctx, fences, "8")
+	if err := st.Reopen(ctx, "mine", 0, "", guards...); !errors.Is(err, errGuardLost) {
+		t.Fatalf("reopen with voucher 8's fence lifted = %v, want errGuardLost", err)
+	}
+	if n, _ := rdb.Exists(ctx, keys.Ready(0)).Result(); n != 0 {
+		t.Fatal("the shard reopened with a guard not held")
+	}
+	rdb.HSet(ctx, fences, "8", "3:mine")
+	if err := st.Reopen(ctx, "mine", 0, "", guards...); err != nil {
+		t.Fatalf("reopen with every guard held: %v", err)
+	}
+	if n, _ := rdb.Exists(ctx, keys.Ready(0), keys.Rebuilding(0)).Result(); n != 1 {
+		t.Fatal("want the shard ready and its lease dropped")
+	}
+}
