@@ -16,7 +16,8 @@
 -- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
 -- KEYS[1] seckill:{<shard>}:ready  shard ready marker (any type; written when the shard's state was loaded)
 -- KEYS[2] seckill:{<shard>}:voucher:<voucher id>  voucher (bucket) state (hash: stock, begin_ms, end_ms,
---         and with more than one bucket nb, total, alloc, out, fence_until)
+--         and with more than one bucket nb, total, alloc, out; fence_until from
+--         an older version)
 -- KEYS[3] seckill:{<shard>}:voucher:<voucher id>:buyers  the bucket's buyers (hash: user id -> order id)
 -- KEYS[4] seckill:{<shard>}:orders  shard order stream (stream, or missing: XADD creates it)
 -- KEYS[5] seckill:{<shard>}:pending  shard pending-order index (hash: order id -> "user id:voucher id", or missing)

@@ -281,15 +281,26 @@ func TestQuietClusterRebuildsNothing(t *testing.T) {
 	t.Logf("answers %v; %v rebuilds at start-up, none after", codes, atStart)
 }
 
-// TestClusterFullCoverageRefused: on a Redis Cluster where one master
-// says cluster-require-full-coverage yes (one master down would stop every
-// shard and every bucket), the service refuses to start and names the
-// master and the fix; with SECKILL_FULL_COVERAGE=warn it starts and warns.
+// TestClusterFullCoverageRefused: on a Redis Cluster where one node (here
+// a replica, which would bring it along when it takes over) says
+// cluster-require-full-coverage yes (one master down would stop every
+// shard and every bucket), the service refuses to start and names the node
+// and the fix; with SECKILL_FULL_COVERAGE=warn it starts and warns.
 func TestClusterFullCoverageRefused(t *testing.T) {
 	t.Parallel()
-	cl := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: -1})
-	keys := voucher.KeysFor(testenv.Prefix(t), 3, true)
-	full := cl.MasterOf(t, keys.Stream(1))
+	// A replica's setting counts too: it takes its master's place.
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
+	cl.WaitHealthy(t, time.Minute)
+	var full *testenv.ClusterNode
+	for _, n := range cl.Nodes() {
+		if role, _ := n.Client(t).Do(context.Background(), "role").Slice(); len(role) > 0 && role[0] == "slave" {
+			full = n
+			break
+		}
+	}
+	if full == nil {
+		t.Fatal("no replica in the cluster")
+	}
 	if err := full.Client(t).ConfigSet(context.Background(), "cluster-require-full-coverage", "yes").Err(); err != nil {
 		t.Fatal(err)
 	}

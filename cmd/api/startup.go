@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,12 +129,12 @@ func warnUnpayable(ctx context.Context, cfg config, c *core) {
 	}
 }
 
-// checkCoverage reads cluster-require-full-coverage from every master of a
+// checkCoverage reads cluster-require-full-coverage from every node of a
 // Redis Cluster. Where it is yes, one master's failure makes the whole
 // cluster refuse every command until the failover ends: every shard, and
 // every bucket of every voucher, answers 503, where a voucher of several
 // buckets is meant to stop only the dead master's bucket. Start-up is
-// refused then (SECKILL_FULL_COVERAGE=warn only warns). A master that does
+// refused then (SECKILL_FULL_COVERAGE=warn only warns). A node that does
 // not answer CONFIG GET (a managed service may forbid it) is warned about.
 func checkCoverage(ctx context.Context, cfg config, rdb redis.UniversalClient, log *slog.Logger) error {
 	if !redisconn.IsCluster(rdb) {
@@ -140,38 +142,72 @@ func checkCoverage(ctx context.Context, cfg config, rdb redis.UniversalClient, l
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	var (
-		mu            sync.Mutex
-		full, unknown []string
-	)
-	err := redisconn.ForEachMaster(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
+	var full, unknown []string
+	// Every node, replicas too: a replica takes its master's place in a
+	// failover, with its own setting.
+	addrs, err := clusterNodes(ctx, rdb)
+	for _, addr := range addrs {
+		c := nodeClient(rdb, addr)
 		v, err := c.ConfigGet(ctx, "cluster-require-full-coverage").Result()
-		mu.Lock()
-		defer mu.Unlock()
+		_ = c.Close()
 		switch {
 		case err != nil || v["cluster-require-full-coverage"] == "":
-			unknown = append(unknown, c.Options().Addr)
+			unknown = append(unknown, addr)
 		case v["cluster-require-full-coverage"] == "yes":
-			full = append(full, c.Options().Addr)
+			full = append(full, addr)
 		}
-		return nil
-	})
+	}
 	if err != nil {
-		log.Warn("cannot read cluster-require-full-coverage from the masters; not checked", "err", err)
+		log.Warn("cannot read cluster-require-full-coverage from the nodes; not checked", "err", err)
 		return nil
 	}
 	if len(unknown) > 0 {
-		log.Warn("cannot read cluster-require-full-coverage from these masters; set it to no so that one master down stops only its own shards", "masters", unknown)
+		log.Warn("cannot read cluster-require-full-coverage from these nodes; set it to no so that one master down stops only its own shards", "nodes", unknown)
 	}
 	if len(full) == 0 {
 		return nil
 	}
 	slices.Sort(full)
-	msg := fmt.Sprintf("the Redis Cluster masters %v have cluster-require-full-coverage yes: one master down would stop every shard and every bucket for the whole failover; "+
+	msg := fmt.Sprintf("the Redis Cluster nodes %v have cluster-require-full-coverage yes: one master down would stop every shard and every bucket for the whole failover; "+
 		"set it to no on every node (CONFIG SET cluster-require-full-coverage no, and in redis.conf), or start with SECKILL_FULL_COVERAGE=warn", full)
 	if cfg.FullCoverage == "warn" {
 		log.Warn(msg)
 		return nil
 	}
 	return errors.New(msg)
+}
+
+// clusterNodes lists the address of every node of the cluster, masters
+// and replicas, from CLUSTER NODES of each master (failed nodes left out).
+func clusterNodes(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{}
+	)
+	err := redisconn.ForEachMaster(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
+		text, err := c.ClusterNodes(ctx).Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 || strings.Contains(f[2], "fail") || strings.Contains(f[2], "noaddr") {
+				continue
+			}
+			addr, _, _ := strings.Cut(f[1], "@")
+			seen[addr] = true
+		}
+		return nil
+	})
+	addrs := slices.Sorted(maps.Keys(seen))
+	return addrs, err
+}
+
+// nodeClient is a client of one node of rdb's cluster, with its options.
+func nodeClient(rdb redis.UniversalClient, addr string) *redis.Client {
+	o := rdb.(*redis.ClusterClient).Options()
+	return redis.NewClient(&redis.Options{Addr: addr, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: 1})
 }

@@ -197,7 +197,9 @@ func (m *Mover) Move(ctx context.Context, v int64, from, to, k, nb int) (int, er
 		// goes no further, so its units go back now (no apply will come:
 		// only this call applies it) rather than wait StaleAfter in
 		// transit. A failover that loses the take loses this close too.
-		if cerr := m.close(ctx, e, outcomeRefused, &m.stats); cerr != nil {
+		cctx, cancel := cleanup(ctx)
+		defer cancel()
+		if cerr := m.close(cctx, e, outcomeRefused, &m.stats); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}
@@ -221,6 +223,12 @@ func (m *Mover) Move(ctx context.Context, v int64, from, to, k, nb int) (int, er
 		return 0, nil
 	}
 	return e.units, nil
+}
+
+// cleanup is the context of a step that must run even when ctx has ended
+// (giving units back, lifting fences), bounded on its own.
+func cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 }
 
 func (m *Mover) stopAfter(step string) bool { return m.cfg.AfterStep != nil && m.cfg.AfterStep(step) }

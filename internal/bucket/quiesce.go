@@ -69,7 +69,9 @@ func (m *Mover) Quiesce(ctx context.Context, v int64, nb, lost int) (voucher.Qui
 		if cause := l.Err(); errors.Is(cause, lease.ErrLost) {
 			err = fmt.Errorf("%w (%w)", err, cause)
 		}
-		release(context.WithoutCancel(ctx))
+		cctx, cancel := cleanup(ctx)
+		defer cancel()
+		release(cctx)
 		return voucher.Quiet{}, fmt.Errorf("quiesce voucher %d for bucket %d: %w", v, lost, err)
 	}
 	q.Ctx = l.Context()
@@ -261,7 +263,9 @@ func (m *Mover) Hold(ctx context.Context, v int64, nb int) (voucher.Held, error)
 	var once sync.Once
 	release := func(ctx context.Context) { once.Do(func() { m.release(ctx, l, v, nb, value) }) }
 	if err := m.fenceAll(l.Context(), v, nb, value); err != nil {
-		release(context.WithoutCancel(ctx))
+		cctx, cancel := cleanup(ctx)
+		defer cancel()
+		release(cctx)
 		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, err)
 	}
 	h := voucher.Held{Ctx: l.Context(), Guards: make([]voucher.Guard, nb), Release: release}
@@ -287,6 +291,8 @@ func (m *Mover) clearFences(ctx context.Context, v int64, nb int) (held bool, er
 	}
 	value := fenceValue(nb, l.Token())
 	err = m.fenceAll(l.Context(), v, nb, value)
-	m.release(context.WithoutCancel(ctx), l, v, nb, value)
+	cctx, cancel := cleanup(ctx)
+	defer cancel()
+	m.release(cctx, l, v, nb, value)
 	return false, err
 }

@@ -1,10 +1,7 @@
 package redisconn
 
 import (
-	"bufio"
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,26 +10,32 @@ import (
 )
 
 // Replicas confirms writes with WAIT, and applies the policy for a master
-// that has no replica at all (a replica promoted after its master died,
-// before another is attached): a write such a master holds cannot be lost
-// to a failover, since nothing can take its place, so WAIT is not asked
-// of it and the write counts as confirmed by the master alone (Alone).
-// Only that master's own loss can lose it, as with no WAIT; the service
-// counts such writes (Alone) for a metric and an alert, and an operator
-// attaches a replica.
+// of a Redis Cluster that has no replica at all (a replica promoted after
+// its master died, before another is attached): a write such a master
+// holds cannot be lost to a failover, since nothing can take its place,
+// so the write counts as confirmed by the master alone (Alone). Only that
+// master's own loss can lose it, as with no WAIT; the service counts such
+// writes (AloneWrites) for a metric and an alert, and an operator attaches
+// a replica.
 //
-// "No replica" is what the server says: on a Redis Cluster, CLUSTER
-// REPLICAS of the master lists none (a replica that is down but known
-// still counts); elsewhere INFO replication says connected_slaves:0. A
-// master found alone is not asked WAIT again for a second.
+// "No replica" is what the cluster says: CLUSTER REPLICAS of the master
+// lists none. A replica that is down or disconnected but known still
+// counts (it could be promoted), and then WAIT decides. On one server (no
+// cluster) a replica may be promoted by something the server does not
+// know of (Sentinel), so WAIT always decides there.
+//
+// A master found alone is asked CLUSTER REPLICAS again on each write,
+// without WAIT (which would wait its whole timeout for replicas that do
+// not exist); once it lists a replica, WAIT is asked again. A master not
+// seen alone for a second is forgotten.
 type Replicas struct {
 	mu    sync.Mutex
-	alone map[string]time.Time // master address -> when found alone
+	alone map[string]time.Time // master address -> when last found alone
 	now   func() time.Time
 	count atomic.Int64
 }
 
-// aloneFor is how long a master found with no replica is taken as alone.
+// aloneFor is how long a master found with no replica is remembered.
 const aloneFor = time.Second
 
 // NewReplicas returns a Replicas with no master known alone.
@@ -47,31 +50,37 @@ type Confirmation struct {
 // OK reports whether the write is confirmed for want replicas.
 func (c Confirmation) OK(want int) bool { return c.Alone || c.Acked >= int64(want) }
 
-// Confirm asks WAIT want on conn, the connection that made the writes,
-// to master addr, bounded by timeout; when fewer replicas answer, it asks
-// the master whether it has any. A nil Replicas only sends WAIT.
+// Confirm confirms the writes made on conn, a connection to master addr:
+// by want replicas' acknowledgement (WAIT, bounded by timeout), or by the
+// master alone when the cluster lists no replica of it. A nil Replicas
+// only sends WAIT.
 func (r *Replicas) Confirm(ctx context.Context, conn *redis.Conn, addr string, want int, timeout time.Duration) (Confirmation, error) {
 	if r != nil && r.knownAlone(addr) {
-		r.count.Add(1)
-		return Confirmation{Alone: true}, nil
+		if none, err := noReplica(ctx, conn); err == nil && none {
+			return r.confirmAlone(addr, 0), nil
+		}
+		r.forget(addr)
 	}
 	n, err := conn.Wait(ctx, want, timeout).Result()
 	if err != nil || n >= int64(want) || r == nil {
 		return Confirmation{Acked: n}, err
 	}
-	none, err := noReplica(ctx, conn)
-	if err != nil || !none {
+	if none, err := noReplica(ctx, conn); err != nil || !none {
 		return Confirmation{Acked: n}, nil // short, as WAIT said
 	}
-	r.mu.Lock()
-	r.alone[addr] = r.now()
-	r.mu.Unlock()
-	r.count.Add(1)
-	return Confirmation{Acked: n, Alone: true}, nil
+	return r.confirmAlone(addr, n), nil
 }
 
 // AloneWrites counts the writes confirmed by a master alone.
 func (r *Replicas) AloneWrites() int64 { return r.count.Load() }
+
+func (r *Replicas) confirmAlone(addr string, acked int64) Confirmation {
+	r.mu.Lock()
+	r.alone[addr] = r.now()
+	r.mu.Unlock()
+	r.count.Add(1)
+	return Confirmation{Acked: acked, Alone: true}
+}
 
 func (r *Replicas) knownAlone(addr string) bool {
 	r.mu.Lock()
@@ -84,26 +93,26 @@ func (r *Replicas) knownAlone(addr string) bool {
 	return ok
 }
 
-// noReplica asks conn's server whether any replica could take its place.
+func (r *Replicas) forget(addr string) {
+	r.mu.Lock()
+	delete(r.alone, addr)
+	r.mu.Unlock()
+}
+
+// noReplica reports whether conn's server is a cluster master of which
+// the cluster knows no replica; false on a server that is not in a
+// cluster.
 func noReplica(ctx context.Context, conn *redis.Conn) (bool, error) {
 	id, err := conn.Do(ctx, "cluster", "myid").Text()
-	if err == nil {
-		rs, err := conn.Do(ctx, "cluster", "replicas", id).Slice()
-		if err != nil {
-			return false, err
+	if err != nil {
+		if redis.HasErrorPrefix(err, "ERR") {
+			return false, nil // cluster support disabled: WAIT decides
 		}
-		return len(rs) == 0, nil
+		return false, err
 	}
-	info, err := conn.Info(ctx, "replication").Result()
+	rs, err := conn.Do(ctx, "cluster", "replicas", id).Slice()
 	if err != nil {
 		return false, err
 	}
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "connected_slaves:"); ok {
-			n, err := strconv.Atoi(v)
-			return err == nil && n == 0, err
-		}
-	}
-	return false, nil
+	return len(rs) == 0, nil
 }

@@ -28,58 +28,73 @@ func waits(t *testing.T, c *redis.Client) string {
 	return "calls=0"
 }
 
-// TestConfirmAloneMaster: a master with no replica confirms a write
-// alone (counted), and for a second after is not sent WAIT at all; once
-// a replica is attached, WAIT is asked again and the replica's
-// acknowledgement confirms; a replica that is attached but silent
-// (paused) confirms nothing, and the master is not taken as alone.
+// TestConfirmAloneMaster: a cluster master that the cluster knows no
+// replica of confirms a write alone (counted), without WAIT while it stays
+// alone; a server not in a cluster never does (WAIT decides there); a
+// master with a replica is confirmed by its acknowledgement, and with its
+// replica paused (known to the cluster, so still a replica that could be
+// promoted) is confirmed by nothing.
 func TestConfirmAloneMaster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	c := master.Client(t)
 	rs := redisconn.NewReplicas()
-	confirm := func() redisconn.Confirmation {
+	confirm := func(c *redis.Client, addr string) redisconn.Confirmation {
 		t.Helper()
 		conn := c.Conn()
 		defer conn.Close()
 		if err := conn.Set(ctx, "k", "v", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		conf, err := rs.Confirm(ctx, conn, master.Addr, 1, 50*time.Millisecond)
+		conf, err := rs.Confirm(ctx, conn, addr, 1, 50*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return conf
 	}
-	if conf := confirm(); !conf.Alone || !conf.OK(1) {
-		t.Fatalf("no replica: %+v, want confirmed alone", conf)
+
+	lone := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: -1})
+	m := lone.MasterOf(t, "k")
+	mc := m.Client(t)
+	if conf := confirm(mc, m.Addr); !conf.Alone || !conf.OK(1) {
+		t.Fatalf("a cluster master with no replica: %+v, want confirmed alone", conf)
 	}
-	before := waits(t, c)
-	if conf := confirm(); !conf.Alone {
+	before := waits(t, mc)
+	if conf := confirm(mc, m.Addr); !conf.Alone {
 		t.Fatalf("again: %+v, want alone", conf)
 	}
-	if after := waits(t, c); after != before {
+	if after := waits(t, mc); after != before {
 		t.Errorf("WAIT sent to a master known alone: %s, then %s", before, after)
 	}
 	if n := rs.AloneWrites(); n != 2 {
 		t.Errorf("AloneWrites = %d, want 2", n)
 	}
 
-	host, port, _ := strings.Cut(master.Addr, ":")
-	replica := testenv.StartRedis(t, testenv.RedisOptions{ExtraArgs: []string{"--replicaof", host, port}})
-	rc := replica.Client(t)
-	testenv.WaitFor(t, 20*time.Second, "the replica's link up", func() bool {
-		info, _ := rc.Info(ctx, "replication").Result()
-		return strings.Contains(info, "master_link_status:up")
-	})
-	testenv.WaitFor(t, 5*time.Second, "a replica's acknowledgement", func() bool {
-		conf := confirm()
-		return !conf.Alone && conf.Acked == 1 && conf.OK(1)
+	single := testenv.StartRedis(t, testenv.RedisOptions{})
+	if conf := confirm(single.Client(t), single.Addr); conf.Alone || conf.OK(1) {
+		t.Errorf("a server not in a cluster, no replica: %+v, want not confirmed", conf)
+	}
+
+	paired := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
+	paired.WaitHealthy(t, time.Minute)
+	m2 := paired.MasterOf(t, "k")
+	_, port, _ := strings.Cut(m2.Addr, ":")
+	var replica *testenv.ClusterNode
+	for _, n := range paired.Nodes() {
+		info, _ := n.Client(t).Info(ctx, "replication").Result()
+		if strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r") {
+			replica = n
+		}
+	}
+	if replica == nil {
+		t.Fatalf("no replica of %s", m2.Addr)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the replica's acknowledgement", func() bool {
+		conf := confirm(m2.Client(t), m2.Addr)
+		return !conf.Alone && conf.Acked == 1
 	})
 	replica.Pause(t)
 	defer replica.Resume(t)
-	if conf := confirm(); conf.Alone || conf.OK(1) {
+	if conf := confirm(m2.Client(t), m2.Addr); conf.Alone || conf.OK(1) {
 		t.Errorf("replica paused: %+v, want not confirmed and not alone", conf)
 	}
 	if n := rs.AloneWrites(); n != 2 {

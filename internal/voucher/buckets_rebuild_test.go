@@ -186,8 +186,8 @@ func TestStalledBucketRebuildTakenOver(t *testing.T) {
 		}
 		return sum, open
 	}
-	if sum, open := alloc(); sum > 30 || open != 2 {
-		t.Fatalf("after the stalled rebuild of bucket %d woke: %d units over %d open buckets, want at most 30 over 2", first, sum, open)
+	if sum, open := alloc(); sum != 30 || open != 2 {
+		t.Fatalf("after the stalled rebuild of bucket %d woke: %d units over %d open buckets, want 30 over 2 (bucket 0's 4 and the newer rebuild's 26)", first, sum, open)
 	}
 	if _, err := a.Warm(ctx); err != nil {
 		t.Fatalf("the next round: %v", err)

@@ -198,6 +198,12 @@ func (k Keys) BuyersAt(shard int, voucherID int64) string {
 	return k.Tag(shard) + ":voucher:" + strconv.FormatInt(voucherID, 10) + buyersSuffix
 }
 
+// BuyersLoading is where a load stages a bucket's buyers (token names
+// the load) before load.lua puts them in place with the state.
+func (k Keys) BuyersLoading(shard int, voucherID int64, token string) string {
+	return k.BuyersAt(shard, voucherID) + ":loading:" + token
+}
+
 // Lease is held by the one instance that loads the buckets of a voucher of
 // nb buckets, or stops its units moving to rebuild one of them (the bucket
 // package's Quiesce): beside the state of its bucket 0.
@@ -222,7 +228,9 @@ const (
 	// FieldOut is the units this bucket gave to a transfer still in its
 	// journal.
 	FieldOut = "out"
-	// FieldFenceUntil (ms, Redis time) refuses transfers out of the
-	// bucket before it: a rebuild of another bucket holds it.
+	// FieldFenceUntil (ms, Redis time) is how an older version fenced a
+	// bucket; take.lua still refuses transfers out of it before that time,
+	// during a rolling upgrade. Fences are now tokens in the bucket
+	// package's fences hash (internal/bucket/quiesce.go).
 	FieldFenceUntil = "fence_until"
 )

@@ -2,8 +2,6 @@ package voucher
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -381,7 +379,7 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	}
 	if err != nil {
 		// Tried again next round, by whichever instance comes first: not
-		// after the lease's 30s (a bucket's rebuild fails while another
+		// after the lease's life (a bucket's rebuild fails while another
 		// bucket of its voucher is rebuilt, and must not wait that long).
 		w.state.releaseRebuild(context.WithoutCancel(ctx), shard, token)
 	}
@@ -483,11 +481,7 @@ func (w *Warmer) takeRebuildLease(ctx context.Context, shard int, token string) 
 }
 
 // newToken names one rebuild, as the holder of a shard's rebuild lease.
-func newToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newToken() string { return lease.NewToken() }
 
 // missingState returns the vouchers whose state Redis does not hold.
 func (w *Warmer) missingState(ctx context.Context, vs []Voucher) ([]Voucher, error) {

@@ -351,12 +351,12 @@ func (r *Reserver) reserveAcked(ctx context.Context, keys []string, args ...any)
 	conn, addr := c.Conn(), c.Options().Addr
 	defer func() { _ = conn.Close() }() // the last one, after a redirection
 	res, err := r.runOn(ctx, conn, false, keys, args)
-	if addr, ask, ok := redirect(err); ok {
+	if to, ask, ok := redirect(err); ok {
 		cluster, isCluster := r.uc.(*redis.ClusterClient)
 		if !isCluster {
 			return Reservation{}, fmt.Errorf("purchase script: %w", err)
 		}
-		node, ferr := nodeAt(ctx, cluster, addr)
+		node, ferr := nodeAt(ctx, cluster, to)
 		if ferr != nil {
 			return Reservation{}, fmt.Errorf("purchase script: %w; follow it: %w", err, ferr)
 		}

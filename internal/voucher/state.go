@@ -32,7 +32,8 @@ type State struct {
 // package's Mover): the voucher's lease kept by a watchdog, every bucket
 // fenced, and each bucket's state written only while its fence still holds.
 // Without it (one instance and tests) a plain lease is taken, which a
-// stall longer than its 30s can outlive. Set it before any Load.
+// stall longer than its 30s (rebuildLease) can outlive. Set it before
+// any Load.
 func (s *State) HoldWith(h Holder) { s.holder = h }
 
 // NewState returns a State; it does not own rdb.
@@ -165,7 +166,7 @@ func BucketFields(v Voucher, alloc int64) []any {
 // changes nothing. With a guard, the state is written only while the
 // guard holds (errGuardLost otherwise).
 func (s *State) loadAt(ctx context.Context, shard int, v Voucher, stock int64, buyers map[int64]int64, fields []any, guard *Guard) (bool, error) {
-	staging := s.keys.BuyersAt(shard, v.ID) + ":loading:" + newToken()
+	staging := s.keys.BuyersLoading(shard, v.ID, newToken())
 	if len(buyers) > 0 {
 		pipe := s.rdb.Pipeline()
 		args := make([]any, 0, 2*buyerChunk)
