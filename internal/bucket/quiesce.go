@@ -54,30 +54,58 @@ const drainRounds = 5
 // bucket lost, as above. It implements voucher.Quiescer. An error leaves
 // nothing held.
 func (m *Mover) Quiesce(ctx context.Context, v int64, nb, lost int) (voucher.Quiet, error) {
-	l, took, err := lease.Take(ctx, m.rdb, leaseKey(m.keys, v, nb), m.cfg.LeaseTTL)
+	h, err := m.hold(ctx, v, nb)
 	if err != nil {
-		return voucher.Quiet{}, fmt.Errorf("quiesce voucher %d: lease: %w", v, err)
+		return voucher.Quiet{}, fmt.Errorf("quiesce voucher %d: %w", v, err)
 	}
-	if !took {
-		return voucher.Quiet{}, fmt.Errorf("quiesce voucher %d: %w", v, ErrLeaseHeld)
-	}
-	value := fenceValue(nb, l.Token())
-	var once sync.Once
-	release := func(ctx context.Context) { once.Do(func() { m.release(ctx, l, v, nb, value) }) }
-	q, err := m.quiesce(l.Context(), v, nb, lost, value)
+	q, err := m.quiesce(h.l.Context(), v, nb, lost, h.value)
 	if err != nil {
-		if cause := l.Err(); errors.Is(cause, lease.ErrLost) {
+		if cause := h.l.Err(); errors.Is(cause, lease.ErrLost) {
 			err = fmt.Errorf("%w (%w)", err, cause)
 		}
-		cctx, cancel := cleanup(ctx)
-		defer cancel()
-		release(cctx)
+		h.giveUp(ctx)
 		return voucher.Quiet{}, fmt.Errorf("quiesce voucher %d for bucket %d: %w", v, lost, err)
 	}
-	q.Ctx = l.Context()
-	q.Guard = voucher.Guard{Key: fencesKey(m.keys, m.keys.BucketShard(v, lost, nb)), Field: strconv.FormatInt(v, 10), Value: value}
-	q.Release = release
+	q.Ctx = h.l.Context()
+	q.Guard = m.guard(v, lost, nb, h.value)
+	q.Release = h.release
 	return q, nil
+}
+
+// held is a voucher's lease taken by this Mover and the fence value it
+// writes; release lifts both, once.
+type held struct {
+	l       *lease.Lease
+	value   string
+	release func(ctx context.Context)
+}
+
+// hold takes voucher v's lease (kept by the watchdog); ErrLeaseHeld when
+// another holds it.
+func (m *Mover) hold(ctx context.Context, v int64, nb int) (held, error) {
+	l, took, err := lease.Take(ctx, m.rdb, leaseKey(m.keys, v, nb), m.cfg.LeaseTTL)
+	if err != nil {
+		return held{}, fmt.Errorf("lease: %w", err)
+	}
+	if !took {
+		return held{}, ErrLeaseHeld
+	}
+	h := held{l: l, value: fenceValue(nb, l.Token())}
+	var once sync.Once
+	h.release = func(ctx context.Context) { once.Do(func() { m.release(ctx, l, v, nb, h.value) }) }
+	return h, nil
+}
+
+// giveUp releases h after a failure, even when ctx has ended.
+func (h held) giveUp(ctx context.Context) {
+	cctx, cancel := cleanup(ctx)
+	defer cancel()
+	h.release(cctx)
+}
+
+// guard is bucket b's fence holding value, as a write's guard.
+func (m *Mover) guard(v int64, b, nb int, value string) voucher.Guard {
+	return voucher.Guard{Key: fencesKey(m.keys, m.keys.BucketShard(v, b, nb)), Field: strconv.FormatInt(v, 10), Value: value}
 }
 
 // fenceValue is a fence's value: the voucher's bucket count, so that a
@@ -252,27 +280,19 @@ func (m *Mover) release(ctx context.Context, l *lease.Lease, v int64, nb int, va
 // gives and takes nothing), so nothing is drained. It implements
 // voucher.Holder. An error leaves nothing held.
 func (m *Mover) Hold(ctx context.Context, v int64, nb int) (voucher.Held, error) {
-	l, took, err := lease.Take(ctx, m.rdb, leaseKey(m.keys, v, nb), m.cfg.LeaseTTL)
+	h, err := m.hold(ctx, v, nb)
 	if err != nil {
-		return voucher.Held{}, fmt.Errorf("hold voucher %d: lease: %w", v, err)
-	}
-	if !took {
-		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, ErrLeaseHeld)
-	}
-	value := fenceValue(nb, l.Token())
-	var once sync.Once
-	release := func(ctx context.Context) { once.Do(func() { m.release(ctx, l, v, nb, value) }) }
-	if err := m.fenceAll(l.Context(), v, nb, value); err != nil {
-		cctx, cancel := cleanup(ctx)
-		defer cancel()
-		release(cctx)
 		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, err)
 	}
-	h := voucher.Held{Ctx: l.Context(), Guards: make([]voucher.Guard, nb), Release: release}
-	for b := range nb {
-		h.Guards[b] = voucher.Guard{Key: fencesKey(m.keys, m.keys.BucketShard(v, b, nb)), Field: strconv.FormatInt(v, 10), Value: value}
+	if err := m.fenceAll(h.l.Context(), v, nb, h.value); err != nil {
+		h.giveUp(ctx)
+		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, err)
 	}
-	return h, nil
+	out := voucher.Held{Ctx: h.l.Context(), Guards: make([]voucher.Guard, nb), Release: h.release}
+	for b := range nb {
+		out.Guards[b] = m.guard(v, b, nb, h.value)
+	}
+	return out, nil
 }
 
 // clearFences lifts the fences of voucher v (of nb) that a rebuild left
@@ -282,17 +302,14 @@ func (m *Mover) Hold(ctx context.Context, v int64, nb int) (voucher.Held, error)
 // stalled and still holds such a fence finds it gone and writes nothing
 // live. held is true when another holds the lease (nothing done).
 func (m *Mover) clearFences(ctx context.Context, v int64, nb int) (held bool, err error) {
-	l, took, err := lease.Take(ctx, m.rdb, leaseKey(m.keys, v, nb), m.cfg.LeaseTTL)
-	if err != nil {
+	h, err := m.hold(ctx, v, nb)
+	switch {
+	case errors.Is(err, ErrLeaseHeld):
+		return true, nil
+	case err != nil:
 		return false, err
 	}
-	if !took {
-		return true, nil
-	}
-	value := fenceValue(nb, l.Token())
-	err = m.fenceAll(l.Context(), v, nb, value)
-	cctx, cancel := cleanup(ctx)
-	defer cancel()
-	m.release(cctx, l, v, nb, value)
+	err = m.fenceAll(h.l.Context(), v, nb, h.value)
+	h.giveUp(ctx)
 	return false, err
 }

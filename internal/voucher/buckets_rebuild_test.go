@@ -7,10 +7,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"seckill/internal/bucket"
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
 )
+
+// hotVoucher puts a voucher of 3 buckets and total units on sale under a
+// fresh prefix, with its buckets' state loaded when load, and marks every
+// shard ready.
+func hotVoucher(t *testing.T, total int, load bool) (*redis.Client, voucher.Keys, *voucher.Store, *voucher.State, voucher.Voucher) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	keys := voucher.NewKeys(testenv.Prefix(t), 3)
+	store := voucher.NewStore(voucher.MigratedMySQL(t))
+	state := voucher.NewState(rdb, keys)
+	v := voucher.Voucher{Title: "hot", TotalStock: total, Buckets: 3, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
+	if err := store.Create(ctx, &v); err != nil {
+		t.Fatal(err)
+	}
+	if load {
+		if _, err := state.Load(ctx, v, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for s := range 3 {
+		if err := state.MarkReady(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rdb, keys, store, state, v
+}
 
 // nobody holds an order: the database side of a voucher just put on sale.
 type nobody struct{}
@@ -29,23 +58,8 @@ func (nobody) Reservations(context.Context, int64) (map[int64]int64, map[int64]b
 func TestTwoBucketsRebuiltAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := testenv.Redis(t)
-	keys := voucher.NewKeys(testenv.Prefix(t), 3)
-	store := voucher.NewStore(voucher.MigratedMySQL(t))
-	state := voucher.NewState(rdb, keys)
-	v := voucher.Voucher{Title: "hot", TotalStock: 30, Buckets: 3, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
-	if err := store.Create(ctx, &v); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := state.Load(ctx, v, nil); err != nil {
-		t.Fatal(err)
-	}
+	rdb, keys, store, state, v := hotVoucher(t, 30, true)
 	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
-	for s := range 3 {
-		if err := state.MarkReady(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// Bucket 0 lent 6 units to bucket 1 before: alloc 4, 16, 10.
 	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second}, slog.New(slog.DiscardHandler))
 	if n, err := m.Move(ctx, v.ID, 0, 1, 6, 3); err != nil || n != 6 {
@@ -112,23 +126,8 @@ func TestTwoBucketsRebuiltAtOnce(t *testing.T) {
 func TestStalledBucketRebuildTakenOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := testenv.Redis(t)
-	keys := voucher.NewKeys(testenv.Prefix(t), 3)
-	store := voucher.NewStore(voucher.MigratedMySQL(t))
-	state := voucher.NewState(rdb, keys)
-	v := voucher.Voucher{Title: "hot", TotalStock: 30, Buckets: 3, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
-	if err := store.Create(ctx, &v); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := state.Load(ctx, v, nil); err != nil {
-		t.Fatal(err)
-	}
+	rdb, keys, store, state, v := hotVoucher(t, 30, true)
 	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
-	for s := range 3 {
-		if err := state.MarkReady(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// Leases long enough that no watchdog renews or gives up during the
 	// test: the stall is the voucher's lease expiring (deleted below).
 	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second, LeaseTTL: time.Minute},
@@ -208,20 +207,8 @@ func TestStalledBucketRebuildTakenOver(t *testing.T) {
 func TestStalledFirstLoadTakenOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := testenv.Redis(t)
-	keys := voucher.NewKeys(testenv.Prefix(t), 3)
-	store := voucher.NewStore(voucher.MigratedMySQL(t))
-	state := voucher.NewState(rdb, keys)
-	v := voucher.Voucher{Title: "hot", TotalStock: 300, Buckets: 3, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
-	if err := store.Create(ctx, &v); err != nil {
-		t.Fatal(err)
-	}
+	rdb, keys, store, state, v := hotVoucher(t, 300, false)
 	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
-	for s := range 3 {
-		if err := state.MarkReady(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
 	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second, LeaseTTL: time.Minute},
 		slog.New(slog.DiscardHandler))
 	state.HoldWith(m)
@@ -280,22 +267,7 @@ func TestStalledFirstLoadTakenOver(t *testing.T) {
 func TestReconcileCountsMovesUnderWay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := testenv.Redis(t)
-	keys := voucher.NewKeys(testenv.Prefix(t), 3)
-	store := voucher.NewStore(voucher.MigratedMySQL(t))
-	state := voucher.NewState(rdb, keys)
-	v := voucher.Voucher{Title: "hot", TotalStock: 30, Buckets: 3, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
-	if err := store.Create(ctx, &v); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := state.Load(ctx, v, nil); err != nil {
-		t.Fatal(err)
-	}
-	for s := range 3 {
-		if err := state.MarkReady(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rdb, keys, store, state, v := hotVoucher(t, 30, true)
 	cut := bucket.NewMover(rdb, keys, bucket.Config{StaleAfter: time.Hour, AfterStep: func(s string) bool { return s == "apply" }},
 		slog.New(slog.DiscardHandler))
 	if _, err := cut.Move(ctx, v.ID, 0, 1, 4, 3); !errors.Is(err, bucket.ErrStopped) {
