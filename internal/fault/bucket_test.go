@@ -741,6 +741,9 @@ func TestClusterMasterLostForGood(t *testing.T) {
 	// Demand three times what is left, skewed away from the lost master's
 	// bucket: its units must move to be sold.
 	w.fire(buyersFrom(120_000, 3*stock, 0.6), []string{a.base, b.base}, 32).wait(t)
+	// The burst can end before the failed-over bucket's rebuild does: the
+	// rest is sold once it answers again and nothing is in transit.
+	w.recovered(killed, 30*time.Second)
 	testenv.WaitFor(t, 30*time.Second, "no transfer open", func() bool { return w.inTransit() == 0 })
 	w.fire(buyersFrom(140_000, stock, 0), []string{a.base, b.base}, 16).wait(t)
 	rep, lost := w.settle(2 * time.Minute)
