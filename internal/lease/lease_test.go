@@ -89,8 +89,11 @@ func TestKeepUnreachable(t *testing.T) {
 	if !errors.Is(l.Err(), ErrLost) {
 		t.Errorf("cause %v, want ErrLost", l.Err())
 	}
-	if d := time.Since(stopped); d > Min+Min/2 {
-		t.Errorf("told %s after Redis paused, want within the lease's %s and a renewal", d, Min)
+	// The loss is due at most a lease's life after the pause; the bound
+	// leaves room for a loaded machine's scheduling (before, with the
+	// client's read timeout in the way, it came 5.3 s after).
+	if d := time.Since(stopped); d > 2*Min {
+		t.Errorf("told %s after Redis paused, want within about the lease's %s", d, Min)
 	}
 	l.Stop()
 }
