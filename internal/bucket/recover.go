@@ -108,11 +108,7 @@ func (r *Recoverer) clearFences(ctx context.Context, shard int) error {
 	}
 	var errs []error
 	for v, nb := range left {
-		n, err := r.m.rdb.Exists(ctx, leaseKey(r.m.keys, v, nb)).Result()
-		if err != nil || n == 1 {
-			errs = append(errs, err) // held: a rebuild is at it
-			continue
-		}
+		// Held: a rebuild is at it (the take of the lease tells).
 		held, err := r.m.clearFences(ctx, v, nb)
 		if err == nil && !held {
 			r.m.log.Info("bucket fences left by a rebuild lifted", "voucher", v, "buckets", nb, "shard", shard)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/auth"
+	"seckill/internal/bucket"
 	"seckill/internal/testenv"
 	"seckill/internal/verify"
 	"seckill/internal/voucher"
@@ -652,13 +653,13 @@ func TestBucketedUnitsResold(t *testing.T) {
 }
 
 // fenceOf is the rebuild fence on bucket b: "<nb>:<token>" of the rebuild
-// holding it, "" when none (internal/bucket's fences hash of the shard).
+// holding it, "" when none.
 func (w *bucketSale) fenceOf(b int) string {
-	s, err := w.crdb.HGet(context.Background(), w.keys.Tag(w.shard(b))+":fences", strconv.FormatInt(w.v, 10)).Result()
-	if err != nil && err != redis.Nil {
+	fences, err := bucket.Fences(context.Background(), w.crdb, w.keys, w.v, buckets)
+	if err != nil {
 		w.t.Fatal(err)
 	}
-	return s
+	return fences[b]
 }
 
 // A rebuild stalls past its leases: the instance rebuilding a bucket whose
