@@ -43,6 +43,9 @@ type config struct {
 	// between a voucher's buckets (internal/bucket).
 	BucketStaleAfter  time.Duration // SECKILL_BUCKET_STALE_AFTER
 	BucketApplyWindow time.Duration // SECKILL_BUCKET_APPLY_WINDOW
+	// ConfirmAlone lets a cluster master with no replica confirm writes
+	// alone under WaitReplicas (redisconn.Replicas): "on" or "off".
+	ConfirmAlone string // SECKILL_REDIS_CONFIRM_ALONE
 	// FullCoverage is what start-up does on a Redis Cluster whose masters
 	// require full slot coverage: refuse, or warn.
 	FullCoverage string // SECKILL_FULL_COVERAGE
@@ -117,6 +120,9 @@ var coreSettings = []setting{
 	{name: "SECKILL_BUCKET_APPLY_WINDOW", def: "5s",
 		doc:   "a transfer's units are taken in by the receiving bucket only this soon after the donor gave them; must be below SECKILL_BUCKET_STALE_AFTER",
 		field: func(c *config) value { return duration{p: &c.BucketApplyWindow, lo: time.Millisecond} }},
+	{name: "SECKILL_REDIS_CONFIRM_ALONE", def: "off",
+		doc:   "with SECKILL_REDIS_WAIT_REPLICAS, on: a cluster master that the cluster lists no replica of confirms purchases and transfers alone, so a bucket whose master was lost for good sells and lends; off: they answer not_replicated. Not safe yet: a killed master that restarts empty can serve as a master with no replica before it is made a replica, and loses what it confirmed",
+		field: func(c *config) value { return oneOf{&c.ConfirmAlone, []string{"off", "on"}} }},
 	{name: "SECKILL_FULL_COVERAGE", def: "refuse",
 		doc:   "on a Redis Cluster whose masters say cluster-require-full-coverage yes (one master down stops every slot, so every bucket of every voucher, for the whole failover): refuse to start, or warn",
 		field: func(c *config) value { return oneOf{&c.FullCoverage, []string{"refuse", "warn"}} }},

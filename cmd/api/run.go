@@ -240,7 +240,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 	m.WatchRedisPool(rdb.PoolStats)
 	// A master with no replica confirms purchases and transfers alone
 	// (redisconn.Replicas), counted for SeckillMasterWithoutReplica.
-	replicas := redisconn.NewReplicas()
+	replicas := confirmAlone(cfg)
 	m.WatchAloneWrites(replicas.AloneWrites)
 	if sqlDB, err := db.DB(); err == nil {
 		m.WatchDB(sqlDB)
@@ -281,6 +281,15 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 // masters.
 func saleKeys(cfg config, rdb redis.UniversalClient) voucher.Keys {
 	return voucher.KeysFor(cfg.KeyPrefix, cfg.Shards, redisconn.IsCluster(rdb))
+}
+
+// confirmAlone is the replica-less policy of SECKILL_REDIS_CONFIRM_ALONE:
+// nil (WAIT alone decides) when off.
+func confirmAlone(cfg config) *redisconn.Replicas {
+	if cfg.ConfirmAlone != "on" {
+		return nil
+	}
+	return redisconn.NewReplicas()
 }
 
 // newReserver is the one Reserver of an instance: with

@@ -71,8 +71,14 @@ func (r *Replicas) Confirm(ctx context.Context, conn *redis.Conn, addr string, w
 	return r.confirmAlone(addr, n), nil
 }
 
-// AloneWrites counts the writes confirmed by a master alone.
-func (r *Replicas) AloneWrites() int64 { return r.count.Load() }
+// AloneWrites counts the writes confirmed by a master alone (0 for a nil
+// Replicas).
+func (r *Replicas) AloneWrites() int64 {
+	if r == nil {
+		return 0
+	}
+	return r.count.Load()
+}
 
 func (r *Replicas) confirmAlone(addr string, acked int64) Confirmation {
 	r.mu.Lock()
