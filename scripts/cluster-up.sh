@@ -377,11 +377,21 @@ wait_for "redis-server for locks" 30 redis-locks redis_ok "$lock_redis_port"
 
 root_user=()
 [ "$(id -u)" -eq 0 ] && root_user=(--user=root) # mariadbd refuses root otherwise
-common=(--no-defaults "--datadir=$dir/mysql/data" --skip-name-resolve --innodb-log-file-size=64M "${root_user[@]}")
+# Temporary files in a directory of its own: servers sharing /tmp have had
+# the installer fail on a temporary table another one removed.
+mkdir -p "$dir/mysql/tmp"
+common=(--no-defaults "--datadir=$dir/mysql/data" "--tmpdir=$dir/mysql/tmp" --skip-name-resolve
+  --innodb-log-file-size=64M "${root_user[@]}")
 if [ ! -d "$dir/mysql/data/mysql" ]; then
   say "creating the mariadb datadir"
-  mariadb-install-db "${common[@]}" --auth-root-authentication-method=normal --skip-test-db \
-    </dev/null >"$logs/mariadb-install.log" 2>&1 || die "mariadb-install-db failed; see $logs/mariadb-install.log"
+  install_db() {
+    mariadb-install-db "${common[@]}" --auth-root-authentication-method=normal --skip-test-db \
+      </dev/null >>"$logs/mariadb-install.log" 2>&1
+  }
+  # One more try on a clean datadir before giving up: a failed run of the
+  # whole suite costs far more than a second install.
+  install_db || { rm -rf "$dir/mysql/data"; say "mariadb-install-db failed; once more"; install_db; } ||
+    die "mariadb-install-db failed; see $logs/mariadb-install.log"
 fi
 say "mariadbd on 127.0.0.1:$mysql_port"
 # The socket path is relative to the datadir: a deep absolute path can pass

@@ -51,9 +51,15 @@ func startMariaDB(dir string) (*MariaDB, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Temporary files in a directory of its own: servers sharing /tmp have
+	// had the installer fail on a temporary table another one removed.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
+	}
 	// --no-defaults must come first; it keeps the machine's /etc/mysql out.
 	common := []string{
-		"--no-defaults", "--datadir=" + filepath.Join(dir, "data"), "--skip-name-resolve",
+		"--no-defaults", "--datadir=" + filepath.Join(dir, "data"), "--tmpdir=" + tmp, "--skip-name-resolve",
 		"--innodb-log-file-size=8M", // the installer's default is 96M, slow to write
 	}
 	if os.Geteuid() == 0 {
