@@ -41,10 +41,76 @@ type bucketPlace struct {
 }
 
 // bucketsCommand runs "api buckets VOUCHER": where each bucket of the
-// voucher lives (shard, hash tag, slot, master) and what its state hash
-// holds, as JSON, with a warning when two buckets share a master (they
-// then share its CPU and fail over together).
+// voucher lives (shard, hash tag, slot, master), what its state hash
+// holds and the moves between its buckets under way, as JSON, with a
+// warning when two buckets share a master (they then share its CPU and
+// fail over together).
 func bucketsCommand(ctx context.Context, e *cmdEnv) error {
+	return withBuckets(ctx, e, func(s bucketSite) error {
+		out, err := readBuckets(ctx, s.rdb, s.keys, s.places, s.v)
+		if err != nil {
+			return err
+		}
+		res := map[string]any{"voucher_id": s.v.ID, "bucket_count": s.v.BucketCount(), "buckets": out}
+		if s.v.BucketCount() > 1 {
+			moves, err := s.mover.Moves(ctx, s.v.ID, s.v.BucketCount())
+			if err != nil {
+				return err
+			}
+			res["moves"] = orEmpty(moves)
+		}
+		if w := sharedMasters(out); w != "" {
+			res["warning"] = w
+		}
+		return printJSON(e.stdout, res)
+	})
+}
+
+// settleCommand runs "api buckets settle VOUCHER": every move of the
+// voucher still journaled is decided now, whatever its age, by the rule
+// of the recovery loop (bucket.Mover.Settle), and fences no rebuild holds
+// are lifted; it prints each move's outcome and the buckets after, and
+// fails when a move could not be settled (its master unreachable, say).
+func settleCommand(ctx context.Context, e *cmdEnv) error {
+	return withBuckets(ctx, e, func(s bucketSite) error {
+		nb := s.v.BucketCount()
+		if nb < 2 {
+			return fmt.Errorf("voucher %d has one bucket: no moves to settle", s.v.ID)
+		}
+		moves, fenced, serr := s.mover.Settle(ctx, s.v.ID, nb)
+		out, err := readBuckets(ctx, s.rdb, s.keys, s.places, s.v)
+		if err != nil {
+			return errors.Join(serr, err)
+		}
+		res := map[string]any{"voucher_id": s.v.ID, "bucket_count": nb, "settled": orEmpty(moves),
+			"rebuild_running": fenced, "buckets": out}
+		if err := printJSON(e.stdout, res); err != nil {
+			return err
+		}
+		return serr
+	})
+}
+
+// orEmpty prints no moves as [], not null.
+func orEmpty(ms []bucket.Move) []bucket.Move {
+	if ms == nil {
+		return []bucket.Move{}
+	}
+	return ms
+}
+
+// bucketSite is what the buckets commands read a voucher's buckets with.
+type bucketSite struct {
+	rdb    redis.UniversalClient
+	keys   voucher.Keys
+	places []voucher.ShardPlace
+	v      voucher.Voucher
+	mover  *bucket.Mover
+}
+
+// withBuckets opens the service's Redis and database, reads the voucher
+// named by the command's argument and where its shards live, and calls f.
+func withBuckets(ctx context.Context, e *cmdEnv, f func(bucketSite) error) error {
 	id, err := strconv.ParseInt(e.args[0], 10, 64)
 	if err != nil || id <= 0 {
 		return fmt.Errorf("voucher id must be a positive integer")
@@ -74,15 +140,8 @@ func bucketsCommand(ctx context.Context, e *cmdEnv) error {
 	if err != nil {
 		return err
 	}
-	out, err := readBuckets(ctx, rdb, keys, places, v)
-	if err != nil {
-		return err
-	}
-	res := map[string]any{"voucher_id": v.ID, "nb": v.BucketCount(), "buckets": out}
-	if w := sharedMasters(out); w != "" {
-		res["warning"] = w
-	}
-	return printJSON(e.stdout, res)
+	mover := newMover(e.cfg, rdb, keys, confirmAlone(e.cfg), crashHooks{}, e.log)
+	return f(bucketSite{rdb: rdb, keys: keys, places: places, v: v, mover: mover})
 }
 
 // readBuckets reads every bucket of v with one pipeline: HMGET of its

@@ -20,7 +20,7 @@ import (
 // bucketsOut is what "api buckets" prints.
 type bucketsOut struct {
 	VoucherID int64 `json:"voucher_id"`
-	NB        int   `json:"nb"`
+	NB        int   `json:"bucket_count"`
 	Buckets   []struct {
 		Bucket int    `json:"bucket"`
 		Shard  int    `json:"shard"`
@@ -183,6 +183,92 @@ func TestCLIBuckets(t *testing.T) {
 		if err == nil || stdout != "" {
 			t.Errorf("api buckets %s: err %v, stdout %q; want an error and nothing on stdout", arg, err, stdout)
 		}
+	}
+}
+
+// TestCLIBucketsSettle: a move cut after its take (journaled on bucket
+// 0, its units out of bucket 0's stock and alloc, not applied) is listed
+// by "api buckets" with no mark, and "api buckets settle" decides it at
+// once, long before the recovery loop would (15 s): refused, its units
+// back in bucket 0, nothing owed, the allocs adding up to the stock. A
+// voucher of one bucket has nothing to settle: an error.
+func TestCLIBucketsSettle(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.Prefix(t)
+	env := map[string]string{
+		"SECKILL_REDIS_URL": testenv.RedisURL(t), "SECKILL_KEY_PREFIX": prefix, "SECKILL_MYSQL_DSN": testenv.MySQLDSN(t),
+		"SECKILL_SHARDS": "4",
+	}
+	o := startObserved(t, env)
+	opt, err := redis.ParseURL(env["SECKILL_REDIS_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	keys := voucher.NewKeys(prefix, 4)
+	hot, _ := createBucketed(t, o.base, 90, 3)
+	donor := keys.BucketShard(hot, 0, 3)
+	// A take of 2 units toward bucket 1, as take.lua writes it.
+	tx := rdb.TxPipeline()
+	state := keys.StateAt(donor, hot)
+	tx.HIncrBy(t.Context(), state, "stock", -2)
+	tx.HIncrBy(t.Context(), state, voucher.FieldAlloc, -2)
+	tx.HIncrBy(t.Context(), state, voucher.FieldOut, 2)
+	tx.HSet(t.Context(), keys.Tag(donor)+":transfers", "cut-move", fmt.Sprintf("%d:1:2:3:%d", hot, time.Now().UnixMilli()))
+	if _, err := tx.Exec(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	err, stdout, stderr := cliRun(env, "buckets", fmt.Sprint(hot))
+	if err != nil {
+		t.Fatalf("api buckets: %v\n%s", err, stderr)
+	}
+	var listed struct {
+		Moves []map[string]any `json:"moves"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &listed); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed.Moves) != 1 || listed.Moves[0]["id"] != "cut-move" || listed.Moves[0]["from_bucket"] != 0.0 ||
+		listed.Moves[0]["to_bucket"] != 1.0 || listed.Moves[0]["units"] != 2.0 || listed.Moves[0]["mark"] != "" {
+		t.Fatalf("api buckets moves %v, want the cut move of 2 units from bucket 0 to 1, no mark", listed.Moves)
+	}
+
+	err, stdout, stderr = cliRun(env, "buckets", "settle", fmt.Sprint(hot))
+	if err != nil {
+		t.Fatalf("api buckets settle: %v\n%s", err, stderr)
+	}
+	var settled struct {
+		Settled []map[string]any `json:"settled"`
+		Running bool             `json:"rebuild_running"`
+		Buckets []struct {
+			Alloc, Out float64
+		} `json:"buckets"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &settled); err != nil {
+		t.Fatal(err)
+	}
+	if len(settled.Settled) != 1 || settled.Settled[0]["outcome"] != "refused" || settled.Running {
+		t.Fatalf("api buckets settle: %s, want the move refused", stdout)
+	}
+	var alloc float64
+	for b, got := range settled.Buckets {
+		alloc += got.Alloc
+		if got.Out != 0 {
+			t.Errorf("bucket %d still owes %v units", b, got.Out)
+		}
+	}
+	if alloc != 90 {
+		t.Errorf("allocs add up to %v, want 90", alloc)
+	}
+	if n, _ := rdb.HLen(t.Context(), keys.Tag(donor)+":transfers").Result(); n != 0 {
+		t.Errorf("%d moves still journaled", n)
+	}
+
+	one, _ := createBucketed(t, o.base, 5, nil)
+	if err, stdout, _ := cliRun(env, "buckets", "settle", fmt.Sprint(one)); err == nil || stdout != "" {
+		t.Errorf("api buckets settle on one bucket: err %v, stdout %q; want an error", err, stdout)
 	}
 }
 

@@ -340,13 +340,13 @@ func (s *stats) count(outcome string, units int) {
 // applied, closing it as applied can lose its units, never make them
 // twice; a loss is logged with its units, for an operator to add them
 // back (reconcile's "alloc" line shows it).
-func (m *Mover) settle(ctx context.Context, j journaled, st *stats) error {
+func (m *Mover) settle(ctx context.Context, j journaled, st *stats) (outcome string, err error) {
 	if j.age <= m.cfg.MarkTTL/2 {
 		outcome, err := m.resolve(ctx, j.e)
 		if err != nil {
-			return err
+			return "", err
 		}
-		return m.close(ctx, j.e, outcome, st)
+		return outcome, m.close(ctx, j.e, outcome, st)
 	}
 	mark, err := m.rdb.Get(ctx, markKey(m.keys, m.receiver(j.e), j.id)).Result()
 	switch {
@@ -355,11 +355,11 @@ func (m *Mover) settle(ctx context.Context, j journaled, st *stats) error {
 		m.log.Warn("move older than its mark closed as applied: if it never was, its units are lost",
 			"move", j.id, "voucher", j.e.v, "to_bucket", j.e.to, "units", j.e.units, "age", j.age)
 	case err != nil:
-		return fmt.Errorf("move %s, %s old: read its mark: %w", j.id, j.age, err)
+		return "", fmt.Errorf("move %s, %s old: read its mark: %w", j.id, j.age, err)
 	case mark != outcomeApplied && mark != outcomeRefused:
-		return fmt.Errorf("move %s mark %q: %w", j.id, mark, ErrWrongType)
+		return "", fmt.Errorf("move %s mark %q: %w", j.id, mark, ErrWrongType)
 	}
-	return m.close(ctx, j.e, mark, st)
+	return mark, m.close(ctx, j.e, mark, st)
 }
 
 // logChange logs a background pass's failure when it starts failing, and

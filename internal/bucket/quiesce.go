@@ -200,7 +200,7 @@ func (m *Mover) drain(ctx context.Context, v int64, nb, lost int) error {
 					return
 				}
 				found++
-				failed = m.settle(ctx, j, &m.stats)
+				_, failed = m.settle(ctx, j, &m.stats)
 			})
 			if err == nil {
 				err = failed

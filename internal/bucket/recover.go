@@ -69,7 +69,7 @@ func (r *Recoverer) Once(ctx context.Context) error {
 			if j.age < r.m.cfg.StaleAfter {
 				return
 			}
-			if err := r.m.settle(ctx, j, &r.stats); err != nil {
+			if _, err := r.m.settle(ctx, j, &r.stats); err != nil {
 				r.fail(failing, j.id, err)
 			}
 		})

@@ -179,7 +179,7 @@ func TestCloseNotReadyDonorForgets(t *testing.T) {
 	if err := e.rdb.Del(ctx, e.keys.Ready(e.shard(0))).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.settle(ctx, journaled{id: mv.id, e: mv}, &m.stats); err != nil {
+	if _, err := m.settle(ctx, journaled{id: mv.id, e: mv}, &m.stats); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.journaled(); n != 0 {

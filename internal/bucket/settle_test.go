@@ -1,0 +1,90 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestSettleDecidesEveryMove: two moves cut by their movers' deaths, too
+// fresh for the recovery loop, are listed with their receivers' marks and
+// decided at once by Settle: the one never applied goes back to its donor,
+// the applied one is closed; a fence no rebuild holds is lifted, and while
+// a rebuild holds the voucher its fences stay.
+func TestSettleDecidesEveryMove(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	ctx := context.Background()
+	cut := func(step string, from, units int) {
+		t.Helper()
+		m := e.mover(Config{AfterStep: stopAfter(step)})
+		if _, err := m.Move(ctx, e.v, from, 1, units, e.nb); !errors.Is(err, ErrStopped) {
+			t.Fatalf("Move = %v, want ErrStopped", err)
+		}
+	}
+	cut("take", 0, 4)
+	cut("apply", 2, 2)
+	m := e.mover(Config{ApplyWindow: time.Millisecond, LeaseTTL: time.Minute})
+	if err := NewRecoverer(m).Once(ctx); err != nil || e.journaled() != 2 {
+		t.Fatalf("recovery loop: %v, %d journaled; want both fresh moves left to their movers", err, e.journaled())
+	}
+
+	moves, err := m.Moves(ctx, e.v, e.nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		from, to, units int
+		mark            string
+	}
+	var got []seen
+	for _, mv := range moves {
+		got = append(got, seen{mv.From, mv.To, mv.Units, mv.Mark})
+	}
+	if want := []seen{{0, 1, 4, ""}, {2, 1, 2, outcomeApplied}}; !slices.Equal(got, want) {
+		t.Fatalf("Moves = %+v, want %+v", got, want)
+	}
+
+	// A rebuild holds the voucher: the moves are settled, its fences kept.
+	h, err := m.hold(ctx, e.v, e.nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.fenceAll(h.l.Context(), e.v, e.nb, h.value); err != nil {
+		t.Fatal(err)
+	}
+	settled, fenced, err := m.Settle(ctx, e.v, e.nb)
+	if err != nil || !fenced {
+		t.Fatalf("Settle = %v, fenced %v; want the moves settled and the rebuild's fences kept", err, fenced)
+	}
+	var outcomes []string
+	for _, mv := range settled {
+		outcomes = append(outcomes, mv.Outcome)
+	}
+	if want := []string{outcomeRefused, outcomeApplied}; !slices.Equal(outcomes, want) {
+		t.Errorf("outcomes %v, want %v", outcomes, want)
+	}
+	if got := e.stocks(); !slices.Equal(got, []int64{10, 2, 3}) {
+		t.Errorf("stocks %v, want [10 2 3]", got)
+	}
+	e.settled()
+	if f := e.fenceOf(0); f != h.value {
+		t.Errorf("a held rebuild's fence is %q, want %q", f, h.value)
+	}
+
+	// The rebuild dies without lifting them: Settle lifts them.
+	h.l.Stop()
+	if err := e.rdb.Del(ctx, leaseKey(e.keys, e.v, e.nb)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if settled, fenced, err := m.Settle(ctx, e.v, e.nb); err != nil || fenced || len(settled) != 0 {
+		t.Fatalf("Settle = %v, %v, %v; want nothing to settle and the fences lifted", settled, fenced, err)
+	}
+	for b := range e.nb {
+		if f := e.fenceOf(b); f != "" {
+			t.Errorf("bucket %d fence %q after Settle", b, f)
+		}
+	}
+}
