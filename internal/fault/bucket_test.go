@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -43,6 +44,37 @@ type bucketSale struct {
 	// firstSoldOut and lastSale are when the first sold_out and the last
 	// 202 were answered.
 	firstSoldOut, lastSale time.Time
+	// timed holds every press's answer time, by home bucket.
+	timed [buckets][]timedAnswer
+}
+
+// timedAnswer is when a press was sent, how long its answer took, its
+// HTTP status (0: none) and whether a 503 said when to retry.
+type timedAnswer struct {
+	at     time.Time
+	took   time.Duration
+	status int
+	// bare: a 503 without Retry-After.
+	bare bool
+}
+
+// latency is the p-th percentile (0 < p <= 1) of the answer times of
+// home b's presses sent in [from, to) whose status keep accepts, and how
+// many there were.
+func (w *bucketSale) latency(b int, from, to time.Time, p float64, keep func(status int) bool) (time.Duration, int) {
+	w.mu.Lock()
+	var ds []time.Duration
+	for _, a := range w.timed[b] {
+		if !a.at.Before(from) && a.at.Before(to) && keep(a.status) {
+			ds = append(ds, a.took)
+		}
+	}
+	w.mu.Unlock()
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(math.Ceil(p*float64(len(ds))))-1)], len(ds)
 }
 
 // newBucketSale starts the cluster and MariaDB; instances are started by
@@ -110,7 +142,9 @@ func (w *bucketSale) master(b int) *testenv.ClusterNode {
 
 // press buys the voucher for user at base and records the answer.
 func (w *bucketSale) press(base string, user int64, tok string) answer {
+	sent := time.Now()
 	a := w.do("POST", fmt.Sprintf("%s/api/v1/vouchers/%d/orders", base, w.v), tok, nil)
+	took := time.Since(sent)
 	w.sale.record(user, a)
 	code := a.code
 	switch {
@@ -122,7 +156,10 @@ func (w *bucketSale) press(base string, user int64, tok string) answer {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.byHome[voucher.Home(user, buckets)][code]++
+	home := voucher.Home(user, buckets)
+	w.byHome[home][code]++
+	w.timed[home] = append(w.timed[home], timedAnswer{at: sent, took: took, status: a.status,
+		bare: a.status == http.StatusServiceUnavailable && a.retryAfter == ""})
 	switch {
 	case code == "accepted":
 		w.lastSale = now
@@ -429,12 +466,14 @@ func TestClusterBucketMasterKilled(t *testing.T) {
 	w.create(a.base, stock)
 	w.rc.WaitHealthy(t, time.Minute)
 	victim := w.master(killed)
+	start := time.Now()
 	r := w.fire(buyersFrom(30_000, buyers, 0), []string{a.base, b.base}, 32)
 	r.reach(t, buyers/4)
 	victim.Kill(t)
 	began := time.Now()
 	w.rc.WaitFailover(t, victim, time.Minute)
 	failover := time.Since(began)
+	ended := time.Now()
 	// Back as a replica, so the promoted master has one again.
 	victim.Restart(t)
 	w.rc.WaitHealthy(t, time.Minute)
@@ -455,6 +494,47 @@ func TestClusterBucketMasterKilled(t *testing.T) {
 	}
 	t.Logf("failover in %s; the bucket answered again %s after the burst; answers by home bucket %s; checked I1-I7: %s",
 		failover.Round(time.Millisecond), back.Round(time.Millisecond), w.answers(), rep)
+	// A dead bucket fails fast: its buyers' 503s come within 250ms
+	// (p99), each saying when to retry, and the other buckets' buyers
+	// wait no longer than before the kill (2x, or 100ms on this shared
+	// machine).
+	all := func(int) bool { return true }
+	busy := func(st int) bool { return st == http.StatusServiceUnavailable }
+	dead, n := w.latency(killed, began, ended, 0.99, busy)
+	t.Logf("the dead bucket's buyers during the failover: p99 of %d answers 503: %s", n, dead.Round(time.Millisecond))
+	if n == 0 || dead >= 250*time.Millisecond {
+		t.Errorf("the dead bucket's buyers: p99 of %d answers 503 during the failover %s, want some, within 250ms", n, dead)
+	}
+	if bare := w.bare(); bare != 0 {
+		t.Errorf("%d answers 503 without Retry-After", bare)
+	}
+	for h := range buckets {
+		if h == killed {
+			continue
+		}
+		before, nb := w.latency(h, start, began, 0.99, all)
+		during, nd := w.latency(h, began, ended, 0.99, all)
+		t.Logf("bucket %d's buyers: p99 %s before the kill (%d answers), %s during the failover (%d)",
+			h, before.Round(time.Millisecond), nb, during.Round(time.Millisecond), nd)
+		if during > max(2*before, 100*time.Millisecond) {
+			t.Errorf("bucket %d's buyers: p99 %s during the failover, %s before: want within 2x (or 100ms)", h, during, before)
+		}
+	}
+}
+
+// bare counts the answers 503 without Retry-After.
+func (w *bucketSale) bare() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, as := range w.timed {
+		for _, a := range as {
+			if a.bare {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // oneBuyerEverywhere releases n presses of one buyer at once, on every

@@ -256,6 +256,8 @@ type answer struct {
 	code   string
 	order  int64
 	err    error
+	// retryAfter is the answer's Retry-After header.
+	retryAfter string
 }
 
 func (c *cluster) do(method, url, tok string, body any) answer {
@@ -273,7 +275,7 @@ func (c *cluster) do(method, url, tok string, body any) answer {
 	defer resp.Body.Close()
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out)
-	a := answer{status: resp.StatusCode}
+	a := answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
 	a.code, _ = out["code"].(string)
 	if s, ok := out["order_id"].(string); ok {
 		a.order, _ = strconv.ParseInt(s, 10, 64)

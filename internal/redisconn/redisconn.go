@@ -87,6 +87,10 @@ type Tuning struct {
 	PoolSize, MinIdleConns                              int
 	// MaxRetries < 0 disables retries.
 	MaxRetries int
+	// DialAttempts is how many times one connection is dialed before its
+	// dial fails (go-redis's DialerRetries: 5 by default, 100ms apart, so
+	// a command to a dead server waits 400ms per try before its error).
+	DialAttempts int
 }
 
 // Open connects to the target with the tuning applied. It does not dial:
@@ -94,7 +98,7 @@ type Tuning struct {
 func (t Target) Open(tn Tuning) redis.UniversalClient {
 	if t.Cluster != nil {
 		o := *t.Cluster
-		tn.apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.PoolSize, &o.MinIdleConns, &o.MaxRetries)
+		tn.apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.PoolSize, &o.MinIdleConns, &o.MaxRetries, &o.DialerRetries)
 		// go-redis reloads its slot map on MOVED, or when it is older
 		// than this when a command is sent (default a minute). A master
 		// that died refuses connections instead of answering MOVED, so
@@ -106,13 +110,13 @@ func (t Target) Open(tn Tuning) redis.UniversalClient {
 		return redis.NewClusterClient(&o)
 	}
 	o := *t.Single
-	tn.apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.PoolSize, &o.MinIdleConns, &o.MaxRetries)
+	tn.apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.PoolSize, &o.MinIdleConns, &o.MaxRetries, &o.DialerRetries)
 	return redis.NewClient(&o)
 }
 
 // apply sets the options' fields to the tuning's, where the tuning sets
 // them (is not zero).
-func (tn Tuning) apply(dial, read, write, pool *time.Duration, size, idle, retries *int) {
+func (tn Tuning) apply(dial, read, write, pool *time.Duration, size, idle, retries, dials *int) {
 	for _, d := range []struct {
 		dst *time.Duration
 		v   time.Duration
@@ -124,7 +128,7 @@ func (tn Tuning) apply(dial, read, write, pool *time.Duration, size, idle, retri
 	for _, n := range []struct {
 		dst *int
 		v   int
-	}{{size, tn.PoolSize}, {idle, tn.MinIdleConns}, {retries, tn.MaxRetries}} {
+	}{{size, tn.PoolSize}, {idle, tn.MinIdleConns}, {retries, tn.MaxRetries}, {dials, tn.DialAttempts}} {
 		if n.v != 0 {
 			*n.dst = n.v
 		}

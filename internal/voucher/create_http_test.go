@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -212,6 +213,38 @@ func TestPurchaseInTransitIsBusy(t *testing.T) {
 		if a.status != http.StatusServiceUnavailable || body.Code != "busy" || outcome != "busy" || !a.aborted ||
 			a.header.Get("Retry-After") != "1" || a.header.Get("X-Before") != "kept" {
 			t.Errorf("answer to %v: %+v (outcome %s), want 503 busy with Retry-After: 1", err, a, outcome)
+		}
+	}
+}
+
+// TestPurchasePausesSayWhenToRetry: every 503 a refused purchase answers
+// carries Retry-After: 1 (a buyer of a bucket whose master fails over
+// presses again in a second); refusals that are final carry none.
+func TestPurchasePausesSayWhenToRetry(t *testing.T) {
+	t.Parallel()
+	h := NewHTTP(nil, nil, nil, nil, slog.New(slog.DiscardHandler))
+	for _, c := range []struct {
+		err   error
+		code  string
+		pause bool
+	}{
+		{ErrInTransit, "busy", true},
+		{ErrNotReady, "not_ready", true},
+		{fmt.Errorf("order 1: %w", ErrNotReplicated), "not_replicated", true},
+		{ErrWrongType, "unavailable", true},
+		{errors.New("dial tcp 127.0.0.1:7001: connect: connection refused"), "unavailable", true},
+		{ErrSoldOut, "sold_out", false},
+		{ErrNotStarted, "not_started", false},
+		{ErrEnded, "ended", false},
+		{&PurchasedError{OrderID: 7}, "already_purchased", false},
+	} {
+		var outcome string
+		a := answerOf(func(g *gin.Context) { outcome = h.answer(g, 1, c.err) })
+		if outcome != c.code || (a.status == http.StatusServiceUnavailable) != c.pause {
+			t.Errorf("answer to %v: %d %s, want %s (a pause: %v)", c.err, a.status, outcome, c.code, c.pause)
+		}
+		if got, want := a.header.Get("Retry-After"), map[bool]string{true: "1"}[c.pause]; got != want {
+			t.Errorf("answer to %v (%d %s): Retry-After %q, want %q", c.err, a.status, outcome, got, want)
 		}
 	}
 }

@@ -393,7 +393,7 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, l
 	orderID, err := h.ids.Next()
 	if err != nil {
 		h.warnRedis("no order id", err)
-		apierr.Unavailable(c, "unavailable", "purchases are paused; try again shortly")
+		pause(c, "unavailable", "purchases are paused; try again shortly")
 		return "unavailable", 0, false
 	}
 	mark := h.refusals.Mark()
@@ -408,6 +408,15 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, l
 	return h.answer(c, id, err), script, false
 }
 
+// pause answers 503 with code and message and Retry-After: 1. Every 503
+// of a purchase is a pause (a bucket's master failing over, a rebuild,
+// units moving, the database away): the buyer may press again in a
+// second, and well-behaved clients wait that long.
+func pause(c *gin.Context, code, message string) {
+	c.Header("Retry-After", "1")
+	apierr.Unavailable(c, code, message)
+}
+
 // answer answers a purchase of voucher id that Reserve (or the Refusals)
 // refused with err, and returns the answer's code.
 func (h *HTTP) answer(c *gin.Context, id int64, err error) string {
@@ -415,8 +424,7 @@ func (h *HTTP) answer(c *gin.Context, id int64, err error) string {
 	switch {
 	case errors.Is(err, ErrInTransit):
 		// Checked first: units are still somewhere, so never sold_out.
-		c.Header("Retry-After", "1")
-		apierr.Unavailable(c, "busy", "units of this voucher are moving between its buckets; try again in a second")
+		pause(c, "busy", "units of this voucher are moving between its buckets; try again in a second")
 		return "busy"
 	case errors.Is(err, ErrSoldOut):
 		c.Abort()
@@ -439,7 +447,7 @@ func (h *HTTP) answer(c *gin.Context, id int64, err error) string {
 		writeAnswer(c, http.StatusForbidden, endedAnswer)
 		return "ended"
 	case errors.Is(err, ErrNotReady):
-		apierr.Unavailable(c, "not_ready", "the sale is being prepared; try again shortly")
+		pause(c, "not_ready", "the sale is being prepared; try again shortly")
 		return "not_ready"
 	case errors.Is(err, ErrNoState):
 		return h.explainNoState(c, id)
@@ -449,18 +457,18 @@ func (h *HTTP) answer(c *gin.Context, id int64, err error) string {
 		// second unit: it answers already_purchased with the order if the
 		// first was taken, and buys if a failover lost it.
 		h.warnRedis("purchase not confirmed by replicas", err)
-		apierr.Unavailable(c, "not_replicated", "your purchase may or may not have been taken: Redis did not confirm it in time. "+
+		pause(c, "not_replicated", "your purchase may or may not have been taken: Redis did not confirm it in time. "+
 			"Look at your orders shortly; buying again answers already_purchased with the order's id if it was taken")
 		return "not_replicated"
 	case errors.Is(err, ErrWrongType):
 		// Not an outage: Redis answers, but a key is damaged and stays so
 		// until an operator removes it. Nothing was reserved.
 		h.logThrottled(slog.LevelError, "purchase refused: a sale state key has the wrong type", err)
-		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
+		pause(c, "unavailable", "purchases are unavailable; try again shortly")
 		return "unavailable"
 	default:
 		h.warnRedis("purchase failed", err)
-		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
+		pause(c, "unavailable", "purchases are unavailable; try again shortly")
 		return "unavailable"
 	}
 }
@@ -476,13 +484,13 @@ func (h *HTTP) explainNoState(c *gin.Context, id int64) string {
 		return "voucher_not_found"
 	case err != nil:
 		h.log.Error("look up voucher failed", "voucher_id", id, "err", err)
-		apierr.Unavailable(c, "unavailable", "purchases are unavailable; try again shortly")
+		pause(c, "unavailable", "purchases are unavailable; try again shortly")
 		return "unavailable"
 	case !time.Now().Before(v.EndAt):
 		apierr.Abort(c, http.StatusForbidden, "ended", "the sale has ended")
 		return "ended"
 	default:
-		apierr.Unavailable(c, "not_ready", "the sale is being prepared; try again shortly")
+		pause(c, "not_ready", "the sale is being prepared; try again shortly")
 		return "not_ready"
 	}
 }
