@@ -130,6 +130,49 @@ func TestClusterMasterFailsMidMove(t *testing.T) {
 	}
 }
 
+// TestClusterDonorFailoverWithoutWait: with no replica acknowledgement
+// asked for (SECKILL_REDIS_WAIT_REPLICAS 0), a move still waits for the
+// donor's replicas before its units go anywhere: the donor's replica
+// stopped, the take is not confirmed and the move is returned at once;
+// the donor then dies and its stale replica takes over, and no unit is
+// in two buckets. (Without that WAIT the receiver applied the take its
+// donor's failover lost: 14 units for a stock of 10.)
+func TestClusterDonorFailoverWithoutWait(t *testing.T) {
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 2 * time.Second})
+	cl.WaitHealthy(t, time.Minute)
+	rdb := cl.Client(t)
+	ctx := context.Background()
+	e := loadEnv(t, rdb, voucher.NewClusterKeys(testenv.Prefix(t), 3), 10, 0, 0)
+	for b := range e.nb {
+		replicated(t, cl.MasterOf(t, e.state(b)))
+	}
+	donor := cl.MasterOf(t, e.state(0))
+	replica := cl.ReplicaOf(t, donor)
+	replica.Pause(t)
+	// What the donor sent before is in the replica's socket and is read on
+	// SIGCONT; what it writes from now on reaches no replica.
+	if err := donor.Client(t).ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		t.Fatalf("drop the replica's link: %v", err)
+	}
+	cfg := Config{WaitTimeout: 300 * time.Millisecond, StaleAfter: time.Millisecond, ApplyWindow: 30 * time.Second}
+	moved, err := e.mover(cfg).Move(ctx, e.v, 0, 1, 4, e.nb)
+	if moved != 0 || !errors.Is(err, ErrNotReplicated) {
+		t.Errorf("move out of a donor whose replica is stopped: %d moved, %v; want none, not replicated", moved, err)
+	}
+	donor.Kill(t)
+	replica.Resume(t)
+	cl.WaitFailover(t, donor, time.Minute)
+	r := NewRecoverer(e.mover(cfg))
+	testenv.WaitFor(t, 30*time.Second, "the journals empty on the new masters", func() bool {
+		_ = r.Once(ctx) // fails while the client learns the new master
+		return e.journaled() == 0
+	})
+	e.settled()
+	if got := e.stocks(); !slices.Equal(got, []int64{10, 0, 0}) {
+		t.Errorf("stocks %v after the donor's failover, want [10 0 0]", got)
+	}
+}
+
 // replicated waits until every replica of master has all it wrote so far.
 func replicated(t *testing.T, master *testenv.ClusterNode) {
 	t.Helper()

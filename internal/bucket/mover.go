@@ -16,7 +16,7 @@
 //	(take.lua)    | journal[t]=v:r:k:nb:at        | transit), nowhere else          | StaleAfter): resolve on r
 //	              |                               |                                 | writes "refused"; close on d
 //	              |                               |                                 | gives the k back to d
-//	WAIT n        | (d's replicas)                | as T1; short of n: the mover    | as T1; a failover that lost
+//	WAIT n (1)    | (d's replicas)                | as T1; short of n: the mover    | as T1; a failover that lost
 //	              |                               | closes it refused at once (T3)  | T1 lost that close with it
 //	T2 apply      | r: stock+=k alloc+=k,         | k units in r, t still in d's    | Recoverer: resolve on r reads
 //	(apply.lua)   | mark[t]="applied" PX MarkTTL  | journal (out still counts them) | "applied"; close on d: out-=k
@@ -31,6 +31,10 @@
 //	(t older than | no tombstone: the Recoverer   | r's mark may have expired: the  | - (a move never applied loses
 //	MarkTTL/2)    | closes t with r's mark, or as | outcome read, never written     | its k units, logged: never
 //	              | applied when it is gone       |                                 | made twice)
+//
+// (1) n is SECKILL_REDIS_WAIT_REPLICAS, or when that is 0 every replica the
+// master has (runner in scripts.go): a take the donor's failover lost while
+// its receiver applied it would put its units in two buckets.
 //
 // Conservation, over a voucher's ready buckets: sum(alloc) + units taken
 // and not applied = total. sum(out) counts the journaled moves, applied
@@ -68,7 +72,8 @@ import (
 // Config tunes the moves; zero fields take the defaults.
 type Config struct {
 	// WaitReplicas is the replicas WAIT asks for after a take, an apply
-	// and a resolve; 0 sends no WAIT.
+	// and a resolve; 0 asks for every replica the master has (none: no
+	// WAIT), so that no failover loses a step a later one builds on.
 	WaitReplicas int
 	// WaitTimeout bounds each WAIT (default 100ms).
 	WaitTimeout time.Duration

@@ -53,8 +53,12 @@ func newScripts() scripts {
 }
 
 // runner runs a script on the master of its first key and, when asked to
-// confirm a step and replicas are wanted, sends WAIT on the same
-// connection, which counts the replicas holding that connection's writes.
+// confirm a step, sends WAIT on the same connection, which counts the
+// replicas holding that connection's writes: for the replicas wanted
+// (SECKILL_REDIS_WAIT_REPLICAS), or when none are, for every replica the
+// master has. A step a failover could lose is never built on: without
+// that, a donor failing over after a take whose receiver applied it would
+// come back with the units and sell them a second time.
 type runner struct {
 	rdb      redis.UniversalClient
 	replics  int
@@ -65,7 +69,7 @@ type runner struct {
 // run returns the script's reply; with ack and replicas wanted, an
 // error wrapping ErrNotReplicated as well when WAIT falls short.
 func (r runner) run(ctx context.Context, s *redis.Script, ack bool, keys []string, args ...any) (any, error) {
-	if !ack || r.replics <= 0 {
+	if !ack {
 		return s.Run(ctx, r.rdb, keys, args...).Result()
 	}
 	c, err := redisconn.MasterFor(ctx, r.rdb, keys[0])
@@ -81,12 +85,22 @@ func (r runner) run(ctx context.Context, s *redis.Script, ack bool, keys []strin
 	if err != nil {
 		return nil, err
 	}
-	conf, err := r.replicas.Confirm(ctx, conn, c.Options().Addr, r.replics, r.timeout)
+	want, rs := r.replics, r.replicas
+	if want <= 0 {
+		if want, err = redisconn.KnownReplicas(ctx, conn); err != nil {
+			return res, fmt.Errorf("count the replicas: %w", err)
+		}
+		if want == 0 {
+			return res, nil // nothing can take this master's place
+		}
+		rs = nil // every replica known: none to confirm alone for
+	}
+	conf, err := rs.Confirm(ctx, conn, c.Options().Addr, want, r.timeout)
 	if err != nil {
 		return res, fmt.Errorf("wait for replicas: %w", err)
 	}
-	if !conf.OK(r.replics) {
-		return res, fmt.Errorf("%d of %d replicas within %s: %w", conf.Acked, r.replics, r.timeout, ErrNotReplicated)
+	if !conf.OK(want) {
+		return res, fmt.Errorf("%d of %d replicas within %s: %w", conf.Acked, want, r.timeout, ErrNotReplicated)
 	}
 	return res, nil
 }

@@ -326,16 +326,5 @@ func (w *clusterSale) accepted(shard int) int {
 // replicaOf returns the node replicating master.
 func (w *clusterSale) replicaOf(master *testenv.ClusterNode) *testenv.ClusterNode {
 	w.t.Helper()
-	_, port, _ := strings.Cut(master.Addr, ":")
-	for _, n := range w.rc.Nodes() {
-		info, err := n.Client(w.t).Info(context.Background(), "replication").Result()
-		if err != nil {
-			w.t.Fatalf("info replication on %s: %v", n.Addr, err)
-		}
-		if strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r\n") {
-			return n
-		}
-	}
-	w.t.Fatalf("no replica of %s", master.Addr)
-	return nil
+	return w.rc.ReplicaOf(w.t, master)
 }

@@ -2,6 +2,7 @@ package redisconn
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,7 +112,7 @@ func (r *Replicas) forget(addr string) {
 func noReplica(ctx context.Context, conn *redis.Conn) (bool, error) {
 	id, err := conn.Do(ctx, "cluster", "myid").Text()
 	if err != nil {
-		if redis.HasErrorPrefix(err, "ERR") {
+		if refused(err) {
 			return false, nil // cluster support disabled: WAIT decides
 		}
 		return false, err
@@ -121,4 +122,40 @@ func noReplica(ctx context.Context, conn *redis.Conn) (bool, error) {
 		return false, err
 	}
 	return len(rs) == 0, nil
+}
+
+// KnownReplicas counts the replicas of conn's server that could take its
+// place: on a cluster every replica the cluster lists for it (CLUSTER
+// REPLICAS: a disconnected one too, it could still be promoted), else the
+// replicas connected to it (ROLE). A server that answers neither (an
+// embedded one) has none.
+func KnownReplicas(ctx context.Context, conn *redis.Conn) (int, error) {
+	id, err := conn.Do(ctx, "cluster", "myid").Text()
+	if err == nil {
+		rs, err := conn.Do(ctx, "cluster", "replicas", id).Slice()
+		return len(rs), err
+	}
+	if !refused(err) {
+		return 0, err
+	}
+	role, err := conn.Do(ctx, "role").Slice()
+	switch {
+	case refused(err):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case len(role) < 3:
+		return 0, nil
+	}
+	rs, _ := role[2].([]any)
+	return len(rs), nil
+}
+
+// refused reports whether err is the server's refusal of a command (an
+// error reply: cluster support disabled, a command it does not know), not
+// a failure to reach it. (redis.HasErrorPrefix cannot tell: it drops a
+// leading "ERR " before comparing.)
+func refused(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
 }

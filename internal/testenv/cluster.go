@@ -559,3 +559,21 @@ func (m *Migration) do(tb testing.TB, n *ClusterNode, args ...any) {
 		tb.Fatalf("migrate slot %d: %v on %s: %v", m.Slot, args, n.Addr, err)
 	}
 }
+
+// ReplicaOf returns the node replicating master (INFO replication of each
+// node); the test fails when none does.
+func (c *Cluster) ReplicaOf(tb testing.TB, master *ClusterNode) *ClusterNode {
+	tb.Helper()
+	_, port, _ := strings.Cut(master.Addr, ":")
+	for _, n := range c.Nodes() {
+		info, err := n.Client(tb).Info(context.Background(), "replication").Result()
+		if err != nil {
+			tb.Fatalf("info replication on %s: %v", n.Addr, err)
+		}
+		if strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r\n") {
+			return n
+		}
+	}
+	tb.Fatalf("no replica of %s", master.Addr)
+	return nil
+}
