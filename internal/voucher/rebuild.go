@@ -62,6 +62,10 @@ type Warmer struct {
 	lease time.Duration
 	// running is when the shard rebuild under way began (unix ns), 0 none.
 	running atomic.Int64
+	// seenReady[shard] is whether this Warmer has seen the shard ready
+	// (its marker present, or reopened by its own rebuild): what tells a
+	// first load from a loss (see rebuildLevel).
+	seenReady []atomic.Bool
 }
 
 // Running is how long the shard rebuild this Warmer is running has run,
@@ -79,7 +83,8 @@ func NewWarmer(store *Store, state *State, ledger Ledger, keys Keys, every time.
 	if every <= 0 {
 		every = 5 * time.Second
 	}
-	return &Warmer{store: store, state: state, ledger: ledger, keys: keys, every: every, log: log, lease: rebuildLease}
+	return &Warmer{store: store, state: state, ledger: ledger, keys: keys, every: every, log: log, lease: rebuildLease,
+		seenReady: make([]atomic.Bool, keys.Shards())}
 }
 
 // LeaseTTL sets the time to live of a shard's rebuild lease (default
@@ -289,6 +294,27 @@ func (v shardVerdict) reason() string {
 	return RebuildMissing
 }
 
+// rebuildLevel is the level a shard rebuild is logged at. Redis alone
+// cannot tell a fresh Redis from one that lost its data (both hold no
+// marker); what tells them apart is whether this instance saw the shard
+// ready before:
+//
+//	master_changed                     -> warn (a restart or failover may have lost acknowledged writes)
+//	missing, shard seen ready before   -> warn (Redis lost the data while the service ran: restart
+//	                                            without persistence, flush, eviction)
+//	missing, shard never seen ready    -> info (the first load: a fresh Redis, the embedded one,
+//	                                            which starts empty, or one emptied while no instance ran)
+//
+// The last row is also a start after Redis lost its data while every
+// instance was stopped: the log still names the reason, and
+// SeckillShardRebuilt does not count an instance's first rebuilds either.
+func rebuildLevel(v shardVerdict, seenReady bool) slog.Level {
+	if v == shardLost && !seenReady {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}
+
 // Warm checks every shard once: rebuilds the shards whose ready marker is
 // gone or names another master than the one serving the shard, and loads
 // missing voucher state in the others.
@@ -318,6 +344,9 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	c, err := w.check(ctx, ms, shard)
 	if err != nil {
 		return 0, err
+	}
+	if c.present {
+		w.seenReady[shard].Store(true)
 	}
 	var (
 		v     = judge(c)
@@ -430,8 +459,9 @@ func (w *Warmer) loadMissing(ctx context.Context, shard int, vs []Voucher, ps []
 // shard's rebuild lease, which token holds, then reopens the shard with
 // the master identity read before the rebuild began.
 func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher, ps []placed, c shardCheck, v shardVerdict, token string) (int, error) {
-	w.log.Warn("rebuilding shard state from the database", "shard", shard, "reason", v.reason(),
-		"old_master", c.marker, "new_master", markerOf(c.master), "vouchers", len(vs), "buckets", len(ps))
+	w.log.Log(ctx, rebuildLevel(v, w.seenReady[shard].Load()), "rebuilding shard state from the database",
+		"shard", shard, "reason", v.reason(), "old_master", c.marker, "new_master", markerOf(c.master),
+		"vouchers", len(vs), "buckets", len(ps))
 	if len(vs) > 0 {
 		if err := w.loadAll(ctx, shard, vs, token); err != nil {
 			return 0, err
@@ -447,6 +477,7 @@ func (w *Warmer) rebuildShard(ctx context.Context, shard int, vs []Voucher, ps [
 	if err := w.state.Reopen(ctx, token, shard, c.master, guards...); err != nil {
 		return 0, err
 	}
+	w.seenReady[shard].Store(true)
 	w.log.Info("shard state rebuilt from the database", "shard", shard, "vouchers", len(vs), "buckets", len(ps))
 	w.events.Rebuilt(ctx, shard)
 	for _, p := range ps {
