@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -206,12 +207,26 @@ func (c *command) help(w io.Writer, fs *flag.FlagSet) {
 	}
 }
 
+// newLogger logs to w in SECKILL_LOG_FORMAT: "auto" is text for a person
+// reading a terminal and JSON for a collector reading a pipe or a file.
 func newLogger(cfg config, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
-	if cfg.LogFormat == "text" {
+	if cfg.LogFormat == "text" || (cfg.LogFormat == "auto" && isTerminal(w)) {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// isTerminal is whether w is a character device: a terminal, or /dev/null
+// (where the format does not matter). It asks the file's mode rather than
+// the terminal driver, which would need a module of its own.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(interface{ Stat() (os.FileInfo, error) })
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func serveCommand(ctx context.Context, e *cmdEnv) error { return serve(ctx, e.cfg, e.log, e.stdout) }

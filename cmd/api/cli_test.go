@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -258,5 +260,49 @@ func TestCLIOperatorResultsAloneOnStdout(t *testing.T) {
 		if err := dec.Decode(&v); err != nil || dec.More() {
 			t.Errorf("api %s printed %q on stdout, want one JSON value alone (%v)", strings.Join(args, " "), stdout, err)
 		}
+	}
+}
+
+// TestLogFormat: SECKILL_LOG_FORMAT's default, auto, writes text to a
+// terminal (the master side of a pseudo-terminal) and JSON to anything
+// else (a pipe, a file, a buffer); json and text force one. A value
+// outside the three is refused.
+func TestLogFormat(t *testing.T) {
+	t.Parallel()
+	pty, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal to log to: %v", err)
+	}
+	t.Cleanup(func() { _ = pty.Close() })
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pr.Close(); _ = pw.Close() })
+	file, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = file.Close() })
+	writers := map[string]any{"terminal": pty, "pipe": pw, "file": file, "buffer": &bytes.Buffer{}}
+	for _, c := range []struct {
+		format, writer string
+		text           bool
+	}{
+		{"", "terminal", true}, {"", "pipe", false}, {"", "file", false}, {"", "buffer", false},
+		{"auto", "terminal", true}, {"auto", "pipe", false},
+		{"json", "terminal", false}, {"text", "buffer", true}, {"text", "pipe", true},
+	} {
+		cfg, err := loadConfig(func(k string) string { return map[string]string{"SECKILL_LOG_FORMAT": c.format}[k] })
+		if err != nil {
+			t.Fatalf("SECKILL_LOG_FORMAT=%q: %v", c.format, err)
+		}
+		_, text := newLogger(cfg, writers[c.writer].(io.Writer)).Handler().(*slog.TextHandler)
+		if text != c.text {
+			t.Errorf("SECKILL_LOG_FORMAT=%q to a %s: text %v, want %v", c.format, c.writer, text, c.text)
+		}
+	}
+	if _, err := loadConfig(func(k string) string { return map[string]string{"SECKILL_LOG_FORMAT": "xml"}[k] }); err == nil || !strings.Contains(err.Error(), "SECKILL_LOG_FORMAT") {
+		t.Errorf("SECKILL_LOG_FORMAT=xml: %v, want refused", err)
 	}
 }

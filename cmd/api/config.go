@@ -60,7 +60,7 @@ type config struct {
 	// Redis may be (voucher.Refusals); 0: every purchase goes to Redis.
 	LocalRefusals time.Duration // SECKILL_LOCAL_REFUSALS_TTL
 	LogLevel      slog.Level    // SECKILL_LOG_LEVEL
-	LogFormat     string        // SECKILL_LOG_FORMAT: json or text
+	LogFormat     string        // SECKILL_LOG_FORMAT: auto, json or text
 	LockNodes     []string      // SECKILL_LOCK_NODES: Redis URLs; empty: the main Redis
 	LockTTL       time.Duration // SECKILL_LOCK_TTL
 	ReclaimIdle   time.Duration // SECKILL_RECLAIM_IDLE
@@ -203,9 +203,9 @@ var coreSettings = []setting{
 	{name: "SECKILL_LOG_LEVEL", def: "info",
 		doc:   "debug, info, warn or error",
 		field: func(c *config) value { return level{&c.LogLevel} }},
-	{name: "SECKILL_LOG_FORMAT", def: "json",
-		doc:   "json or text",
-		field: func(c *config) value { return oneOf{&c.LogFormat, []string{"json", "text"}} }},
+	{name: "SECKILL_LOG_FORMAT", def: "auto",
+		doc:   "auto (text when the log goes to a terminal, json otherwise), json or text",
+		field: func(c *config) value { return oneOf{&c.LogFormat, []string{"auto", "json", "text"}} }},
 	{name: "SECKILL_CRASH_POINT", def: "",
 		doc:   "fault tests only: after_commit_before_ack, hang_after_read, after_take_before_apply, after_apply_before_close or stop_after_bucket_rebuild",
 		field: func(c *config) value { return text{&c.CrashPoint, crashPointSetting} }},
