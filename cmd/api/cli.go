@@ -239,12 +239,16 @@ func versionCommand(_ context.Context, e *cmdEnv) error {
 }
 
 // versionLine is "seckill <version> revision <rev>[+modified] <time> <go>".
+// The toolchain records the revision only when go build runs in a git
+// checkout with VCS stamping on; go run never records one (nor does
+// GOFLAGS=-buildvcs=false, or a build from a copy without .git), and the
+// line says so rather than "unknown".
 func versionLine(bi *debug.BuildInfo, ok bool) string {
 	if !ok {
-		return "seckill (no build information) revision unknown"
+		return "seckill (no build information: not built by the go command with modules)"
 	}
 	path, version := bi.Main.Path, bi.Main.Version
-	rev, at, modified := "unknown", "", ""
+	rev, at, modified := "", "", ""
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
@@ -257,8 +261,15 @@ func versionLine(bi *debug.BuildInfo, ok bool) string {
 			}
 		}
 	}
+	if rev == "" {
+		rev, modified, at = noRevision, "", ""
+	}
 	return fmt.Sprintf("%s %s revision %s%s%s %s", cmp.Or(path, "seckill"), cmp.Or(version, "(devel)"), rev, modified, at, bi.GoVersion)
 }
+
+// noRevision stands for the revision in the version line of a binary
+// built without one.
+const noRevision = "not recorded (go run, GOFLAGS=-buildvcs=false and builds outside a git checkout record none; go build in the checkout does)"
 
 // ttlFlag is token's --ttl: SECKILL_TOKEN_TTL unless given.
 type ttlFlag struct{ d *time.Duration }

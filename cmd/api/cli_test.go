@@ -181,18 +181,41 @@ func TestCLITokenNeedsUser(t *testing.T) {
 }
 
 // TestCLIVersion: "api version" prints one line, the module and the VCS
-// revision, whatever the settings say.
+// revision, whatever the settings say; a binary built without a revision
+// (go run, as the test binary is) says why instead of "unknown".
 func TestCLIVersion(t *testing.T) {
 	t.Parallel()
 	err, stdout, stderr := cliRun(map[string]string{"SECKILL_SHARDS": "x"}, "version")
 	if err != nil || stderr != "" || strings.Count(stdout, "\n") != 1 || !strings.Contains(stdout, " revision ") || !strings.Contains(stdout, "go1.") {
 		t.Fatalf("api version: err %v, stdout %q, stderr %q", err, stdout, stderr)
 	}
-	// What a build from a git checkout records.
-	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "seckill", Version: "v0.0.0-20261201120000-0123456789ab+dirty"},
-		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.time", Value: "2026-12-01T12:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
-	if got, want := versionLine(bi, true), "seckill v0.0.0-20261201120000-0123456789ab+dirty revision 0123456789abcdef+modified 2026-12-01T12:00:00Z go1.26.0"; got != want {
-		t.Errorf("version line %q, want %q", got, want)
+	goRun := []debug.BuildSetting{{Key: "-buildmode", Value: "exe"}, {Key: "GOOS", Value: "linux"}}
+	for _, c := range []struct {
+		name string
+		bi   *debug.BuildInfo
+		ok   bool
+		want string
+	}{
+		{"go build in a git checkout, with changes",
+			&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "seckill", Version: "v0.0.0-20261201120000-0123456789ab+dirty"},
+				Settings: []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.time", Value: "2026-12-01T12:00:00Z"}, {Key: "vcs.modified", Value: "true"}}},
+			true, "seckill v0.0.0-20261201120000-0123456789ab+dirty revision 0123456789abcdef+modified 2026-12-01T12:00:00Z go1.26.0"},
+		{"go build in a clean git checkout",
+			&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "seckill", Version: "v0.0.0-20261201120000-0123456789ab"},
+				Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.time", Value: "2026-12-01T12:00:00Z"}, {Key: "vcs.modified", Value: "false"}}},
+			true, "seckill v0.0.0-20261201120000-0123456789ab revision 0123456789abcdef 2026-12-01T12:00:00Z go1.26.0"},
+		{"go run", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "seckill", Version: "(devel)"}, Settings: goRun},
+			true, "seckill (devel) revision " + noRevision + " go1.26.0"},
+		{"no main module version", &debug.BuildInfo{GoVersion: "go1.26.0"},
+			true, "seckill (devel) revision " + noRevision + " go1.26.0"},
+		{"no build information", nil, false, "seckill (no build information: not built by the go command with modules)"},
+	} {
+		if got := versionLine(c.bi, c.ok); got != c.want {
+			t.Errorf("%s: version line\n%q, want\n%q", c.name, got, c.want)
+		}
+	}
+	if !strings.Contains(noRevision, "go run") || strings.Contains(noRevision, "unknown") {
+		t.Errorf("the line of a build without a revision, %q, does not say go run records none", noRevision)
 	}
 }
 
