@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,40 @@ func postCreate(t *testing.T, h *HTTP, buckets string) createAnswer {
 	return a
 }
 
+// shownBuckets is the buckets field of voucher id in the public answers:
+// GET /vouchers/{id} and GET /vouchers (nil when absent).
+func shownBuckets(t *testing.T, h *HTTP, id int64) (show, list *int) {
+	t.Helper()
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.GET("/vouchers/:id", h.Show)
+	r.GET("/vouchers", h.List)
+	get := func(path string, into any) {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), into); err != nil {
+			t.Fatalf("GET %s: %s: %v", path, rec.Body, err)
+		}
+	}
+	type shown struct {
+		ID      int64 `json:"id"`
+		Buckets *int  `json:"buckets"`
+	}
+	var one shown
+	get("/vouchers/"+strconv.FormatInt(id, 10), &one)
+	var page struct{ Vouchers []shown }
+	get("/vouchers?limit=100", &page)
+	for _, v := range page.Vouchers {
+		if v.ID == id {
+			list = v.Buckets
+		}
+	}
+	return one.Buckets, list
+}
+
 // migratedDB is a fresh database of dialect with the schema applied.
 func migratedDB(t *testing.T, dialect string) *gorm.DB {
 	t.Helper()
@@ -87,7 +122,8 @@ func prefixKeys(t *testing.T, rdb redis.UniversalClient, prefix string) []string
 
 // TestCreateBuckets: on both databases and a real Redis with 4 shards,
 // a voucher created without buckets (or with null) has 1, exactly as
-// before; 3 and 4 (one per shard) are stored and shown to the admin;
+// before; 3 and 4 (one per shard) are stored and shown to the admin, and
+// to everyone in the voucher's public answers (one voucher, the list);
 // "auto" on a single server is 1. Past the bound (0, 5 with 4 shards, 65,
 // an integer too large for any int) is 422 invalid_voucher naming the
 // bound and SECKILL_SHARDS, and a value of another type 400 bad_request:
@@ -136,6 +172,9 @@ func TestCreateBuckets(t *testing.T) {
 				v, err := store.Get(context.Background(), a.Voucher.ID)
 				if err != nil || v.Buckets != c.want {
 					t.Errorf("buckets %q: stored %d (%v), want %d", c.raw, v.Buckets, err, c.want)
+				}
+				if show, list := shownBuckets(t, h, a.Voucher.ID); show == nil || *show != c.want || list == nil || *list != c.want {
+					t.Errorf("buckets %q: GET /vouchers/{id} shows buckets %v, the list %v; want %d in both", c.raw, deref(show), deref(list), c.want)
 				}
 			}
 		})
@@ -247,4 +286,12 @@ func TestPurchasePausesSayWhenToRetry(t *testing.T) {
 			t.Errorf("answer to %v (%d %s): Retry-After %q, want %q", c.err, a.status, outcome, got, want)
 		}
 	}
+}
+
+// deref is *p, or "absent".
+func deref(p *int) any {
+	if p == nil {
+		return "absent"
+	}
+	return *p
 }

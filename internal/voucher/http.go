@@ -112,13 +112,8 @@ type View struct {
 	// StockLive is true when Stock is Redis's live count, false when it is
 	// the database's count (Redis state missing or unreachable).
 	StockLive bool `json:"stock_live"`
-}
-
-// AdminView is a voucher as its creator sees it: View, and how it is laid
-// out in Redis. Buyers' views show no layout.
-type AdminView struct {
-	View
-	// Buckets is how many Redis buckets hold the voucher's stock.
+	// Buckets is how many Redis buckets hold the voucher's stock: what
+	// "api buckets" lists and the creation asked for.
 	Buckets int `json:"buckets"`
 }
 
@@ -126,6 +121,7 @@ func view(v Voucher, live map[int64]int64, now time.Time) View {
 	out := View{
 		ID: v.ID, Title: v.Title, FaceValue: v.FaceValue, Price: v.Price, TotalStock: v.TotalStock,
 		Stock: int64(v.Stock), BeginAt: v.BeginAt.UTC(), EndAt: v.EndAt.UTC(), Status: "on_sale",
+		Buckets: v.BucketCount(),
 	}
 	if n, ok := live[v.ID]; ok {
 		out.Stock, out.StockLive = max(n, 0), true
@@ -279,7 +275,7 @@ func (h *HTTP) Create(c *gin.Context) {
 	if err == nil {
 		live[v.ID] = int64(v.Stock)
 	}
-	c.JSON(http.StatusCreated, gin.H{"voucher": AdminView{View: view(v, live, now), Buckets: v.BucketCount()}, "redis_ready": err == nil})
+	c.JSON(http.StatusCreated, gin.H{"voucher": view(v, live, now), "redis_ready": err == nil})
 }
 
 // bucketsPerMaster is what "buckets": "auto" means: one bucket per Redis
