@@ -69,7 +69,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (load
 	fs.DurationVar(&check.DrainTimeout, "drain-timeout", 2*time.Minute, "bound on the wait for the pipeline to drain")
 	fs.StringVar(&opts.jsonPath, "json", "", "also write the summary as JSON to this file (- for stdout)")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return cfg, opts, err
 	}
 	if fs.NArg() > 0 {
@@ -186,7 +186,7 @@ func tokens(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	base := fs.Int64("user-base", 100_000, "user id of the first buyer")
 	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret (SECKILL_TOKEN_SECRET)")
 	out := fs.String("out", "-", "file to write, - for stdout")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	toks, err := load.MintTokens(*secret, *base, *users)
@@ -330,7 +330,7 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.StringVar(&dep.redis, "redis", getenv("SECKILL_REDIS_URL"), "Redis of the deployment, whose servers' CPU is measured when on loopback (SECKILL_REDIS_URL)")
 	fs.StringVar(&dep.locks, "lock-redis", getenv("SECKILL_LOCK_NODES"), "lock Redis URLs, comma-separated, measured as locks when on loopback (SECKILL_LOCK_NODES)")
 	fs.StringVar(&dep.mysql, "mysql", getenv("SECKILL_MYSQL_DSN"), "MySQL of the deployment, measured as database when on loopback (SECKILL_MYSQL_DSN)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if len(targets) == 0 {
@@ -455,7 +455,7 @@ func drain(ctx context.Context, args []string, getenv func(string) string, stdou
 	pidSpecs := fs.String("pids", "", "label:spec,...: processes whose CPU per order written is measured, besides redis, locks and database found on loopback from --redis, --lock-redis, --mysql "+
 		"(spec: a pid, a pid file, port:N, or none to drop that label); a process not running when the watch begins (the worker) is looked for at the end and counted from its start; none: no CPU")
 	locks := fs.String("lock-redis", getenv("SECKILL_LOCK_NODES"), "lock Redis URLs, comma-separated, measured as locks when on loopback (SECKILL_LOCK_NODES)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *vid == 0 || *expect == 0 {
@@ -606,7 +606,7 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&check.Shards, "shards", envInt(getenv, "SECKILL_SHARDS", 1), "SECKILL_SHARDS of the deployment")
 	fs.DurationVar(&check.DrainTimeout, "drain-timeout", 2*time.Minute, "bound on the wait for the pipeline to drain")
 	jsonPath := fs.String("json", "", "also write the result as JSON to this file (- for stdout)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := checkBuckets(*buckets, *skew); err != nil {

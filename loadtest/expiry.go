@@ -42,7 +42,7 @@ func expiry(ctx context.Context, args []string, getenv func(string) string, stdo
 	workerCmd := fs.String("worker", "scripts/cluster-up.sh worker", "shell command that starts one SECKILL_ROLE=worker instance and writes its pid file to --cluster-dir/run/worker-N.pid, run for each burst once its purchases are accepted and stopped (SIGTERM) once its orders are settled; \"\" when the deployment's own instances write (SECKILL_ROLE=all), the drain then timed while the purchases arrive")
 	clusterDir := fs.String("cluster-dir", cmp.Or(getenv("SECKILL_CLUSTER_DIR"), ".cluster"), "state directory of scripts/cluster-up.sh, where --worker's pid file appears (SECKILL_CLUSTER_DIR)")
 	jsonPath := fs.String("json", "", "also write the result as JSON to this file (- for stdout)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -104,7 +104,7 @@ func redisstat(ctx context.Context, args []string, getenv func(string) string, s
 	since := fs.String("since", "", "print the change since the snapshot in this file")
 	per := fs.Float64("per", 0, "also divide the change by this many units (purchases, orders)")
 	jsonPath := fs.String("json", "", "with --since, also write the change as JSON to this file (- for stdout)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if len(urls) == 0 && getenv("SECKILL_REDIS_URL") != "" {
