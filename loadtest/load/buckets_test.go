@@ -130,7 +130,8 @@ func TestTailOf(t *testing.T) {
 // when it is not 1 (a service without buckets sees the request it knows),
 // as a number or "auto"; with a skew the buyers sent are the share asked
 // at home in bucket 0, each with a token of its own user id; the summary
-// carries the bucket count and the tail.
+// carries the bucket count asked, the count the service made (auto
+// resolved) and the tail.
 func TestRunSendsBuckets(t *testing.T) {
 	t.Parallel()
 	signer, err := auth.NewSigner([]byte(testSecret))
@@ -141,7 +142,8 @@ func TestRunSendsBuckets(t *testing.T) {
 		buckets string
 		skew    float64
 		field   string // the "buckets" value in the body as JSON, "" for none
-	}{{"", 0, ""}, {"1", 0, ""}, {"3", 0.8, "3"}, {"auto", 0, `"auto"`}} {
+		made    int    // what the creation answer names
+	}{{"", 0, "", 1}, {"1", 0, "", 1}, {"3", 0.8, "3", 3}, {"auto", 0, `"auto"`, 3}} {
 		var mu sync.Mutex
 		var bodies []map[string]json.RawMessage
 		users := map[int64]bool{}
@@ -156,7 +158,7 @@ func TestRunSendsBuckets(t *testing.T) {
 				}
 				bodies = append(bodies, body)
 				w.WriteHeader(http.StatusCreated)
-				fmt.Fprint(w, `{"voucher":{"id":7},"redis_ready":true}`)
+				fmt.Fprintf(w, `{"voucher":{"id":7,"buckets":%d},"redis_ready":true}`, c.made)
 				return
 			}
 			user, _ := strconv.ParseInt(r.Header.Get("X-Loadtest-User"), 10, 64)
@@ -187,8 +189,8 @@ func TestRunSendsBuckets(t *testing.T) {
 			t.Errorf("buckets %q: creation body %v, want buckets %s", c.buckets, bodies, c.field)
 		}
 		s := res.Summary
-		if want := cmp.Or(c.buckets, "1"); s.Buckets != want {
-			t.Errorf("buckets %q: summary says %q", c.buckets, s.Buckets)
+		if want := cmp.Or(c.buckets, "1"); s.Buckets != want || s.BucketsMade != c.made {
+			t.Errorf("buckets %q: summary says %q asked, %d made; want %d made", c.buckets, s.Buckets, s.BucketsMade, c.made)
 		}
 		if s.Tail == nil || s.Tail.SoldOuts != 400 || s.Tail.LastUnits != 1 {
 			t.Errorf("buckets %q: tail %+v, want 400 sold_out and the last of 100 sales", c.buckets, s.Tail)
@@ -225,6 +227,51 @@ func TestRunSendsBuckets(t *testing.T) {
 		c.URL, c.Secret = "http://127.0.0.1:1", testSecret
 		if _, err := Run(context.Background(), c); err == nil {
 			t.Errorf("buckets %q, skew %v: no error", c.Buckets, c.Skew)
+		}
+	}
+}
+
+// TestSummaryInWords: the summary a person reads says the bucket count
+// the service made (auto resolved; the count given when its answer named
+// none) and names what the tail measured in words, not by its JSON field;
+// the JSON keeps the field names scripts read.
+func TestSummaryInWords(t *testing.T) {
+	t.Parallel()
+	text := func(s Summary) string {
+		var b strings.Builder
+		s.Print(&b)
+		return b.String()
+	}
+	refused := &Tail{SoldOuts: 3, FirstSoldOut: 1, LastSale: 1.5, SoldOutToLastSale: 500, LastUnits: 2}
+	for _, c := range []struct {
+		s    Summary
+		want []string
+	}{
+		{Summary{Buckets: "auto", BucketsMade: 3, Tail: refused}, []string{"(3 buckets, auto)",
+			"first of 3 sold_out answers at 1.000s", "time from the first sold_out answer to the last sale 500.0 ms: buyers were refused while units still sold"}},
+		{Summary{Buckets: "1", BucketsMade: 1, Tail: &Tail{SoldOuts: 1, FirstSoldOut: 0.03, LastSale: 0.005, SoldOutToLastSale: -25, LastUnits: 1}},
+			[]string{"(1 bucket)", "the first sold_out answer came 25.0 ms after the last sale: no buyer was refused"}},
+		{Summary{Buckets: "3", Tail: &Tail{SoldOuts: 1, FirstSoldOut: 0.005, LastSale: 0.005, LastUnits: 1}},
+			[]string{"(buckets 3, not confirmed by the service)", "came 0.0 ms after the last sale"}},
+		{Summary{Tail: &Tail{LastSale: 0.005, LastUnits: 1}}, []string{"(buckets 1, not confirmed by the service)", "no sold_out answer"}},
+	} {
+		got := text(c.s)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("summary lacks %q:\n%s", w, got)
+			}
+		}
+		if strings.Contains(got, "sold_out_to_last_sale") || strings.Contains(got, "-0.0") {
+			t.Errorf("summary names the JSON field or prints -0.0:\n%s", got)
+		}
+	}
+	b, err := json.Marshal(Summary{Buckets: "auto", BucketsMade: 3, Tail: refused})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"buckets":"auto"`, `"buckets_made":3`, `"sold_out_to_last_sale_ms":500`, `"first_sold_out_s":1`, `"last_sale_s":1.5`} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("JSON summary lacks %s: %s", key, b)
 		}
 	}
 }

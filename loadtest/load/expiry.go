@@ -283,7 +283,7 @@ func (e expiryRun) burst(ctx context.Context, round int, kind string) (Burst, er
 	if err := lc.defaults(); err != nil {
 		return b, err
 	}
-	vid, err := createVoucher(ctx, e.client, lc, "expiry load test", cfg.Units, b.Price)
+	vid, _, err := createVoucher(ctx, e.client, lc, "expiry load test", cfg.Units, b.Price)
 	if err != nil {
 		return b, err
 	}

@@ -169,15 +169,19 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer client.CloseIdleConnections()
 
 	vids := []int64{cfg.VoucherID}
+	bucketsMade := 0 // what the first creation answer names
 	if cfg.VoucherID == 0 {
 		vids = vids[:0]
 		for range max(cfg.Vouchers, 1) {
-			vid, err := CreateVoucher(ctx, client, cfg, cfg.Stock)
+			vid, made, err := CreateVoucher(ctx, client, cfg, cfg.Stock)
 			if err != nil {
 				return Result{}, err
 			}
-			fmt.Fprintf(cfg.Log, "created voucher %d with stock %d in %s bucket(s)\n", vid, cfg.Stock, cfg.Buckets)
+			fmt.Fprintf(cfg.Log, "created voucher %d with stock %d in %s\n", vid, cfg.Stock, bucketsText(cfg.Buckets, made))
 			vids = append(vids, vid)
+			if bucketsMade == 0 {
+				bucketsMade = made
+			}
 		}
 	}
 	vid := vids[0]
@@ -201,7 +205,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cfg.Fired()
 	}
 	sum.Target, sum.VoucherID, sum.Stock, sum.Users = cfg.URL, vid, cfg.Stock, users
-	sum.Buckets, sum.Skew = cfg.Buckets, cfg.Skew
+	sum.Buckets, sum.BucketsMade, sum.Skew = cfg.Buckets, bucketsMade, cfg.Skew
 	if cfg.Skew > 0 {
 		for _, id := range ids {
 			if voucher.Home(id, nb) == 0 {
@@ -309,8 +313,9 @@ func newClient(concurrency int, timeout time.Duration) *http.Client {
 }
 
 // CreateVoucher puts a free voucher with the given stock on sale now, for
-// an hour.
-func CreateVoucher(ctx context.Context, client *http.Client, cfg Config, stock int) (int64, error) {
+// an hour. made is the bucket count the service's answer names (cfg's
+// auto resolved), 0 when it names none.
+func CreateVoucher(ctx context.Context, client *http.Client, cfg Config, stock int) (id int64, made int, err error) {
 	return createVoucher(ctx, client, cfg, "load test", stock, 0)
 }
 
@@ -321,15 +326,15 @@ const voucherFaceValue = 100
 
 // createVoucher puts a voucher of stock units, titled title, on sale now, for an
 // hour, at price cents (0: nothing to pay).
-func createVoucher(ctx context.Context, client *http.Client, cfg Config, title string, stock int, price int64) (int64, error) {
+func createVoucher(ctx context.Context, client *http.Client, cfg Config, title string, stock int, price int64) (id int64, made int, err error) {
 	admin := cfg.AdminToken
 	if admin == "" {
 		signer, err := auth.NewSigner([]byte(cfg.Secret))
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if admin, err = signer.Mint(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	now := time.Now().UTC()
@@ -343,13 +348,13 @@ func createVoucher(ctx context.Context, client *http.Client, cfg Config, title s
 	body, _ := json.Marshal(fields)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/api/v1/vouchers", bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+admin)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("create voucher: %w", err)
+		return 0, 0, fmt.Errorf("create voucher: %w", err)
 	}
 	defer resp.Body.Close()
 	var out struct {
@@ -362,18 +367,21 @@ func createVoucher(ctx context.Context, client *http.Client, cfg Config, title s
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != http.StatusCreated {
-		return 0, fmt.Errorf("create voucher: status %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		return 0, 0, fmt.Errorf("create voucher: status %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	if !out.RedisReady {
-		return 0, fmt.Errorf("create voucher %d: its Redis state was not written (redis_ready false)", out.Voucher.ID)
+		return 0, 0, fmt.Errorf("create voucher %d: its Redis state was not written (redis_ready false)", out.Voucher.ID)
 	}
 	if out.Voucher.Price != price {
-		return 0, fmt.Errorf("create voucher %d: price %d asked, %d made (a service without prices?)", out.Voucher.ID, price, out.Voucher.Price)
+		return 0, 0, fmt.Errorf("create voucher %d: price %d asked, %d made (a service without prices?)", out.Voucher.ID, price, out.Voucher.Price)
 	}
 	if err := madeBuckets(cfg, out.Voucher.ID, out.Voucher.Buckets); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return out.Voucher.ID, nil
+	if out.Voucher.Buckets != nil {
+		made = *out.Voucher.Buckets
+	}
+	return out.Voucher.ID, made, nil
 }
 
 // madeBuckets holds the bucket count the service says it made (made, nil

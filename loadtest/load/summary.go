@@ -17,6 +17,7 @@ type Summary struct {
 	VoucherIDs  []int64        `json:"voucher_ids,omitempty"` // when the run bought several
 	Stock       int            `json:"stock,omitempty"`
 	Buckets     string         `json:"buckets"`                 // of the vouchers created: a number or auto
+	BucketsMade int            `json:"buckets_made,omitempty"`  // what the creation answer names, auto resolved; 0: it names none, or --voucher
 	Skew        float64        `json:"skew,omitempty"`          // share of buyers picked at home in bucket 0
 	HomeZero    int            `json:"home_0_buyers,omitempty"` // with Skew: buyers at home in bucket 0
 	Users       int            `json:"users"`
@@ -63,7 +64,7 @@ func (s Summary) Print(w io.Writer) {
 	if s.Rate > 0 {
 		mode = fmt.Sprintf("open loop at %.0f/s", s.Rate)
 	}
-	fmt.Fprintf(w, "\ntarget %s, voucher %d (buckets %s), %d buyers, %d connections, %s\n", s.Target, s.VoucherID, cmp.Or(s.Buckets, "1"), s.Users, s.Concurrency, mode)
+	fmt.Fprintf(w, "\ntarget %s, voucher %d (%s), %d buyers, %d connections, %s\n", s.Target, s.VoucherID, bucketsText(s.Buckets, s.BucketsMade), s.Users, s.Concurrency, mode)
 	if s.Skew > 0 {
 		fmt.Fprintf(w, "  skew         %.2f: %d of %d buyers at home in bucket 0\n", s.Skew, s.HomeZero, s.Users)
 	}
@@ -89,6 +90,27 @@ func (s Summary) Print(w io.Writer) {
 	if s.Check != nil {
 		s.Check.Print(w)
 	}
+}
+
+// bucketsText says a voucher's buckets for a person: the count the
+// service made when its creation answer named it (made > 0), else the
+// count given (--buckets, also with --voucher), unconfirmed.
+func bucketsText(asked string, made int) string {
+	asked = cmp.Or(asked, "1")
+	switch {
+	case made == 0:
+		return "buckets " + asked + ", not confirmed by the service"
+	case asked == "auto":
+		return fmt.Sprintf("%d %s, auto", made, plural(made, "bucket", "buckets"))
+	}
+	return fmt.Sprintf("%d %s", made, plural(made, "bucket", "buckets"))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // Print writes the check's outcome for a person.

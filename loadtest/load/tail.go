@@ -71,13 +71,26 @@ func tailOf(answers []answer) *Tail {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// Print writes the tail for a person.
+// Print writes the tail for a person, in words: JSON readers have the
+// field names and the README.
 func (t Tail) Print(w io.Writer) {
-	soldOut := "no sold_out answer"
-	if t.SoldOuts > 0 {
-		soldOut = fmt.Sprintf("first of %d sold_out at %.3fs", t.SoldOuts, t.FirstSoldOut)
+	if t.SoldOuts == 0 {
+		fmt.Fprintf(w, "  tail         last sale at %.3fs after the firing began; no sold_out answer\n", t.LastSale)
+	} else {
+		fmt.Fprintf(w, "  tail         last sale at %.3fs after the firing began; first of %d sold_out answers at %.3fs\n",
+			t.LastSale, t.SoldOuts, t.FirstSoldOut)
+		fmt.Fprintf(w, "               %s\n", t.refusedText())
 	}
-	fmt.Fprintf(w, "  tail         %s, last sale at %.3fs: sold_out_to_last_sale %.1f ms\n", soldOut, t.LastSale, t.SoldOutToLastSale)
 	fmt.Fprintf(w, "               last 1%% of units sold (%d purchases): latency ms p50 %.2f  p99 %.2f  max %.2f\n",
 		t.LastUnits, t.Latency.P50, t.Latency.P99, t.Latency.Max)
+}
+
+// refusedText says what SoldOutToLastSale measured: the time from the
+// first sold_out answer to the last sale.
+func (t Tail) refusedText() string {
+	if t.SoldOutToLastSale > 0 {
+		return fmt.Sprintf("time from the first sold_out answer to the last sale %.1f ms: buyers were refused while units still sold", t.SoldOutToLastSale)
+	}
+	// max: never "-0.0".
+	return fmt.Sprintf("the first sold_out answer came %.1f ms after the last sale: no buyer was refused while units still sold", max(-t.SoldOutToLastSale, 0))
 }
