@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/apierr"
+	"seckill/internal/auth"
 )
 
 // The shop's console: its staff find orders (by order id, voucher code or
@@ -41,9 +42,10 @@ type Found struct {
 
 // Search finds orders, newest first, at most limit: of one voucher when
 // voucherID is not 0, and matching q when it is not "": an order id, a
-// voucher code (NormalizeCode) or a buyer's phone (with or without its +;
-// spaces, dashes, dots and brackets do not matter). The phone is the users
-// table's (internal/auth), joined here. What q can be is looked up first,
+// voucher code (NormalizeCode) or a buyer's phone as people type it: with
+// or without its country code, spaced or dashed (auth.PhoneForms; a
+// national number is the home country's). The phone is the users table's
+// (internal/auth), joined here. What q can be is looked up first,
 // each through a key the tables have (orders' id and code, users' phone,
 // orders' user_id), rather than one OR over the join of every order.
 func (s *Store) Search(ctx context.Context, voucherID int64, q string, limit int) ([]Found, error) {
@@ -70,8 +72,8 @@ func (s *Store) Search(ctx context.Context, voucherID int64, q string, limit int
 }
 
 // matching returns the ids of the orders q can name: the order of that
-// id, the order of that code, the newest limit orders of that phone's
-// buyer.
+// id, the order of that code, the newest limit orders of the buyers of
+// the numbers that phone can be.
 func (s *Store) matching(ctx context.Context, q string, limit int) ([]int64, error) {
 	var ids []int64
 	look := func(query string, args ...any) error {
@@ -87,12 +89,10 @@ func (s *Store) matching(ctx context.Context, q string, limit int) ([]int64, err
 			return nil, err
 		}
 	}
-	digits := strings.TrimPrefix(strings.NewReplacer(" ", "", "-", "", ".", "", "(", "", ")", "").Replace(q), "+")
-	if digits == "" || strings.Trim(digits, "0123456789") != "" {
-		return ids, nil
-	}
-	if err := look("SELECT o.id FROM users u JOIN orders o ON o.user_id = u.id WHERE u.phone = ? ORDER BY o.id DESC LIMIT ?", "+"+digits, limit); err != nil {
-		return nil, err
+	if phones := auth.PhoneForms(q, auth.HomeCountry); len(phones) > 0 {
+		if err := look("SELECT o.id FROM users u JOIN orders o ON o.user_id = u.id WHERE u.phone IN ? ORDER BY o.id DESC LIMIT ?", phones, limit); err != nil {
+			return nil, err
+		}
 	}
 	if id, err := strconv.ParseInt(q, 10, 64); err == nil && id > 0 {
 		if err := look("SELECT id FROM orders WHERE id = ?", id); err != nil {

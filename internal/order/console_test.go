@@ -9,7 +9,8 @@ import (
 )
 
 // TestSearch: orders are found by order id, by voucher code (as typed)
-// and by their buyer's phone (with or without its +), of one voucher or of
+// and by their buyer's phone (with or without its +, or its country code:
+// a national number), of one voucher or of
 // all, newest first, each with the phone; nothing that is none of these
 // finds anything.
 func TestSearch(t *testing.T) {
@@ -53,6 +54,11 @@ func TestSearch(t *testing.T) {
 			{0, "8613800000000", []int64{a.order}},
 			{0, "+86 138-0000-0001", []int64{b.order}},
 			{0, "(86) 138.0000.0001", []int64{b.order}},
+			{0, "13800000001", []int64{b.order}},
+			{0, "138 0000 0001", []int64{b.order}},
+			{0, "138-0000-0000", []int64{a.order}},
+			{0, "0086 138 0000 0000", []int64{a.order}},
+			{0, "+1 380 000 0001", []int64{}},
 			{other.ID, "8613800000000", []int64{}},
 			{0, "no such thing", []int64{}},
 			{0, "ZZZZZZZZZZ", []int64{}},
