@@ -100,8 +100,13 @@ func (b tab) text(sel string) string {
 	return v
 }
 
+// shot saves a screenshot of the whole page, scrolled to the top first: a
+// sticky bar would be drawn where the page was scrolled to.
 func (b tab) shot(name string) {
 	b.t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`(window.scrollTo(0, 0), true)`)); err != nil {
+		b.t.Fatalf("screenshot %s: scroll to the top: %v", name, err)
+	}
 	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		b.t.Fatalf("screenshot %s: %v", name, err)
