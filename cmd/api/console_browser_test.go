@@ -11,7 +11,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"seckill/internal/auth"
-	"seckill/internal/testenv"
 )
 
 // dbFigures is a voucher's sale as the database holds it, counted here
@@ -184,10 +183,33 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Refund an order found by its id: its money is listed to return, and
 	// marked returned.
 	refunded := orders[1]
+	item := fmt.Sprintf(`#found li[data-order-id="%s"]`, refunded)
 	do("search by order id", chromedp.SetValue(chromedp.ID("q"), refunded), chromedp.Click(chromedp.ID("search")),
-		visible(fmt.Sprintf(`#found li[data-order-id="%s"][data-status="paid"] .refund:enabled`, refunded)))
-	do("refund", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#found li[data-order-id="%s"] .refund`, refunded))),
-		visible(fmt.Sprintf(`#found li[data-order-id="%s"][data-status="refunded"]`, refunded)),
+		visible(item+`[data-status="paid"] .refund:enabled`))
+	// Refund asks first: one click refunds nothing, Keep takes it back.
+	stillPaid := func(when string) {
+		t.Helper()
+		var st string
+		if err := s.db(t).Raw("SELECT status FROM orders WHERE id = ?", refunded).Scan(&st).Error; err != nil || st != "paid" {
+			t.Fatalf("%s: order %s is %q (%v), want paid", when, refunded, st, err)
+		}
+		if n := len(readRefunds(t, s, adminTok)); n != 0 {
+			t.Fatalf("%s: %d payments listed to return, want none", when, n)
+		}
+	}
+	do("refund, once", chromedp.Click(chromedp.CSS(item+" .refund")),
+		visible(item+`[data-status="paid"] .confirm-refund:enabled`), visible(item+" .keep"))
+	if label, msg := text(item+" .confirm-refund"), text("#search-msg"); label != "Confirm refund ¥9.90" || !strings.HasPrefix(msg, "Refund order "+refunded+"?") {
+		t.Errorf("the refund asks %q with %q", msg, label)
+	}
+	stillPaid("Refund clicked once")
+	shot("console-refund-confirm-desktop.png")
+	do("keep the order", chromedp.Click(chromedp.CSS(item+" .keep")),
+		visible(item+`[data-status="paid"] .refund:enabled`), chromedp.WaitNotPresent(chromedp.CSS(item+" .confirm-refund")))
+	stillPaid("Keep clicked")
+	do("refund, confirmed", chromedp.Click(chromedp.CSS(item+" .refund")), visible(item+" .confirm-refund"),
+		chromedp.Click(chromedp.CSS(item+" .confirm-refund")),
+		visible(item+`[data-status="refunded"]`),
 		visible(fmt.Sprintf(`#refunds li[data-order-id="%s"]`, refunded)))
 	f = agree("after a redeem and a refund")
 	if f.used != 1 || f.refunded != 1 || f.paid != 3 || f.revenue != 4*990 || f.stockLeft != 24 {
@@ -199,6 +221,28 @@ func TestConsoleInBrowser(t *testing.T) {
 	var pay string
 	if err := s.db(t).Raw("SELECT status FROM payments WHERE order_id = ?", refunded).Scan(&pay).Error; err != nil || pay != "refunded" {
 		t.Fatalf("payment of order %s after Mark returned: %q %v", refunded, pay, err)
+	}
+
+	// A buyer known by a phone is found by the number as staff type it:
+	// national (no +86), spaced, dashed, or international. An empty search
+	// between two shows each one's own answer.
+	const buyerPhone = "+8613800138000"
+	buyerTok, _, _ := s.login(t, buyerPhone)
+	phoneOrder := buyWritten(t, s.base, strconv.FormatInt(vid, 10), buyerTok)
+	if a := sendJSON(t, "POST", s.base+"/api/v1/orders/"+phoneOrder+"/pay", buyerTok, nil); a.status != 200 {
+		t.Fatalf("pay: %d %s", a.status, a.raw)
+	}
+	for _, typed := range []string{"138 0013 8000", "13800138000", "138-0013-8000", "+86 138 0013 8000"} {
+		do("search for nothing", chromedp.SetValue(chromedp.ID("q"), "no such order"), chromedp.Click(chromedp.ID("search")),
+			visible("#found-empty"))
+		do("search by phone "+typed, chromedp.SetValue(chromedp.ID("q"), typed), chromedp.Click(chromedp.ID("search")),
+			visible(fmt.Sprintf(`#found li[data-order-id="%s"]`, phoneOrder)))
+		if n, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll("#found li").length`)); err != nil || n != 1 {
+			t.Errorf("search by %q found %d orders (%v), want the buyer's one", typed, n, err)
+		}
+		if got := text("#found li"); !strings.Contains(got, buyerPhone) {
+			t.Errorf("search by %q: %q does not show the buyer's phone", typed, got)
+		}
 	}
 
 	// A new voucher, its price and pay window explained beside the fields.
@@ -220,11 +264,72 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	do("it shows in the figures", visible(fmt.Sprintf(`#figures tr[data-voucher-id="%d"]`, made.ID)))
 
+	// On a phone nothing scrolls sideways, the page nor the figures'
+	// table: each voucher's figures are a card, every figure on the
+	// screen beside its name.
 	do("phone-sized", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
 	agree("on a phone")
+	do("search on a phone", chromedp.SetValue(chromedp.ID("q"), "138 0013 8000"), chromedp.Click(chromedp.ID("search")),
+		visible(fmt.Sprintf(`#found li[data-order-id="%s"][data-status="paid"] .refund:enabled`, phoneOrder)))
 	shot("console-phone.png")
-	if wide, err := chromedp.Run(tctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > document.documentElement.clientWidth`)); err != nil || wide {
-		t.Errorf("the console scrolls sideways on a phone (%v)", err)
+	fit, err := chromedp.Run(tctx, chromedp.Poll[phoneFit](phoneFitJS, chromedp.WithPollingTimeout(5*time.Second)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	testenv.WaitFor(t, time.Second, "nothing", func() bool { return true })
+	if p := fit.problem(); p != "" {
+		t.Errorf("the console on a 390px phone: %s (%+v)", p, fit)
+	}
+	if label, err := chromedp.Run(tctx, chromedp.Evaluate[string](fmt.Sprintf(
+		`getComputedStyle(document.querySelector('#figures tr[data-voucher-id="%d"] td[data-k="refunded"]'), "::before").content`, vid))); err != nil || label != `"Refunded"` {
+		t.Errorf("a figure on a phone is labelled %s (%v), want \"Refunded\"", label, err)
+	}
+	do("refund asks on a phone too", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#found li[data-order-id="%s"] .refund`, phoneOrder))),
+		visible(fmt.Sprintf(`#found li[data-order-id="%s"] .confirm-refund`, phoneOrder)))
+	shot("console-phone-refund-confirm.png")
+}
+
+// readRefunds is the console's list of money to return.
+func readRefunds(t testing.TB, s webService, tok string) []any {
+	t.Helper()
+	a := sendJSON(t, "GET", s.base+"/api/v1/admin/refunds", tok, nil)
+	if a.status != 200 {
+		t.Fatalf("refunds: %d %s", a.status, a.raw)
+	}
+	p, _ := a.body["payments"].([]any)
+	return p
+}
+
+// phoneFitJS measures what could scroll sideways on the console: the page,
+// the figures' box, and the right edge of the widest figure cell; ready
+// once the figures are drawn.
+const phoneFitJS = `(() => {
+	const cells = [...document.querySelectorAll("#figures tbody th, #figures tbody td")];
+	if (cells.length === 0) return null;
+	const box = document.querySelector("#figures-panel .scroll");
+	return {
+		page: document.scrollingElement.scrollWidth, viewport: window.innerWidth,
+		box: box.scrollWidth, boxVisible: box.clientWidth,
+		rightmost: Math.max(...cells.map(c => c.getBoundingClientRect().right)),
+		rows: document.querySelectorAll("#figures tbody tr").length,
+	};
+})()`
+
+type phoneFit struct {
+	Page, Viewport, Box, BoxVisible, Rightmost float64
+	Rows                                       int
+}
+
+// problem says what scrolls sideways, or "".
+func (f phoneFit) problem() string {
+	switch {
+	case f.Rows == 0:
+		return "no figures"
+	case f.Page > f.Viewport:
+		return "the page scrolls sideways"
+	case f.Box > f.BoxVisible:
+		return "the figures' table scrolls sideways"
+	case f.Rightmost > f.Viewport:
+		return "a figure is off the screen"
+	}
+	return ""
 }

@@ -156,6 +156,9 @@
     return call("GET", "admin/figures").then(function (r) {
       if (r.status !== 200) { say($("figures-msg"), "Cannot read the figures: " + problem(r), "bad"); return; }
       $("window").textContent = String(r.body.window_seconds);
+      // On a phone a row is a card, each figure labelled by its column
+      // (app.css): the labels are the table's head.
+      var labels = Array.prototype.map.call($("figures").tHead.rows[0].cells, function (th) { return th.title || th.textContent; });
       var rows = (r.body.vouchers || []).map(function (f) {
         state.titles.set(f.voucher_id, f.title);
         var tr = document.createElement("tr");
@@ -169,6 +172,7 @@
           if (i === 0) { td.scope = "row"; }
           td.textContent = text;
           td.dataset.k = keys[i];
+          td.dataset.label = labels[i] || "";
           if (i > 1 && i < 2 + COLS.length) { td.dataset.n = text; }
           tr.append(td);
         });
@@ -236,13 +240,38 @@
     var pair = document.createElement("span");
     pair.className = "pair";
     var redeem = button("Redeem", false, function (b) { orderAction(o, "redeem", b); });
-    var refund = button("Refund", true, function (b) { orderAction(o, "refund", b); });
+    var refund = button("Refund", true, function () { askRefund(o, pair); });
     redeem.classList.add("redeem");
     refund.classList.add("refund");
     redeem.disabled = refund.disabled = o.status !== "paid";
     pair.append(redeem, refund);
     li.append(what, code, st, pair);
     return li;
+  }
+
+  // askRefund asks before a refund, which cannot be undone: the order's
+  // buttons give way to "Confirm refund" and "Keep", and only the first
+  // sends it. Keep puts Redeem and Refund back.
+  function askRefund(o, pair) {
+    var before = Array.prototype.slice.call(pair.children);
+    var msg = $("search-msg");
+    var yes = button("Confirm refund" + (o.amount > 0 ? " " + money(o.amount) : ""), false, function (b) {
+      keep.disabled = true;
+      orderAction(o, "refund", b);
+    });
+    var keep = button("Keep", true, function () {
+      pair.replaceChildren.apply(pair, before);
+      delete pair.dataset.asking;
+      say(msg, "", "");
+      before[before.length - 1].focus();
+    });
+    yes.classList.add("confirm-refund");
+    keep.classList.add("keep");
+    pair.dataset.asking = "refund";
+    pair.replaceChildren(yes, keep);
+    say(msg, "Refund order " + o.order_id + "? The voucher can no longer be used" +
+      (o.amount > 0 ? " and its " + money(o.amount) + " is listed under Money to return" : "") + ". Confirm, or keep the order.", "warn");
+    yes.focus();
   }
 
   function orderAction(o, what, btn) {
