@@ -72,9 +72,13 @@ const figuresRowJS = `(() => {
 // an admin token pasted opens it; the live figures change while buyers buy
 // and pay and agree with the database; an order is found by its voucher
 // code; the code is redeemed, and redeemed again is refused with the time
-// it was used; an order found by its id is refunded, its money listed to
-// return, and marked returned; a voucher is created with its price. At
-// desktop and phone sizes, with screenshots as artifacts.
+// it was used; an order found by its id is refunded, asked first (one
+// click refunds nothing, Keep takes it back, Confirm refund refunds), its
+// money listed to return, and marked returned; a buyer is found by the
+// phone typed as staff type it (138 0013 8000, 13800138000, 138-0013-8000,
+// +86 138 0013 8000); a voucher is created with its price. At desktop and
+// phone sizes (390px: nothing scrolls sideways, the figures a card per
+// voucher), with screenshots as artifacts.
 //
 // Not parallel, as TestSaleInBrowser.
 func TestConsoleInBrowser(t *testing.T) {
