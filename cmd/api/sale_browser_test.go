@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 
 	"seckill/internal/auth"
@@ -148,9 +149,12 @@ func waitCode(t testing.TB, outbox, phone string) string {
 // "Yours" with its voucher code; a voucher bought elsewhere reads "already
 // yours" and "Yours" too, and both stay "Yours" after a reload; my orders;
 // a priced voucher reads what the buyer pays first, its grab is "Reserved,
-// pay within m:ss" counting down (never "Yours" before the payment), and
+// pay within m:ss" counting down (never "Yours" before the payment), with
+// one Pay and one Cancel on the page (on the card; My orders says so), and
 // once paid with Pay it is "Yours" with its code and how to use it, no
-// order id anywhere; another buyer's is cancelled with Cancel and its unit
+// order id anywhere: the code big and monospace, whole on a 320px screen,
+// copied by its Copy button (to the clipboard, or from a selection without
+// navigator.clipboard); another buyer's is cancelled with Cancel and its unit
 // is on sale again; a sold-out voucher whose only order was never paid
 // reopens when it expires; no token box for shoppers; only an admin is
 // linked to the console. Screenshots are saved as artifacts.
@@ -301,8 +305,8 @@ func TestSaleInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg := text(card(onSale) + " .v-msg"); seen.Value != "pending,paid" || !strings.HasPrefix(msg, "Free ✓ yours. Voucher code ") {
-		t.Errorf("order statuses shown %q, message %q; want pending then paid", seen.Value, msg)
+	if msg, code := text(card(onSale)+" .v-msg"), text(card(onSale)+" .v-code .code-big"); seen.Value != "pending,paid" || msg != "Free ✓ yours." || len(code) != 10 {
+		t.Errorf("order statuses shown %q, message %q, code %q; want pending then paid, and the code", seen.Value, msg, code)
 	}
 	if label := text(card(onSale) + " .grab"); label != "Yours" {
 		t.Errorf("the button after a grab reads %q, want Yours", label)
@@ -363,6 +367,11 @@ func TestSaleInBrowser(t *testing.T) {
 	if label := text(card(priced) + " .v-pay .pay"); label != "Pay ¥9.90" {
 		t.Errorf("the pay button reads %q, want Pay ¥9.90", label)
 	}
+	// Pay and Cancel show once, on the card; My orders says where.
+	if n, err := chromedp.Run(tctx, chromedp.Evaluate[[]int](visibleCountJS)); err != nil || len(n) != 2 || n[0] != 1 || n[1] != 1 {
+		t.Errorf("the page shows %v Pay and Cancel buttons (%v), want one of each", n, err)
+	}
+	do("My orders says where to pay", visible(`#orders li[data-status="awaiting_payment"] .pay-where`))
 	shot("sale-awaiting-payment.png")
 	do("pay", chromedp.Click(chromedp.CSS(card(priced)+" .v-pay .pay")),
 		visible(card(priced)+` .v-msg[data-status="paid"]`), chromedp.WaitNotVisible(chromedp.CSS(card(priced)+" .v-pay")),
@@ -381,8 +390,11 @@ func TestSaleInBrowser(t *testing.T) {
 		t.Fatalf("order %s paid in the browser: %+v, %v", paidOrder, row, err)
 	}
 	// Paid: the voucher code, with how to use it, and no order id.
-	if msg, want := text(card(priced)+" .v-msg"), "Paid ¥9.90 ✓ yours. Voucher code "+*row.Code+": show it at the shop to use the voucher."; msg != want {
+	if msg, want := text(card(priced)+" .v-msg"), "Paid ¥9.90 ✓ yours."; msg != want {
 		t.Errorf("a paid order reads %q, want %q", msg, want)
+	}
+	if code, label := text(card(priced)+" .v-code .code-big"), text(card(priced)+" .v-code-label"); code != *row.Code || label != "Voucher code: show it at the shop" {
+		t.Errorf("a paid order's code box reads %q, %q; want %s and how to use it", label, code, *row.Code)
 	}
 	if orders := text("#orders"); !strings.Contains(orders, "code "+*row.Code) {
 		t.Errorf("my orders %q do not show the code %s", orders, *row.Code)
@@ -391,8 +403,59 @@ func TestSaleInBrowser(t *testing.T) {
 		t.Errorf("the buyer's page shows an order id: %q", longID.FindString(page))
 	}
 	shot("sale-paid-desktop.png")
+	// A cashier reads the code off a phone: big, monospace, whole on the
+	// screen, and the buyer may copy it.
+	for _, width := range []int64{390, 320, 1200} {
+		do("sized", chromedp.EmulateViewport(width, 844, chromedp.EmulateMobile))
+		look, err := chromedp.Run(tctx, chromedp.Evaluate[codeLook](fmt.Sprintf(codeLookJS, card(priced)+" .v-code")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := look.problem(); p != "" {
+			t.Errorf("%dpx wide, the voucher code: %s (%+v)", width, p, look)
+		}
+	}
 	do("phone-sized", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
 	shot("sale-paid-phone.png")
+	copied := func(how string) {
+		t.Helper()
+		do("copy the code "+how, chromedp.Click(chromedp.CSS(card(priced)+" .copy")),
+			visible(card(priced)+` .copy[data-copied="yes"]`))
+		if label := text(card(priced) + " .copy"); label != "Copied" {
+			t.Errorf("copied %s, the button reads %q", how, label)
+		}
+	}
+	if err := chromedp.Do(tctx, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		for _, name := range []string{"clipboard-read", "clipboard-write"} {
+			if _, err := chromedp.CallBrowser(ctx, cdpbrowser.SetPermission, cdpbrowser.SetPermissionParams{
+				Permission: &cdpbrowser.PermissionDescriptor{Name: name}, Setting: cdpbrowser.PermissionSettingGranted, Origin: s.base,
+			}); err != nil {
+				return fmt.Errorf("grant %s: %w", name, err)
+			}
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	copied("to the clipboard")
+	if got, err := chromedp.Run(tctx, chromedp.Evaluate[string](`navigator.clipboard.readText()`, chromedp.EvalAwaitPromise)); err != nil || got != *row.Code {
+		t.Errorf("the clipboard holds %q (%v), want the code %s", got, err, *row.Code)
+	}
+	// Without navigator.clipboard (a page over plain http, an old
+	// browser) the code is copied from a selection.
+	if _, err := chromedp.Run(tctx, chromedp.Evaluate[bool](`(() => {
+		Object.defineProperty(navigator, "clipboard", { value: undefined, configurable: true });
+		window.copiedText = "";
+		document.addEventListener("copy", () => { window.copiedText = String(getSelection()); });
+		document.querySelector(".copy[data-copied]").removeAttribute("data-copied");
+		return true;
+	})()`)); err != nil {
+		t.Fatal(err)
+	}
+	copied("without navigator.clipboard")
+	if got, err := chromedp.Run(tctx, chromedp.Evaluate[string](`window.copiedText`)); err != nil || got != *row.Code {
+		t.Errorf("copied by selection %q (%v), want the code %s", got, err, *row.Code)
+	}
 	do("desktop-sized", chromedp.EmulateViewport(1200, 900))
 
 	// Another user (or nobody) may grab it.
@@ -477,6 +540,48 @@ func TestSaleInBrowser(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("browser: %s", p)
 	}
+}
+
+// visibleCountJS counts the Pay and the Cancel buttons on the screen.
+const visibleCountJS = `[".pay", ".cancel"].map(sel => [...document.querySelectorAll("button" + sel)].filter(b => b.checkVisibility()).length)`
+
+// codeLookJS measures a card's code box: the code's computed font and
+// whether it and the Copy button are whole on the screen.
+const codeLookJS = `(() => {
+	const box = document.querySelector(%q), code = box.querySelector(".code-big"), copy = box.querySelector("button.copy");
+	const st = getComputedStyle(code), c = code.getBoundingClientRect(), b = copy.getBoundingClientRect();
+	return {
+		fontSize: parseFloat(st.fontSize), fontFamily: st.fontFamily, lines: Math.round(c.height / parseFloat(st.lineHeight)),
+		codeRight: c.right, copyRight: b.right, copyVisible: copy.checkVisibility(), copyLabel: copy.textContent,
+		viewport: document.documentElement.clientWidth, page: document.documentElement.scrollWidth,
+	};
+})()`
+
+type codeLook struct {
+	FontSize             float64
+	FontFamily           string
+	Lines                int
+	CodeRight, CopyRight float64
+	CopyVisible          bool
+	CopyLabel            string
+	Viewport, Page       float64
+}
+
+// problem says what keeps a cashier from reading the code, or "".
+func (l codeLook) problem() string {
+	switch {
+	case l.FontSize < 24:
+		return fmt.Sprintf("%.0fpx is small to read across a counter (body text is 16px)", l.FontSize)
+	case !strings.HasSuffix(l.FontFamily, "monospace"):
+		return "not monospace: " + l.FontFamily
+	case l.Lines != 1:
+		return fmt.Sprintf("broken over %d lines", l.Lines)
+	case l.Page > l.Viewport || l.CodeRight > l.Viewport || l.CopyRight > l.Viewport:
+		return "off the screen"
+	case !l.CopyVisible || l.CopyLabel == "":
+		return "no Copy button"
+	}
+	return ""
 }
 
 // longID is an order id (18 or more digits) in a text.

@@ -314,12 +314,14 @@
       li: li, title: li.querySelector(".v-title"), face: li.querySelector(".v-face"), price: li.querySelector(".v-price"),
       bar: li.querySelector(".v-bar span"), left: li.querySelector(".v-left"),
       when: li.querySelector(".v-when"), grab: li.querySelector(".grab"), msg: li.querySelector(".v-msg"),
+      code: li.querySelector(".v-code"), codeText: li.querySelector(".code-big"), copy: li.querySelector(".copy"),
       pay: $("pay-tpl").content.firstElementChild.cloneNode(true), busy: false, holdUntil: 0,
     };
     li.dataset.voucherId = String(v.id);
     c.pay.classList.add("v-pay");
     li.append(c.pay);
     c.grab.addEventListener("click", function () { grab(v.id); });
+    c.copy.addEventListener("click", function () { copyCode(c.codeText, c.copy); });
     // Pay and Cancel act on the order the buyer holds when pressed.
     c.pay.querySelector(".pay").addEventListener("click", function () {
       var m = state.mine.get(v.id);
@@ -409,6 +411,51 @@
       c.msg.dataset.code = "restocked";
     }
     paintPayBox(c.pay, mine ? state.orders.get(mine.order) : undefined, mine ? mine.status : "");
+    var held = owned ? state.orders.get(mine.order) : undefined;
+    paintCode(c, held && held.view.status === "paid" && held.view.code ? held.view.code : "");
+  }
+
+  // paintCode shows the voucher code of the card's paid order, big, for a
+  // cashier to read off the phone, with its Copy button; hidden without one.
+  function paintCode(c, code) {
+    c.code.hidden = !code;
+    if (c.codeText.textContent === code) { return; }
+    c.codeText.textContent = code;
+    c.copy.textContent = "Copy";
+    delete c.copy.dataset.copied;
+  }
+
+  // copyCode puts the code el shows on the clipboard: through
+  // navigator.clipboard where the page may use it (https, localhost), else
+  // through a selected text and execCommand("copy"). When both fail the
+  // code is selected, for the buyer to copy by hand.
+  function copyCode(el, btn) {
+    var code = el.textContent;
+    var done = function (ok) {
+      btn.textContent = ok ? "Copied" : "Copy failed: it is selected";
+      btn.dataset.copied = ok ? "yes" : "no";
+      if (!ok) { getSelection().selectAllChildren(el); }
+      clearTimeout(btn.resetTimer);
+      btn.resetTimer = setTimeout(function () { btn.textContent = "Copy"; }, 2000);
+    };
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(code).then(function () { done(true); }, function () { done(copyBySelection(code)); });
+    } else {
+      done(copyBySelection(code));
+    }
+  }
+
+  function copyBySelection(text) {
+    var area = document.createElement("textarea");
+    area.value = text;
+    area.readOnly = true;
+    area.className = "offscreen";
+    document.body.append(area);
+    area.select();
+    var ok = false;
+    try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
+    area.remove();
+    return ok;
   }
 
   // heldText is the button of a voucher the buyer holds and has not paid
@@ -423,7 +470,8 @@
 
   // paintPayBox shows an order awaiting payment: the time left, its Pay
   // and Cancel buttons, and the gateway's page once it gave one. The box is
-  // hidden for any other state.
+  // hidden for any other state. The buttons show once: on the voucher's
+  // card (its box is .v-pay), else in My orders (payOnCard).
   function paintPayBox(box, e, status) {
     var due = box.querySelector(".due");
     var open = status === "awaiting_payment" && !!e && e.view.status === "awaiting_payment";
@@ -431,12 +479,24 @@
     if (!open) { delete due.dataset.order; return; }
     due.dataset.order = e.view.order_id;
     paintDue(due);
+    var here = box.classList.contains("v-pay") || !payOnCard(e.view.order_id);
     var payBtn = box.querySelector(".pay"), cancelBtn = box.querySelector(".cancel"), link = box.querySelector(".pay-link");
+    box.querySelector(".pair").hidden = !here;
+    box.querySelector(".pay-where").hidden = here;
     payBtn.disabled = cancelBtn.disabled = !!e.busy;
     payBtn.textContent = e.busy === "pay" ? "Paying…" : e.view.amount > 0 ? "Pay " + money(e.view.amount) : "Pay";
     cancelBtn.textContent = e.busy === "cancel" ? "Cancelling…" : "Cancel";
-    link.hidden = !e.payUrl;
+    link.hidden = !here || !e.payUrl;
     if (e.payUrl) { link.href = e.payUrl; } else { link.removeAttribute("href"); }
+  }
+
+  // payOnCard tells whether an order's Pay and Cancel are on its voucher's
+  // card: the card is on the page and shows this order awaiting payment.
+  function payOnCard(id) {
+    var e = state.orders.get(id);
+    if (!e || e.view.status !== "awaiting_payment") { return false; }
+    var m = state.mine.get(e.view.voucher_id);
+    return state.cards.has(e.view.voucher_id) && !!m && m.order === id && m.status === "awaiting_payment";
   }
 
   // clock is a time left as m:ss (h:mm:ss past an hour), rounded up: a
@@ -512,11 +572,11 @@
 
   // stateText is an order's state in words for its buyer, with the colour
   // to show it in. No order ids: the voucher code is what a buyer needs.
-  function stateText(o, brief) {
+  function stateText(o) {
     switch (o.status) {
       case "pending": return ["Confirming your order…", "warn"];
       case "awaiting_payment": return ["Reserved: pay" + (o.amount > 0 ? " " + money(o.amount) : "") + " in time to make it yours", "warn"];
-      case "paid": return [(o.amount > 0 ? "Paid " + money(o.amount) : "Free") + " ✓ yours" + (brief ? "" : codeText(o)), "ok"];
+      case "paid": return [(o.amount > 0 ? "Paid " + money(o.amount) : "Free") + " ✓ yours", "ok"];
       case "used": return ["Used at the shop", "ok"];
       case "cancelled":
         return ["Cancelled" + (o.cancel_reason === "expired" ? " (expired: not paid in time)" : o.cancel_reason === "buyer" ? " (by you)" : "") +
@@ -525,11 +585,6 @@
       case "failed": return ["Not confirmed" + (o.reason ? " (" + o.reason.replace(/_/g, " ") + ")" : ""), "bad"];
     }
     return [o.status, "warn"];
-  }
-
-  // codeText tells a paid order's voucher code and how to use it.
-  function codeText(o) {
-    return o.code ? ". Voucher code " + o.code + ": show it at the shop to use the voucher" : "";
   }
 
   // showOrder writes an order's state on its card; data-seen keeps every
@@ -676,6 +731,12 @@
       }
     });
     document.querySelectorAll(".due[data-order]").forEach(paintDue);
+    // Cards come and go, and orders change hands between them and My
+    // orders: its boxes follow.
+    document.querySelectorAll("#orders .pay-box[data-order]").forEach(function (box) {
+      var e = state.orders.get(box.dataset.order);
+      if (e && !e.busy) { paintPayBox(box, e, e.view.status); }
+    });
   }
 
   setInterval(function () { state.cards.forEach(tickCard); tickDues(); }, 250);
@@ -722,13 +783,20 @@
       li.dataset.orderId = o.order_id;
       li.dataset.status = o.status;
       var what = document.createElement("span");
-      what.textContent = (titles.get(o.voucher_id) || "A voucher") + (o.code && o.status === "paid" ? " · code " + o.code + ", show it at the shop" : "");
+      what.textContent = titles.get(o.voucher_id) || "A voucher";
+      if (o.code && o.status === "paid") {
+        var code = document.createElement("span");
+        code.className = "code";
+        code.textContent = o.code;
+        what.append(" · code ", code, ", show it at the shop");
+      }
       var st = document.createElement("span");
       st.className = "st st-" + o.status;
-      st.textContent = stateText(o, true)[0];
+      st.textContent = stateText(o)[0];
       li.append(what, st);
       if (o.status === "awaiting_payment") {
         var box = $("pay-tpl").content.firstElementChild.cloneNode(true);
+        box.dataset.order = id;
         box.querySelector(".pay").addEventListener("click", function () { pay(id, $("orders-msg")); });
         box.querySelector(".cancel").addEventListener("click", function () { cancel(id, $("orders-msg")); });
         paintPayBox(box, e, o.status);
