@@ -89,16 +89,11 @@ func stockSum(t testing.TB, out bucketsOut) int64 {
 	return sum
 }
 
-// TestCLIBuckets: on one Redis server with 4 shards, "api buckets"
-// prints, alone on stdout, a voucher's id, its bucket count and each
-// bucket: the shard Keys.BucketShard names, that shard's tag and slot, the
-// server, its readiness and its live stock (the buckets' stocks add up to
-// what is left after a purchase); three buckets on the one server get a
-// warning naming it, one bucket none; with nothing in Redis but one
-// shard's ready marker only that bucket is ready, and each field is null. An unknown or malformed voucher id
-// is an error with nothing on stdout.
-func TestCLIBuckets(t *testing.T) {
-	t.Parallel()
+// bucketsService starts the service on the shared Redis with 4 shards
+// under a prefix of the test's; it returns the prefix, the settings, the
+// service and its Redis options.
+func bucketsService(t *testing.T) (string, map[string]string, observed, *redis.Options) {
+	t.Helper()
 	prefix := testenv.Prefix(t)
 	env := map[string]string{
 		"SECKILL_REDIS_URL": testenv.RedisURL(t), "SECKILL_KEY_PREFIX": prefix, "SECKILL_MYSQL_DSN": testenv.MySQLDSN(t),
@@ -109,6 +104,20 @@ func TestCLIBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return prefix, env, o, opt
+}
+
+// TestCLIBuckets: on one Redis server with 4 shards, "api buckets"
+// prints, alone on stdout, a voucher's id, its bucket count and each
+// bucket: the shard Keys.BucketShard names, that shard's tag and slot, the
+// server, its readiness and its live stock (the buckets' stocks add up to
+// what is left after a purchase); three buckets on the one server get a
+// warning naming it, one bucket none; with nothing in Redis but one
+// shard's ready marker only that bucket is ready, and each field is null. An unknown or malformed voucher id
+// is an error with nothing on stdout.
+func TestCLIBuckets(t *testing.T) {
+	t.Parallel()
+	prefix, env, o, opt := bucketsService(t)
 	keys := voucher.NewKeys(prefix, 4)
 
 	hot, nb := createBucketed(t, o.base, 10, 3)
@@ -194,16 +203,7 @@ func TestCLIBuckets(t *testing.T) {
 // voucher of one bucket has nothing to settle: an error.
 func TestCLIBucketsSettle(t *testing.T) {
 	t.Parallel()
-	prefix := testenv.Prefix(t)
-	env := map[string]string{
-		"SECKILL_REDIS_URL": testenv.RedisURL(t), "SECKILL_KEY_PREFIX": prefix, "SECKILL_MYSQL_DSN": testenv.MySQLDSN(t),
-		"SECKILL_SHARDS": "4",
-	}
-	o := startObserved(t, env)
-	opt, err := redis.ParseURL(env["SECKILL_REDIS_URL"])
-	if err != nil {
-		t.Fatal(err)
-	}
+	prefix, env, o, opt := bucketsService(t)
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	keys := voucher.NewKeys(prefix, 4)
