@@ -116,7 +116,7 @@ func (m *Mover) quiesce(ctx context.Context, v int64, nb, lost int, value string
 	if err := m.fenceAll(ctx, v, nb, value); err != nil {
 		return voucher.Quiet{}, err
 	}
-	if err := m.drain(ctx, v, nb, lost); err != nil {
+	if err := m.drain(ctx, v, nb); err != nil {
 		return voucher.Quiet{}, err
 	}
 	t := time.NewTimer(m.cfg.ApplyWindow)
@@ -188,29 +188,21 @@ func (m *Mover) fenceOp(ctx context.Context, ack bool, v int64, nb, b int, mode,
 }
 
 // drain settles every journaled move of v, in every bucket's journal, the
-// lost bucket's included, until a pass finds none; a journal that cannot
-// be read fails the quiesce (the rebuild is tried again).
-func (m *Mover) drain(ctx context.Context, v int64, nb, lost int) error {
+// lost bucket's included (a move left there would be closed after the
+// rebuild, and a refused one would give its units back to a bucket whose
+// alloc already counts them), until a pass finds none; a journal that
+// cannot be read, or a move that cannot be settled, fails the quiesce (the
+// rebuild is tried again).
+func (m *Mover) drain(ctx context.Context, v int64, nb int) error {
 	for range drainRounds {
 		found := 0
-		for b := range nb {
-			var failed error
-			err := m.scanJournal(ctx, m.keys.BucketShard(v, b, nb), func(j journaled) {
-				if j.err != nil || j.e.v != v || failed != nil {
-					return
-				}
-				found++
-				_, failed = m.settle(ctx, j, &m.stats)
-			})
-			if err == nil {
-				err = failed
-			}
-			// The lost bucket's journal too: a move left in it would be
-			// closed after the rebuild, and a refused one would give its
-			// units back to a bucket whose alloc already counts them.
-			if err != nil {
-				return fmt.Errorf("drain bucket %d: %w", b, err)
-			}
+		err := m.eachMove(ctx, v, nb, func(j journaled, _ int) error {
+			found++
+			_, err := m.settle(ctx, j, &m.stats)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("drain: %w", err)
 		}
 		if found == 0 {
 			return nil

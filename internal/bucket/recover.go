@@ -124,23 +124,14 @@ func (r *Recoverer) clearFences(ctx context.Context, shard int) error {
 // once, so conservation counts them once (reconcile). A move whose mark
 // cannot be read fails the count.
 func (m *Mover) Applied(ctx context.Context, v int64, nb int) (int64, error) {
+	moves, err := m.Moves(ctx, v, nb)
+	if err != nil {
+		return 0, err
+	}
 	var units int64
-	for b := range nb {
-		var failed error
-		err := m.scanJournal(ctx, m.keys.BucketShard(v, b, nb), func(j journaled) {
-			if j.err != nil || j.e.v != v || failed != nil {
-				return
-			}
-			mark, err := m.rdb.Get(ctx, markKey(m.keys, m.receiver(j.e), j.id)).Result()
-			switch {
-			case err == nil && mark == outcomeApplied:
-				units += int64(j.e.units)
-			case err != nil && !errors.Is(err, redis.Nil):
-				failed = err
-			}
-		})
-		if err = errors.Join(err, failed); err != nil {
-			return 0, fmt.Errorf("moves of voucher %d out of bucket %d: %w", v, b, err)
+	for _, mv := range moves {
+		if mv.Mark == outcomeApplied {
+			units += int64(mv.Units)
 		}
 	}
 	return units, nil

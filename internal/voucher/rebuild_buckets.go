@@ -309,13 +309,13 @@ const reconcileReads = 3
 func (w *Warmer) reconcileBuckets(ctx context.Context, v Voucher) ([]Diff, error) {
 	for read := 1; ; read++ {
 		diffs, sum, err := w.reconcileBucketsOnce(ctx, v)
-		if err != nil || len(diffs) > 0 || sum.ok() || read == reconcileReads {
-			if err == nil && len(diffs) == 0 && !sum.ok() {
-				diffs = append(diffs, Diff{VoucherID: v.ID, Bucket: -1, What: "alloc",
-					Redis:    fmt.Sprintf("alloc %d + in transit %d", sum.alloc, sum.out-sum.applied),
-					Expected: fmt.Sprint(v.TotalStock)})
-			}
+		if err != nil || len(diffs) > 0 || sum.ok() {
 			return diffs, err
+		}
+		if read == reconcileReads {
+			return []Diff{{VoucherID: v.ID, Bucket: -1, What: "alloc",
+				Redis:    fmt.Sprintf("alloc %d + in transit %d", sum.alloc, sum.out-sum.applied),
+				Expected: fmt.Sprint(v.TotalStock)}}, nil
 		}
 		t := time.NewTimer(100 * time.Millisecond)
 		select {
