@@ -128,8 +128,9 @@ func (l *Lease) watch(held time.Time) {
 }
 
 // renew sends one renewal and waits for its answer until deadline, or
-// until Stop. ok is whether it renewed; err is ErrLost when the key holds
-// another token, or the deadline passed, or Stop was called.
+// until Stop. ok is whether it renewed (false, with no error, when Redis
+// did not answer: tried again); err is ErrLost when the key holds another
+// token or the deadline passed, context.Canceled when Stop was called.
 func (l *Lease) renew(deadline time.Time) (ok bool, err error) {
 	type answer struct {
 		n   int

@@ -25,22 +25,29 @@ import (
 // cluster) a replica may be promoted by something the server does not
 // know of (Sentinel), so WAIT always decides there.
 //
-// A master found alone is asked CLUSTER REPLICAS again on each write,
-// without WAIT (which would wait its whole timeout for replicas that do
-// not exist); once it lists a replica, WAIT is asked again. A master not
-// seen alone for a second is forgotten.
+// A master found alone is asked CLUSTER REPLICAS of its node id again on
+// each write (one round trip, as WAIT would be), without WAIT (which would
+// wait its whole timeout for replicas that do not exist); once it lists a
+// replica, or no longer knows that id (another node at its address), WAIT
+// is asked again. A master not seen alone for a second is forgotten.
 type Replicas struct {
 	mu    sync.Mutex
-	alone map[string]time.Time // master address -> when last found alone
+	alone map[string]lone // master address -> the node found alone there
 	now   func() time.Time
 	count atomic.Int64
+}
+
+// lone is a master found with no replica: its node id, and when.
+type lone struct {
+	id string
+	at time.Time
 }
 
 // aloneFor is how long a master found with no replica is remembered.
 const aloneFor = time.Second
 
 // NewReplicas returns a Replicas with no master known alone.
-func NewReplicas() *Replicas { return &Replicas{alone: map[string]time.Time{}, now: time.Now} }
+func NewReplicas() *Replicas { return &Replicas{alone: map[string]lone{}, now: time.Now} }
 
 // Confirmation is how a write stands after Confirm.
 type Confirmation struct {
@@ -56,9 +63,9 @@ func (c Confirmation) OK(want int) bool { return c.Alone || c.Acked >= int64(wan
 // master alone when the cluster lists no replica of it. A nil Replicas
 // only sends WAIT.
 func (r *Replicas) Confirm(ctx context.Context, conn *redis.Conn, addr string, want int, timeout time.Duration) (Confirmation, error) {
-	if r != nil && r.knownAlone(addr) {
-		if none, err := noReplica(ctx, conn); err == nil && none {
-			return r.confirmAlone(addr, 0), nil
+	if id, ok := r.knownAlone(addr); ok {
+		if rs, err := conn.Do(ctx, "cluster", "replicas", id).Slice(); err == nil && len(rs) == 0 {
+			return r.confirmAlone(addr, id, 0), nil
 		}
 		r.forget(addr)
 	}
@@ -66,10 +73,11 @@ func (r *Replicas) Confirm(ctx context.Context, conn *redis.Conn, addr string, w
 	if err != nil || n >= int64(want) || r == nil {
 		return Confirmation{Acked: n}, err
 	}
-	if none, err := noReplica(ctx, conn); err != nil || !none {
+	id, replicas, err := clusterReplicas(ctx, conn)
+	if err != nil || id == "" || replicas > 0 {
 		return Confirmation{Acked: n}, nil // short, as WAIT said
 	}
-	return r.confirmAlone(addr, n), nil
+	return r.confirmAlone(addr, id, n), nil
 }
 
 // AloneWrites counts the writes confirmed by a master alone (0 for a nil
@@ -81,23 +89,28 @@ func (r *Replicas) AloneWrites() int64 {
 	return r.count.Load()
 }
 
-func (r *Replicas) confirmAlone(addr string, acked int64) Confirmation {
+func (r *Replicas) confirmAlone(addr, id string, acked int64) Confirmation {
 	r.mu.Lock()
-	r.alone[addr] = r.now()
+	r.alone[addr] = lone{id: id, at: r.now()}
 	r.mu.Unlock()
 	r.count.Add(1)
 	return Confirmation{Acked: acked, Alone: true}
 }
 
-func (r *Replicas) knownAlone(addr string) bool {
+// knownAlone is the node id of the master at addr when it was found alone
+// within aloneFor (never for a nil Replicas).
+func (r *Replicas) knownAlone(addr string) (string, bool) {
+	if r == nil {
+		return "", false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	at, ok := r.alone[addr]
-	if ok && r.now().Sub(at) >= aloneFor {
+	l, ok := r.alone[addr]
+	if ok && r.now().Sub(l.at) >= aloneFor {
 		delete(r.alone, addr)
-		return false
+		return "", false
 	}
-	return ok
+	return l.id, ok
 }
 
 func (r *Replicas) forget(addr string) {
@@ -106,37 +119,29 @@ func (r *Replicas) forget(addr string) {
 	r.mu.Unlock()
 }
 
-// noReplica reports whether conn's server is a cluster master of which
-// the cluster knows no replica; false on a server that is not in a
-// cluster.
-func noReplica(ctx context.Context, conn *redis.Conn) (bool, error) {
-	id, err := conn.Do(ctx, "cluster", "myid").Text()
+// clusterReplicas is conn's server's cluster node id and how many
+// replicas the cluster lists for it (CLUSTER REPLICAS: a disconnected one
+// too, it could still be promoted); id is "" on a server not in a cluster.
+func clusterReplicas(ctx context.Context, conn *redis.Conn) (id string, replicas int, err error) {
+	id, err = conn.Do(ctx, "cluster", "myid").Text()
 	if err != nil {
 		if refused(err) {
-			return false, nil // cluster support disabled: WAIT decides
+			return "", 0, nil // cluster support disabled
 		}
-		return false, err
+		return "", 0, err
 	}
 	rs, err := conn.Do(ctx, "cluster", "replicas", id).Slice()
-	if err != nil {
-		return false, err
-	}
-	return len(rs) == 0, nil
+	return id, len(rs), err
 }
 
 // KnownReplicas counts the replicas of conn's server that could take its
-// place: on a cluster every replica the cluster lists for it (CLUSTER
-// REPLICAS: a disconnected one too, it could still be promoted), else the
+// place: on a cluster every replica the cluster lists for it, else the
 // replicas connected to it (ROLE). A server that answers neither (an
 // embedded one) has none.
 func KnownReplicas(ctx context.Context, conn *redis.Conn) (int, error) {
-	id, err := conn.Do(ctx, "cluster", "myid").Text()
-	if err == nil {
-		rs, err := conn.Do(ctx, "cluster", "replicas", id).Slice()
-		return len(rs), err
-	}
-	if !refused(err) {
-		return 0, err
+	id, n, err := clusterReplicas(ctx, conn)
+	if err != nil || id != "" {
+		return n, err
 	}
 	role, err := conn.Do(ctx, "role").Slice()
 	switch {

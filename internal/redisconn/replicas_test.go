@@ -12,17 +12,18 @@ import (
 	"seckill/internal/testenv"
 )
 
-// waits reads how many WAIT commands srv has run (INFO commandstats).
-func waits(t *testing.T, c *redis.Client) string {
+// calls reads how many times srv has run cmd, as INFO commandstats names
+// it ("wait", "cluster|myid").
+func calls(t *testing.T, c *redis.Client, cmd string) string {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(info, "\n") {
-		if strings.HasPrefix(l, "cmdstat_wait:") {
-			calls, _, _ := strings.Cut(strings.TrimPrefix(l, "cmdstat_wait:"), ",")
-			return calls
+		if rest, ok := strings.CutPrefix(l, "cmdstat_"+cmd+":"); ok {
+			n, _, _ := strings.Cut(rest, ",")
+			return n
 		}
 	}
 	return "calls=0"
@@ -58,12 +59,15 @@ func TestConfirmAloneMaster(t *testing.T) {
 	if conf := confirm(mc, m.Addr); !conf.Alone || !conf.OK(1) {
 		t.Fatalf("a cluster master with no replica: %+v, want confirmed alone", conf)
 	}
-	before := waits(t, mc)
+	waits, myids := calls(t, mc, "wait"), calls(t, mc, "cluster|myid")
 	if conf := confirm(mc, m.Addr); !conf.Alone {
 		t.Fatalf("again: %+v, want alone", conf)
 	}
-	if after := waits(t, mc); after != before {
-		t.Errorf("WAIT sent to a master known alone: %s, then %s", before, after)
+	if after := calls(t, mc, "wait"); after != waits {
+		t.Errorf("WAIT sent to a master known alone: %s, then %s", waits, after)
+	}
+	if after := calls(t, mc, "cluster|myid"); after != myids {
+		t.Errorf("CLUSTER MYID asked again of a master known alone (one round trip a write is enough): %s, then %s", myids, after)
 	}
 	if n := rs.AloneWrites(); n != 2 {
 		t.Errorf("AloneWrites = %d, want 2", n)
