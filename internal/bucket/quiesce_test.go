@@ -25,6 +25,17 @@ func (e *env) fenceOf(b int) string {
 	return s
 }
 
+// unfenced fails the test for each bucket still fenced, when (a phrase
+// such as "after recovery") says at what point.
+func (e *env) unfenced(when string) {
+	e.tb.Helper()
+	for b := range e.nb {
+		if f := e.fenceOf(b); f != "" {
+			e.tb.Errorf("bucket %d fence %q %s", b, f, when)
+		}
+	}
+}
+
 // TestQuiesceReturnsMoveToLost: a move journaled towards the bucket being
 // rebuilt and never applied is refused and its units go back to the
 // donor; the allocs read add up with the lost bucket's share to the
@@ -199,11 +210,7 @@ func TestStalledQuiesceTakenOver(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("newer Quiesce = %v, want canceled", err)
 	}
-	for b := range e.nb {
-		if f := e.fenceOf(b); f != "" {
-			t.Errorf("bucket %d fence %q after both ended", b, f)
-		}
-	}
+	e.unfenced("after both ended")
 	e.settled()
 }
 
@@ -263,11 +270,7 @@ func TestRecovererClearsLeftFences(t *testing.T) {
 	if err := r.Once(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for b := range e.nb {
-		if f := e.fenceOf(b); f != "" {
-			t.Errorf("bucket %d fence %q after recovery", b, f)
-		}
-	}
+	e.unfenced("after recovery")
 	if n, _ := e.rdb.Exists(ctx, leaseKey(e.keys, e.v, e.nb)).Result(); n != 0 {
 		t.Error("the recovery loop kept the voucher's lease")
 	}

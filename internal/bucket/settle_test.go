@@ -82,9 +82,5 @@ func TestSettleDecidesEveryMove(t *testing.T) {
 	if settled, fenced, err := m.Settle(ctx, e.v, e.nb); err != nil || fenced || len(settled) != 0 {
 		t.Fatalf("Settle = %v, %v, %v; want nothing to settle and the fences lifted", settled, fenced, err)
 	}
-	for b := range e.nb {
-		if f := e.fenceOf(b); f != "" {
-			t.Errorf("bucket %d fence %q after Settle", b, f)
-		}
-	}
+	e.unfenced("after Settle")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -102,6 +103,21 @@ func newBucketSale(t *testing.T, opt testenv.ClusterOptions, extra map[string]st
 		w.byHome[b] = map[string]int{}
 	}
 	return w
+}
+
+// replicatedSale is the voucher of stock units on 3 masters with a
+// replica each, sold by two instances whose purchases and transfers wait
+// for a replica (WAIT 1, 300ms), with extra settings; every replica is in
+// step when it returns.
+func replicatedSale(t *testing.T, stock int, extra map[string]string) (w *bucketSale, a, b *instance) {
+	t.Helper()
+	env := map[string]string{"SECKILL_REDIS_WAIT_REPLICAS": "1", "SECKILL_REDIS_WAIT_TIMEOUT": "300ms"}
+	maps.Copy(env, extra)
+	w = newBucketSale(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 2 * time.Second}, env)
+	a, b = w.run("a", nil), w.run("b", nil)
+	w.create(a.base, stock)
+	w.rc.WaitHealthy(t, time.Minute)
+	return w, a, b
 }
 
 // run starts an instance with extra settings.
@@ -459,12 +475,7 @@ func TestClusterSkewedBuyersSellAll(t *testing.T) {
 // failover (rebuilt from the others' alloc and the database).
 func TestClusterBucketMasterKilled(t *testing.T) {
 	const stock, buyers, killed = 3000, 2400, 1
-	w := newBucketSale(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 2 * time.Second},
-		map[string]string{"SECKILL_REDIS_WAIT_REPLICAS": "1", "SECKILL_REDIS_WAIT_TIMEOUT": "300ms"})
-	a := w.run("a", nil)
-	b := w.run("b", nil)
-	w.create(a.base, stock)
-	w.rc.WaitHealthy(t, time.Minute)
+	w, a, b := replicatedSale(t, stock, nil)
 	victim := w.master(killed)
 	start := time.Now()
 	r := w.fire(buyersFrom(30_000, buyers, 0), []string{a.base, b.base}, 32)
@@ -803,12 +814,7 @@ func TestClusterStalledRebuildTakenOver(t *testing.T) {
 // policy turned off). No accepted order is lost; Redis and MySQL agree.
 func TestClusterMasterLostForGood(t *testing.T) {
 	const stock, killed = 600, 1
-	w := newBucketSale(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 2 * time.Second},
-		map[string]string{"SECKILL_REDIS_WAIT_REPLICAS": "1", "SECKILL_REDIS_WAIT_TIMEOUT": "300ms", "SECKILL_REDIS_CONFIRM_ALONE": "on"})
-	a := w.run("a", nil)
-	b := w.run("b", nil)
-	w.create(a.base, stock)
-	w.rc.WaitHealthy(t, time.Minute)
+	w, a, b := replicatedSale(t, stock, map[string]string{"SECKILL_REDIS_CONFIRM_ALONE": "on"})
 	// A first wave, skewed to bucket 0, so units move before the kill.
 	w.fire(buyersFrom(110_000, stock/3, 0.8), []string{a.base, b.base}, 16).wait(t)
 	victim := w.master(killed)
@@ -872,12 +878,7 @@ func (w *bucketSale) sellsWithin(b int, first int64, within time.Duration) time.
 // accepted order is lost.
 func TestClusterTwoMastersLostInTurn(t *testing.T) {
 	const stock = 3000
-	w := newBucketSale(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 2 * time.Second},
-		map[string]string{"SECKILL_REDIS_WAIT_REPLICAS": "1", "SECKILL_REDIS_WAIT_TIMEOUT": "300ms", "SECKILL_REDIS_CONFIRM_ALONE": "on"})
-	a := w.run("a", nil)
-	b := w.run("b", nil)
-	w.create(a.base, stock)
-	w.rc.WaitHealthy(t, time.Minute)
+	w, a, b := replicatedSale(t, stock, map[string]string{"SECKILL_REDIS_CONFIRM_ALONE": "on"})
 	w.fire(buyersFrom(200_000, stock/5, 0.8), []string{a.base, b.base}, 16).wait(t)
 	var report []string
 	for i, killed := range []int{0, 1} {

@@ -6,22 +6,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"seckill/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
+// taken is a lease of Min's life taken on the tests' Redis under a key of
+// the test's own: the client, the key and the lease.
+func taken(t *testing.T) (*redis.Client, string, *Lease) {
+	t.Helper()
+	rdb := testenv.Redis(t)
+	key := testenv.Prefix(t) + ":lease"
+	l, took, err := Take(context.Background(), rdb, key, Min)
+	if err != nil || !took {
+		t.Fatalf("Take = %v, %v", took, err)
+	}
+	return rdb, key, l
+}
+
 // TestKeepRenews: a lease held three times its time to live is still the
 // holder's, its context alive; Release drops it.
 func TestKeepRenews(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
+	rdb, key, l := taken(t)
 	ctx := context.Background()
-	key := testenv.Prefix(t) + ":lease"
-	l, took, err := Take(ctx, rdb, key, Min)
-	if err != nil || !took {
-		t.Fatalf("Take = %v, %v", took, err)
-	}
 	if _, again, err := Take(ctx, rdb, key, Min); err != nil || again {
 		t.Fatalf("second Take = %v, %v; want held", again, err)
 	}
@@ -48,13 +58,8 @@ func TestKeepRenews(t *testing.T) {
 // leaves the other's lease alone.
 func TestKeepLost(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
+	rdb, key, l := taken(t)
 	ctx := context.Background()
-	key := testenv.Prefix(t) + ":lease"
-	l, took, err := Take(ctx, rdb, key, Min)
-	if err != nil || !took {
-		t.Fatalf("Take = %v, %v", took, err)
-	}
 	if err := rdb.Set(ctx, key, "another", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

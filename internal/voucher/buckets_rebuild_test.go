@@ -48,6 +48,32 @@ func (nobody) Reservations(context.Context, int64) (map[int64]int64, map[int64]b
 	return map[int64]int64{}, nil, nil
 }
 
+// twoBucketsLost is a voucher of 30 units in 3 buckets whose bucket 0
+// lent 6 units to bucket 1 (alloc 4, 16, 10) before buckets 1 and 2 lost
+// everything, with the shard of each bucket and two instances' Warmers
+// rebuilding through one Mover whose voucher leases live lease (0: the
+// Mover's default).
+func twoBucketsLost(t *testing.T, lease time.Duration) (*redis.Client, voucher.Keys, voucher.Voucher, func(int) int, *voucher.Warmer, *voucher.Warmer) {
+	t.Helper()
+	ctx := context.Background()
+	rdb, keys, store, state, v := hotVoucher(t, 30, true)
+	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
+	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second, LeaseTTL: lease},
+		slog.New(slog.DiscardHandler))
+	if n, err := m.Move(ctx, v.ID, 0, 1, 6, 3); err != nil || n != 6 {
+		t.Fatalf("move: %d, %v", n, err)
+	}
+	for _, b := range []int{1, 2} {
+		rdb.Del(ctx, keys.StateAt(shard(b), v.ID), keys.BuyersAt(shard(b), v.ID), keys.Ready(shard(b)))
+	}
+	warmer := func() *voucher.Warmer {
+		w := voucher.NewWarmer(store, state, nobody{}, keys, time.Hour, slog.New(slog.DiscardHandler))
+		w.Quiesce(m)
+		return w
+	}
+	return rdb, keys, v, shard, warmer(), warmer()
+}
+
 // TestTwoBucketsRebuiltAtOnce: two buckets of one voucher lose their data
 // together and two instances rebuild them at the same time. The second
 // rebuild runs while the first has written its bucket but not yet
@@ -58,23 +84,7 @@ func (nobody) Reservations(context.Context, int64) (map[int64]int64, map[int64]b
 func TestTwoBucketsRebuiltAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb, keys, store, state, v := hotVoucher(t, 30, true)
-	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
-	// Bucket 0 lent 6 units to bucket 1 before: alloc 4, 16, 10.
-	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second}, slog.New(slog.DiscardHandler))
-	if n, err := m.Move(ctx, v.ID, 0, 1, 6, 3); err != nil || n != 6 {
-		t.Fatalf("move: %d, %v", n, err)
-	}
-	// Buckets 1 and 2 lose everything.
-	for _, b := range []int{1, 2} {
-		rdb.Del(ctx, keys.StateAt(shard(b), v.ID), keys.BuyersAt(shard(b), v.ID), keys.Ready(shard(b)))
-	}
-	warmer := func() *voucher.Warmer {
-		w := voucher.NewWarmer(store, state, nobody{}, keys, time.Hour, slog.New(slog.DiscardHandler))
-		w.Quiesce(m)
-		return w
-	}
-	a, b := warmer(), warmer()
+	rdb, keys, v, shard, a, b := twoBucketsLost(t, 0)
 	var (
 		inside error
 		ran    bool
@@ -126,25 +136,9 @@ func TestTwoBucketsRebuiltAtOnce(t *testing.T) {
 func TestStalledBucketRebuildTakenOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb, keys, store, state, v := hotVoucher(t, 30, true)
-	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
 	// Leases long enough that no watchdog renews or gives up during the
 	// test: the stall is the voucher's lease expiring (deleted below).
-	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second, LeaseTTL: time.Minute},
-		slog.New(slog.DiscardHandler))
-	// Bucket 0 lent 6 units to bucket 1 before: alloc 4, 16, 10.
-	if n, err := m.Move(ctx, v.ID, 0, 1, 6, 3); err != nil || n != 6 {
-		t.Fatalf("move: %d, %v", n, err)
-	}
-	for _, b := range []int{1, 2} {
-		rdb.Del(ctx, keys.StateAt(shard(b), v.ID), keys.BuyersAt(shard(b), v.ID), keys.Ready(shard(b)))
-	}
-	warmer := func() *voucher.Warmer {
-		w := voucher.NewWarmer(store, state, nobody{}, keys, time.Hour, slog.New(slog.DiscardHandler))
-		w.Quiesce(m)
-		return w
-	}
-	a, b := warmer(), warmer()
+	rdb, keys, v, shard, a, b := twoBucketsLost(t, time.Minute)
 	var (
 		first  = -1
 		inside error
