@@ -1,4 +1,4 @@
--- fence.lua: set, check or lift a rebuild's fence on one bucket of a
+-- fence.lua: set or lift a rebuild's fence on one bucket of a
 -- voucher (see internal/bucket/quiesce.go). A fence is the rebuild's
 -- fencing token, written in the bucket's shard: take.lua refuses to move
 -- units out of a fenced bucket, and the rebuilt bucket's shard reopens
@@ -11,15 +11,13 @@
 --
 -- KEYS[1] seckill:{<shard>}:fences  the shard's fences (hash: voucher id ->
 --         "<nb>:<token>", or missing)
--- ARGV[1] "set" | "check" | "lift"
+-- ARGV[1] "set" | "lift"
 -- ARGV[2] voucher id
 -- ARGV[3] the holder's value "<nb>:<token>"
 --
 -- Returns (decoded in internal/bucket/scripts.go by decodeFence alone):
 --   set:   {1}          written (no fence before, or this value already)
 --          {2, value}   written over another holder's fence (a takeover)
---   check: {1}          the fence holds the value
---          {0, value}   another value, or "" when none
 --   lift:  {1}          the fence held the value: dropped
 --          {0, value}   another value, or "" when none: nothing written
 --   {8, key}           the key holds another type: nothing written
@@ -37,12 +35,11 @@ if mode == 'set' then
   end
   return {1}
 end
+if mode ~= 'lift' then
+  error('fence.lua: mode must be set or lift, got ' .. tostring(mode))
+end
 if cur ~= ARGV[3] then
   return {0, cur or ''}
 end
-if mode == 'lift' then
-  redis.call('HDEL', KEYS[1], ARGV[2])
-elseif mode ~= 'check' then
-  error('fence.lua: mode must be set, check or lift, got ' .. tostring(mode))
-end
+redis.call('HDEL', KEYS[1], ARGV[2])
 return {1}

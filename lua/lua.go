@@ -110,7 +110,7 @@ func Resolve() *redis.Script { return redis.NewScript(resolveSrc) }
 // the units of a refused move back.
 func Close() *redis.Script { return redis.NewScript(closeSrc) }
 
-// Fence sets, checks or lifts a rebuild's fencing token on a bucket.
+// Fence sets or lifts a rebuild's fencing token on a bucket.
 func Fence() *redis.Script { return redis.NewScript(fenceSrc) }
 
 // ReleaseLease drops a voucher's bucket lease if it still holds a token.

@@ -158,8 +158,8 @@ func checkCoverage(ctx context.Context, cfg config, rdb redis.UniversalClient, l
 		}
 	}
 	if err != nil {
-		log.Warn("cannot read cluster-require-full-coverage from the nodes; not checked", "err", err)
-		return nil
+		// Some masters did not list their nodes: those found still count.
+		log.Warn("cannot list every node of the cluster; cluster-require-full-coverage read from those found", "err", err, "nodes", addrs)
 	}
 	if len(unknown) > 0 {
 		log.Warn("cannot read cluster-require-full-coverage from these nodes; set it to no so that one master down stops only its own shards", "nodes", unknown)
@@ -178,7 +178,9 @@ func checkCoverage(ctx context.Context, cfg config, rdb redis.UniversalClient, l
 }
 
 // clusterNodes lists the address of every node of the cluster, masters
-// and replicas, from CLUSTER NODES of each master (failed nodes left out).
+// and replicas, from CLUSTER NODES of each master (failed nodes left out):
+// the cluster client's own ForEachShard visits the masters only (it knows
+// replicas when it routes reads to them).
 func clusterNodes(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
 	var (
 		mu   sync.Mutex

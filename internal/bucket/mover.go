@@ -51,8 +51,6 @@ package bucket
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -181,12 +179,6 @@ func parseEntry(donor int, id, rec string) (entry, error) {
 // receiver is the shard of the entry's receiving bucket.
 func (m *Mover) receiver(e entry) int { return m.keys.BucketShard(e.v, e.to, e.nb) }
 
-func newID() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	return hex.EncodeToString(b)
-}
-
 // Move moves up to k units of voucher v from bucket from to bucket to
 // (of nb): T1, WAIT, T2, WAIT, T3 of the table above. It returns the
 // units the receiver got: k or less (the donor's stock), or 0 when the
@@ -196,7 +188,7 @@ func (m *Mover) Move(ctx context.Context, v int64, from, to, k, nb int) (int, er
 	if nb < 2 || from == to || from < 0 || to < 0 || from >= nb || to >= nb || k <= 0 {
 		return 0, fmt.Errorf("move voucher %d: %d units from bucket %d to %d of %d: out of range", v, k, from, to, nb)
 	}
-	e, err := m.take(ctx, newID(), v, from, to, k, nb)
+	e, err := m.take(ctx, lease.NewToken(), v, from, to, k, nb)
 	if err != nil && e.id != "" {
 		// Journaled but not confirmed by the donor's replicas: the move
 		// goes no further, so its units go back now (no apply will come:

@@ -63,7 +63,7 @@ func (m *Mover) Quiesce(ctx context.Context, v int64, nb, lost int) (voucher.Qui
 		if cause := h.l.Err(); errors.Is(cause, lease.ErrLost) {
 			err = fmt.Errorf("%w (%w)", err, cause)
 		}
-		h.giveUp(ctx)
+		h.release(ctx)
 		return voucher.Quiet{}, fmt.Errorf("quiesce voucher %d for bucket %d: %w", v, lost, err)
 	}
 	q.Ctx = h.l.Context()
@@ -92,15 +92,17 @@ func (m *Mover) hold(ctx context.Context, v int64, nb int) (held, error) {
 	}
 	h := held{l: l, value: fenceValue(nb, l.Token())}
 	var once sync.Once
-	h.release = func(ctx context.Context) { once.Do(func() { m.release(ctx, l, v, nb, h.value) }) }
+	// Bounded, even when ctx has ended: a master that does not answer
+	// holds up a release (and the shards its caller rebuilds next) for
+	// seconds at most; a fence left is lifted by the recovery loop.
+	h.release = func(ctx context.Context) {
+		once.Do(func() {
+			cctx, cancel := cleanup(ctx)
+			defer cancel()
+			m.release(cctx, l, v, nb, h.value)
+		})
+	}
 	return h, nil
-}
-
-// giveUp releases h after a failure, even when ctx has ended.
-func (h held) giveUp(ctx context.Context) {
-	cctx, cancel := cleanup(ctx)
-	defer cancel()
-	h.release(cctx)
 }
 
 // guard is bucket b's fence holding value, as a write's guard.
@@ -146,7 +148,7 @@ func (m *Mover) quiesce(ctx context.Context, v int64, nb, lost int, value string
 // holder's lease ended), each confirmed by WAIT.
 func (m *Mover) fenceAll(ctx context.Context, v int64, nb int, value string) error {
 	for b := range nb {
-		prev, err := m.fenceOp(ctx, true, v, nb, b, "set", value)
+		prev, err := m.fenceOp(ctx, v, nb, b, "set", value)
 		if err != nil {
 			return fmt.Errorf("fence bucket %d: %w", b, err)
 		}
@@ -160,18 +162,20 @@ func (m *Mover) fenceAll(ctx context.Context, v int64, nb int, value string) err
 // lift drops bucket b's fence if it holds value; a fence holding another
 // value (taken over) fails with ErrFenceLost.
 func (m *Mover) lift(ctx context.Context, v int64, nb, b int, value string) error {
-	if _, err := m.fenceOp(ctx, false, v, nb, b, "lift", value); err != nil {
+	if _, err := m.fenceOp(ctx, v, nb, b, "lift", value); err != nil {
 		return fmt.Errorf("lift fence of bucket %d: %w", b, err)
 	}
 	return nil
 }
 
-// fenceOp runs fence.lua on bucket b's shard. It returns the value found
-// when it was not value (set: the one overwritten; check and lift: the one
-// there, "" when none, as ErrFenceLost for lift and check).
-func (m *Mover) fenceOp(ctx context.Context, ack bool, v int64, nb, b int, mode, value string) (string, error) {
+// fenceOp runs fence.lua ("set" or "lift") on bucket b's shard. It
+// returns the value found when it was not value (set: the one overwritten;
+// lift: the one there, "" when none, as ErrFenceLost). A set is confirmed
+// by the master's replicas (a failover must not lose a fence before the
+// count it protects); a lift needs no confirming.
+func (m *Mover) fenceOp(ctx context.Context, v int64, nb, b int, mode, value string) (string, error) {
 	key := fencesKey(m.keys, m.keys.BucketShard(v, b, nb))
-	res, err := m.r.run(ctx, m.s.fence, ack, []string{key}, mode, v, value)
+	res, err := m.r.run(ctx, m.s.fence, mode == "set", []string{key}, mode, v, value)
 	if res == nil && err != nil {
 		return "", err
 	}
@@ -256,7 +260,7 @@ func (m *Mover) allocs(ctx context.Context, v int64, nb, lost int) (voucher.Quie
 func (m *Mover) release(ctx context.Context, l *lease.Lease, v int64, nb int, value string) {
 	l.Stop()
 	for b := range nb {
-		if _, err := m.fenceOp(ctx, false, v, nb, b, "lift", value); err != nil && !errors.Is(err, ErrFenceLost) {
+		if err := m.lift(ctx, v, nb, b, value); err != nil && !errors.Is(err, ErrFenceLost) {
 			m.log.Warn("quiesce: lift fence", "voucher", v, "bucket", b, "err", err)
 		}
 	}
@@ -277,7 +281,7 @@ func (m *Mover) Hold(ctx context.Context, v int64, nb int) (voucher.Held, error)
 		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, err)
 	}
 	if err := m.fenceAll(h.l.Context(), v, nb, h.value); err != nil {
-		h.giveUp(ctx)
+		h.release(ctx)
 		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, err)
 	}
 	out := voucher.Held{Ctx: h.l.Context(), Guards: make([]voucher.Guard, nb), Release: h.release}
@@ -302,6 +306,6 @@ func (m *Mover) clearFences(ctx context.Context, v int64, nb int) (held bool, er
 		return false, err
 	}
 	err = m.fenceAll(h.l.Context(), v, nb, h.value)
-	h.giveUp(ctx)
+	h.release(ctx)
 	return false, err
 }

@@ -203,8 +203,8 @@ func TestStalledQuiesceTakenOver(t *testing.T) {
 	if n, _ := e.rdb.Exists(ctx, lease).Result(); n != 1 {
 		t.Error("the stalled rebuild's Release dropped the newer one's lease")
 	}
-	if _, err := m.fenceOp(ctx, false, e.v, e.nb, 2, "check", a.Guard.Value); !errors.Is(err, ErrFenceLost) {
-		t.Errorf("the stalled rebuild's guard: %v, want ErrFenceLost", err)
+	if f := e.fenceOf(2); f == a.Guard.Value {
+		t.Errorf("the stalled rebuild's guard %q still holds bucket 2's fence", f)
 	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"seckill/internal/lease"
 )
 
 // rebalanceEvery is how often a Rebalancer looks at every live voucher.
@@ -95,7 +97,7 @@ func (r *Rebalancer) Once(ctx context.Context) error {
 // voucher's turn: one instance a pass rebalances a voucher. A donor
 // emptied or fenced meanwhile is no failure: the next pass looks again.
 func (r *Rebalancer) balance(ctx context.Context, v Live) error {
-	turn, token := turnKey(r.m.keys, v.ID, v.NB), newID()
+	turn, token := turnKey(r.m.keys, v.ID, v.NB), lease.NewToken()
 	mine, err := r.m.rdb.SetNX(ctx, turn, token, turnTTL).Result()
 	if err != nil || !mine {
 		return err

@@ -208,9 +208,9 @@ func decodeClose(res any) (closed, error) {
 	return 0, refusal(code, detail)
 }
 
-// decodeFence reads fence.lua's answer: whether the fence held (check,
-// lift) or was written (set) with the caller's value, and the other value
-// found (set: the one overwritten; check, lift: the one there, "" none).
+// decodeFence reads fence.lua's answer: whether the fence held (lift)
+// or was written (set) with the caller's value, and the other value
+// found (set: the one overwritten; lift: the one there, "" none).
 func decodeFence(res any) (held bool, other string, err error) {
 	code, detail, err := reply(res)
 	switch {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"seckill/internal/lease"
 	"time"
 )
 
@@ -15,7 +17,7 @@ func TestApplyOnce(t *testing.T) {
 	e := newEnv(t, 10, 0, 5)
 	ctx := context.Background()
 	m := e.mover(Config{})
-	mv, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb)
+	mv, err := m.take(ctx, lease.NewToken(), e.v, 0, 1, 4, e.nb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func TestLateApplyRefused(t *testing.T) {
 	e := newEnv(t, 10, 0, 5)
 	ctx := context.Background()
 	m := e.mover(Config{})
-	mv, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb)
+	mv, err := m.take(ctx, lease.NewToken(), e.v, 0, 1, 4, e.nb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func TestApplyTooOld(t *testing.T) {
 	e := newEnv(t, 10, 0, 5)
 	ctx := context.Background()
 	m := e.mover(Config{ApplyWindow: time.Second})
-	mv, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb)
+	mv, err := m.take(ctx, lease.NewToken(), e.v, 0, 1, 4, e.nb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func TestTakeSameIDTwice(t *testing.T) {
 	e := newEnv(t, 10, 0, 5)
 	ctx := context.Background()
 	m := e.mover(Config{})
-	id := newID()
+	id := lease.NewToken()
 	first, err := m.take(ctx, id, e.v, 0, 1, 4, e.nb)
 	if err != nil {
 		t.Fatal(err)
@@ -126,40 +128,40 @@ func TestTakeFenced(t *testing.T) {
 	ctx := context.Background()
 	m := e.mover(Config{})
 	for _, b := range []int{0, 1} {
-		if _, err := m.fenceOp(ctx, true, e.v, e.nb, b, "set", "3:t"); err != nil {
+		if _, err := m.fenceOp(ctx, e.v, e.nb, b, "set", "3:t"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrFenced) {
+	if _, err := m.take(ctx, lease.NewToken(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrFenced) {
 		t.Fatalf("take from a fenced bucket = %v, want ErrFenced", err)
 	}
 	if s := e.bucket(0); s.stock != 10 || s.out != 0 {
 		t.Errorf("fenced donor %+v changed", s)
 	}
-	if _, err := m.take(ctx, newID(), e.v, 2, 1, 4, e.nb); err != nil {
+	if _, err := m.take(ctx, lease.NewToken(), e.v, 2, 1, 4, e.nb); err != nil {
 		t.Fatalf("take from the unfenced bucket: %v", err)
 	}
-	if _, err := m.fenceOp(ctx, false, e.v, e.nb, 0, "lift", "3:other"); !errors.Is(err, ErrFenceLost) {
+	if _, err := m.fenceOp(ctx, e.v, e.nb, 0, "lift", "3:other"); !errors.Is(err, ErrFenceLost) {
 		t.Fatalf("lift of another's fence = %v, want ErrFenceLost", err)
 	}
-	if _, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrFenced) {
+	if _, err := m.take(ctx, lease.NewToken(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrFenced) {
 		t.Fatalf("take after another's lift = %v, want ErrFenced", err)
 	}
 	for _, b := range []int{0, 1} {
-		if _, err := m.fenceOp(ctx, false, e.v, e.nb, b, "lift", "3:t"); err != nil {
+		if _, err := m.fenceOp(ctx, e.v, e.nb, b, "lift", "3:t"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb); err != nil {
+	if _, err := m.take(ctx, lease.NewToken(), e.v, 0, 1, 4, e.nb); err != nil {
 		t.Fatalf("take after the fence lifted: %v", err)
 	}
-	if _, err := m.take(ctx, newID(), e.v, 1, 0, 4, e.nb); !errors.Is(err, ErrEmpty) {
+	if _, err := m.take(ctx, lease.NewToken(), e.v, 1, 0, 4, e.nb); !errors.Is(err, ErrEmpty) {
 		t.Errorf("take from an empty bucket = %v, want ErrEmpty", err)
 	}
 	if err := e.rdb.Del(ctx, e.keys.Ready(e.shard(0))).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrNotReady) {
+	if _, err := m.take(ctx, lease.NewToken(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrNotReady) {
 		t.Errorf("take from a bucket not ready = %v, want ErrNotReady", err)
 	}
 }
@@ -172,7 +174,7 @@ func TestCloseNotReadyDonorForgets(t *testing.T) {
 	e := newEnv(t, 10, 0, 5)
 	ctx := context.Background()
 	m := e.mover(Config{})
-	mv, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb)
+	mv, err := m.take(ctx, lease.NewToken(), e.v, 0, 1, 4, e.nb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,13 +221,13 @@ func TestTakeChecksBeforeWriting(t *testing.T) {
 	if err := e.rdb.HSet(ctx, e.state(2), "stock", "5.5").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.take(ctx, newID(), e.v, 2, 1, 1, e.nb); !errors.Is(err, ErrNoState) {
+	if _, err := m.take(ctx, lease.NewToken(), e.v, 2, 1, 1, e.nb); !errors.Is(err, ErrNoState) {
 		t.Errorf("take from stock 5.5 = %v, want ErrNoState", err)
 	}
 	if err := e.rdb.Set(ctx, e.journal(0), "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.take(ctx, newID(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrWrongType) {
+	if _, err := m.take(ctx, lease.NewToken(), e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrWrongType) {
 		t.Errorf("take with a string journal = %v, want ErrWrongType", err)
 	}
 	if s := e.bucket(0); s != (bucketState{10, 10, 0}) {

@@ -511,10 +511,15 @@ func TestClusterBucketMasterKilled(t *testing.T) {
 	// machine).
 	all := func(int) bool { return true }
 	busy := func(st int) bool { return st == http.StatusServiceUnavailable }
-	dead, n := w.latency(killed, began, ended, 0.99, busy)
-	t.Logf("the dead bucket's buyers during the failover: p99 of %d answers 503: %s", n, dead.Round(time.Millisecond))
-	if n == 0 || dead >= 250*time.Millisecond {
-		t.Errorf("the dead bucket's buyers: p99 of %d answers 503 during the failover %s, want some, within 250ms", n, dead)
+	// Every press of the dead bucket sent during the failover counts,
+	// whatever it was answered: one that hung and then sold counts too.
+	dead, n := w.latency(killed, began, ended, 0.99, all)
+	_, pauses := w.latency(killed, began, ended, 0.99, busy)
+	_, none := w.latency(killed, began, ended, 0.99, func(st int) bool { return st == 0 })
+	t.Logf("the dead bucket's buyers during the failover: p99 of their %d answers (%d of them 503) %s", n, pauses, dead.Round(time.Millisecond))
+	if pauses == 0 || dead >= 250*time.Millisecond || none != 0 {
+		t.Errorf("the dead bucket's buyers during the failover: p99 of %d answers %s, %d of them 503, %d unanswered; want 503s within 250ms and none unanswered",
+			n, dead, pauses, none)
 	}
 	if bare := w.bare(); bare != 0 {
 		t.Errorf("%d answers 503 without Retry-After", bare)
@@ -783,7 +788,7 @@ func TestClusterStalledRebuildTakenOver(t *testing.T) {
 	// b's rebuild (or its recovery loop, lifting a fence whose lease is
 	// gone) takes a's fence over: a's guard no longer holds.
 	testenv.WaitFor(t, time.Minute, "instance a's fence taken over", func() bool { return w.fenceOf(rebuilt) != stale })
-	// a wakes while b counts the buckets.
+	// a wakes with its fence gone (b may still be counting, or done).
 	a.resume(t)
 	w.fire(buyersFrom(20_000, stock, 0.6), []string{a.base, b.base}, 32).wait(t)
 	// The load may end before b's rebuild does: the rest is sold once
@@ -810,8 +815,8 @@ func TestClusterStalledRebuildTakenOver(t *testing.T) {
 // redisconn.Replicas), so its units keep moving to the buckets whose
 // buyers come and the voucher sells out; without that policy every
 // transfer out of it failed its WAIT (531-592 of 600 units sold in two
-// minutes on 3e46bea, as the issue measured; 431 in this test with the
-// policy turned off). No accepted order is lost; Redis and MySQL agree.
+// minutes on 3e46bea, as the issue measured; 431 in one run of this test
+// with the policy turned off by hand). No accepted order is lost; Redis and MySQL agree.
 func TestClusterMasterLostForGood(t *testing.T) {
 	const stock, killed = 600, 1
 	w, a, b := replicatedSale(t, stock, map[string]string{"SECKILL_REDIS_CONFIRM_ALONE": "on"})

@@ -350,7 +350,7 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	}
 	var (
 		v     = judge(c)
-		token = newToken()
+		token = lease.NewToken()
 		took  bool
 		sent  = time.Now() // before the lease is taken, for its watchdog
 	)
@@ -403,14 +403,14 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 		// live. Not this round's failure: the next round checks again.
 		w.log.Warn("shard rebuild outlived its lease; nothing it counted was made live", "shard", shard,
 			"err", err, "lease", context.Cause(l.Context()))
-		w.state.releaseRebuild(context.WithoutCancel(ctx), shard, token)
+		_ = l.Release(context.WithoutCancel(ctx))
 		return 0, nil
 	}
 	if err != nil {
 		// Tried again next round, by whichever instance comes first: not
 		// after the lease's life (a bucket's rebuild fails while another
 		// bucket of its voucher is rebuilt, and must not wait that long).
-		w.state.releaseRebuild(context.WithoutCancel(ctx), shard, token)
+		_ = l.Release(context.WithoutCancel(ctx))
 	}
 	return n, err
 }
@@ -510,9 +510,6 @@ func (w *Warmer) takeRebuildLease(ctx context.Context, shard int, token string) 
 	}
 	return true, nil
 }
-
-// newToken names one rebuild, as the holder of a shard's rebuild lease.
-func newToken() string { return lease.NewToken() }
 
 // missingState returns the vouchers whose state Redis does not hold.
 func (w *Warmer) missingState(ctx context.Context, vs []Voucher) ([]Voucher, error) {

@@ -140,23 +140,32 @@ func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, tok
 		mu   sync.Mutex
 		held []Quiet
 	)
+	// The buckets' holds live in bctx: one bucket failing ends it, so the
+	// others stop instead of fencing, draining and counting for nothing;
+	// otherwise it ends with the release.
+	bctx, stop := context.WithCancel(ctx)
 	release = func(ctx context.Context) {
 		for _, q := range held {
 			q.Release(ctx)
 		}
+		stop()
 	}
 	if len(ps) == 0 {
 		return nil, release, nil
 	}
 	flying, err := w.readInFlight(ctx, shard)
 	if err != nil {
-		return nil, release, err
+		stop()
+		return nil, func(context.Context) {}, err
 	}
 	var g errgroup.Group
 	g.SetLimit(bucketRebuilds)
 	for _, p := range ps {
 		g.Go(func() error {
-			q, err := w.rebuildBucket(ctx, shard, p, flying, token)
+			q, err := w.rebuildBucket(bctx, shard, p, flying, token)
+			if err != nil {
+				stop()
+			}
 			if q.Release != nil {
 				mu.Lock()
 				held = append(held, q)

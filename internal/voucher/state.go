@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/lease"
 	"seckill/internal/redisconn"
 	"seckill/lua"
 )
@@ -87,15 +88,15 @@ func (s *State) LoadBuckets(ctx context.Context, v Voucher, buyers map[int64]int
 			return false, fmt.Errorf("load buckets of voucher %d: %d of %d have state: %w", v.ID, n, nb, errSomeLoaded)
 		}
 	} else {
-		lease, token := s.keys.Lease(v.ID, nb), newToken()
-		took, err := s.rdb.SetNX(ctx, lease, token, rebuildLease).Result()
+		key, token := s.keys.Lease(v.ID, nb), lease.NewToken()
+		took, err := s.rdb.SetNX(ctx, key, token, rebuildLease).Result()
 		if err != nil {
 			return false, fmt.Errorf("load buckets of voucher %d: lease: %w", v.ID, err)
 		}
 		if !took {
 			return false, fmt.Errorf("load buckets of voucher %d: %w", v.ID, errLeaseHeld)
 		}
-		defer s.releaseLease.Run(context.WithoutCancel(ctx), s.rdb, []string{lease}, token)
+		defer s.releaseLease.Run(context.WithoutCancel(ctx), s.rdb, []string{key}, token)
 	}
 	homes := SplitBuyers(buyers, nb)
 	wrote := false
@@ -166,7 +167,7 @@ func BucketFields(v Voucher, alloc int64) []any {
 // changes nothing. With a guard, the state is written only while the
 // guard holds (errGuardLost otherwise).
 func (s *State) loadAt(ctx context.Context, shard int, v Voucher, stock int64, buyers map[int64]int64, fields []any, guard *Guard) (bool, error) {
-	staging := s.keys.BuyersLoading(shard, v.ID, newToken())
+	staging := s.keys.BuyersLoading(shard, v.ID, lease.NewToken())
 	if len(buyers) > 0 {
 		pipe := s.rdb.Pipeline()
 		args := make([]any, 0, 2*buyerChunk)
