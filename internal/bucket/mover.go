@@ -138,7 +138,8 @@ func NewMover(rdb redis.UniversalClient, keys voucher.Keys, cfg Config, log *slo
 	cfg = cfg.withDefaults()
 	return &Mover{
 		rdb: rdb, keys: keys, cfg: cfg, log: log, s: newScripts(),
-		r: runner{rdb: rdb, replics: cfg.WaitReplicas, timeout: cfg.WaitTimeout, replicas: cfg.Replicas},
+		r: runner{rdb: rdb, replics: cfg.WaitReplicas, timeout: cfg.WaitTimeout, replicas: cfg.Replicas,
+			counts: redisconn.NewReplicaCounts()},
 	}
 }
 

@@ -64,6 +64,8 @@ type runner struct {
 	replics  int
 	timeout  time.Duration
 	replicas *redisconn.Replicas // a master with none confirms alone
+	// counts tells how many replicas each master has, when replics is 0.
+	counts *redisconn.ReplicaCounts
 }
 
 // run returns the script's reply; with ack and replicas wanted, an
@@ -87,7 +89,7 @@ func (r runner) run(ctx context.Context, s *redis.Script, ack bool, keys []strin
 	}
 	want, rs := r.replics, r.replicas
 	if want <= 0 {
-		if want, err = redisconn.KnownReplicas(ctx, conn); err != nil {
+		if want, err = r.counts.Count(ctx, conn, c.Options().Addr); err != nil {
 			return res, fmt.Errorf("count the replicas: %w", err)
 		}
 		if want == 0 {

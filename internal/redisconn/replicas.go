@@ -156,6 +156,49 @@ func KnownReplicas(ctx context.Context, conn *redis.Conn) (int, error) {
 	return len(rs), nil
 }
 
+// ReplicaCounts remembers KnownReplicas per master address for a second:
+// the steps of a move of units, milliseconds apart, ask their masters once
+// instead of twice a step. A replica attached within that second is
+// waited for from the next count on; one that leaves still counts
+// (waited for in vain, the step is refused: the safe side).
+type ReplicaCounts struct {
+	mu   sync.Mutex
+	seen map[string]counted
+	now  func() time.Time
+}
+
+type counted struct {
+	n  int
+	at time.Time
+}
+
+// countFor is how long a count is remembered.
+const countFor = time.Second
+
+// NewReplicaCounts returns a ReplicaCounts that remembers nothing yet.
+func NewReplicaCounts() *ReplicaCounts {
+	return &ReplicaCounts{seen: map[string]counted{}, now: time.Now}
+}
+
+// Count is KnownReplicas of conn's server, the master at addr, as counted
+// within the last second, else counted now.
+func (rc *ReplicaCounts) Count(ctx context.Context, conn *redis.Conn, addr string) (int, error) {
+	rc.mu.Lock()
+	c, ok := rc.seen[addr]
+	rc.mu.Unlock()
+	if ok && rc.now().Sub(c.at) < countFor {
+		return c.n, nil
+	}
+	n, err := KnownReplicas(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	rc.mu.Lock()
+	rc.seen[addr] = counted{n: n, at: rc.now()}
+	rc.mu.Unlock()
+	return n, nil
+}
+
 // refused reports whether err is the server's refusal of a command (an
 // error reply: cluster support disabled, a command it does not know), not
 // a failure to reach it. (redis.HasErrorPrefix cannot tell: it drops a

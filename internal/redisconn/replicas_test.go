@@ -119,3 +119,38 @@ func TestConfirmNil(t *testing.T) {
 		t.Fatalf("nil Replicas: %+v, %v; want short", conf, err)
 	}
 }
+
+// TestReplicaCountsRemembered: a master's replica count is asked once a
+// second (ROLE, on a server not in a cluster, after CLUSTER MYID is
+// refused), not at every step of a move; a second later it is asked
+// again.
+func TestReplicaCountsRemembered(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := srv.Client(t)
+	rc := redisconn.NewReplicaCounts()
+	at := time.Now()
+	redisconn.SetCountsClock(rc, func() time.Time { return at })
+	count := func() {
+		t.Helper()
+		conn := c.Conn()
+		defer conn.Close()
+		if n, err := rc.Count(context.Background(), conn, srv.Addr); err != nil || n != 0 {
+			t.Fatalf("Count = %d, %v; want 0 replicas", n, err)
+		}
+	}
+	count()
+	roles := calls(t, c, "role")
+	if roles != "calls=1" {
+		t.Fatalf("ROLE %s after the first count, want calls=1", roles)
+	}
+	count()
+	if got := calls(t, c, "role"); got != roles {
+		t.Errorf("ROLE asked again within the second: %s, then %s", roles, got)
+	}
+	at = at.Add(time.Second)
+	count()
+	if got := calls(t, c, "role"); got != "calls=2" {
+		t.Errorf("ROLE %s a second later, want calls=2", got)
+	}
+}
