@@ -33,7 +33,6 @@ import (
 type Replicas struct {
 	mu    sync.Mutex
 	alone map[string]lone // master address -> the node found alone there
-	now   func() time.Time
 	count atomic.Int64
 }
 
@@ -47,7 +46,7 @@ type lone struct {
 const aloneFor = time.Second
 
 // NewReplicas returns a Replicas with no master known alone.
-func NewReplicas() *Replicas { return &Replicas{alone: map[string]lone{}, now: time.Now} }
+func NewReplicas() *Replicas { return &Replicas{alone: map[string]lone{}} }
 
 // Confirmation is how a write stands after Confirm.
 type Confirmation struct {
@@ -91,7 +90,7 @@ func (r *Replicas) AloneWrites() int64 {
 
 func (r *Replicas) confirmAlone(addr, id string, acked int64) Confirmation {
 	r.mu.Lock()
-	r.alone[addr] = lone{id: id, at: r.now()}
+	r.alone[addr] = lone{id: id, at: time.Now()}
 	r.mu.Unlock()
 	r.count.Add(1)
 	return Confirmation{Acked: acked, Alone: true}
@@ -106,7 +105,7 @@ func (r *Replicas) knownAlone(addr string) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	l, ok := r.alone[addr]
-	if ok && r.now().Sub(l.at) >= aloneFor {
+	if ok && time.Since(l.at) >= aloneFor {
 		delete(r.alone, addr)
 		return "", false
 	}

@@ -81,17 +81,7 @@ func TestConfirmAloneMaster(t *testing.T) {
 	paired := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
 	paired.WaitHealthy(t, time.Minute)
 	m2 := paired.MasterOf(t, "k")
-	_, port, _ := strings.Cut(m2.Addr, ":")
-	var replica *testenv.ClusterNode
-	for _, n := range paired.Nodes() {
-		info, _ := n.Client(t).Info(ctx, "replication").Result()
-		if strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r") {
-			replica = n
-		}
-	}
-	if replica == nil {
-		t.Fatalf("no replica of %s", m2.Addr)
-	}
+	replica := paired.ReplicaOf(t, m2)
 	testenv.WaitFor(t, 10*time.Second, "the replica's acknowledgement", func() bool {
 		conf := confirm(m2.Client(t), m2.Addr)
 		return !conf.Alone && conf.Acked == 1

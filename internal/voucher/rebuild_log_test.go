@@ -57,9 +57,9 @@ func rebuildLines(t *testing.T, logs *testenv.Buffer, seen *int) map[int]string 
 }
 
 // TestFirstLoadIsNotAWarning: on a fresh Redis the first load of every
-// shard is logged at INFO, by the instance that starts first as by one
-// that starts later; a marker lost afterwards, under the running
-// instance, is a WARN.
+// shard is logged at INFO; an instance starting later on the loaded Redis
+// rebuilds nothing; a marker lost afterwards, under the running instance,
+// is a WARN.
 func TestFirstLoadIsNotAWarning(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
