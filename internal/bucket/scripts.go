@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/redisconn"
+	"seckill/internal/voucher"
 	"seckill/lua"
 )
 
@@ -34,7 +35,7 @@ var (
 	ErrLeaseHeld = errors.New("voucher bucket lease held by another")
 	// ErrFenceLost: a bucket's fence holds another rebuild's token (this
 	// one stalled past its lease and was taken over) or none.
-	ErrFenceLost = errors.New("bucket fence held by another rebuild")
+	ErrFenceLost = fmt.Errorf("bucket fence held by another rebuild: %w", voucher.ErrTakenOver)
 )
 
 // Outcomes of a move on its receiver, as its mark spells them.

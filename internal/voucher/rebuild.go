@@ -397,7 +397,10 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	w.running.Store(0)
 	cancel()
 	l.Stop()
-	if err != nil && (errors.Is(l.Err(), lease.ErrLost) || errors.Is(err, errLeaseLost) || errors.Is(err, errGuardLost)) {
+	// A lease lost (the shard's, or a voucher's under Quiesce) or a fence
+	// taken over: this rebuild stalled, and one of another instance took
+	// its place.
+	if err != nil && (errors.Is(l.Err(), lease.ErrLost) || errors.Is(err, lease.ErrLost) || errors.Is(err, ErrTakenOver)) {
 		// Stalled past a lease (this process paused, a slow database):
 		// another instance's rebuild took over and this one wrote nothing
 		// live. Not this round's failure: the next round checks again.

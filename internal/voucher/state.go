@@ -429,12 +429,18 @@ func (s *State) releaseRebuild(ctx context.Context, shard int, token string) {
 	_ = s.releaseLease.Run(ctx, s.rdb, []string{s.keys.Rebuilding(shard)}, token).Err()
 }
 
+// ErrTakenOver is wrapped by every error that means a rebuild (or a first
+// load) outlived its lease or its fences and another took over: what it
+// counted was not made live, and the next round looks again. The bucket
+// package's fence errors wrap it too.
+var ErrTakenOver = errors.New("taken over by a newer rebuild")
+
 // errLeaseLost means a rebuild outlived its lease; another one took over.
-var errLeaseLost = errors.New("shard rebuild lease lost")
+var errLeaseLost = fmt.Errorf("shard rebuild lease lost: %w", ErrTakenOver)
 
 // errGuardLost means a bucket's rebuild outlived its voucher's lease: a
 // newer rebuild took its fences over, and what it counted is not written.
-var errGuardLost = errors.New("bucket rebuild fence taken over")
+var errGuardLost = fmt.Errorf("bucket rebuild fence taken over: %w", ErrTakenOver)
 
 // errSomeLoaded means a first load of a voucher's buckets found some with
 // state: the rest are loaded one by one from what those hold.
