@@ -10,7 +10,7 @@ import (
 	"seckill/internal/redisconn"
 )
 
-// journalPage is how many journal entries one HSCAN call asks for.
+// journalPage is how many fields one HSCAN call asks for.
 const journalPage = 100
 
 // journaled is one journal entry as read: parsed, or the reason it could
@@ -35,15 +35,27 @@ func (m *Mover) scanJournal(ctx context.Context, shard int, visit func(j journal
 	if err != nil {
 		return fmt.Errorf("journal of shard %d: time: %w", shard, err)
 	}
+	err = m.hscan(ctx, key, func(id, rec string) {
+		e, perr := parseEntry(shard, id, rec)
+		visit(journaled{id: id, e: e, err: perr, age: now.Sub(time.UnixMilli(e.at))})
+	})
+	if err != nil {
+		return fmt.Errorf("journal of shard %d: scan: %w", shard, err)
+	}
+	return nil
+}
+
+// hscan reads hash key page by page and calls visit for each field, once
+// its page is read (visit may write the hash).
+func (m *Mover) hscan(ctx context.Context, key string, visit func(field, value string)) error {
 	var cursor uint64
 	for {
 		kv, next, err := m.rdb.HScan(ctx, key, cursor, "", journalPage).Result()
 		if err != nil {
-			return fmt.Errorf("journal of shard %d: scan: %w", shard, err)
+			return err
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
-			e, perr := parseEntry(shard, kv[i], kv[i+1])
-			visit(journaled{id: kv[i], e: e, err: perr, age: now.Sub(time.UnixMilli(e.at))})
+			visit(kv[i], kv[i+1])
 		}
 		if cursor = next; cursor == 0 {
 			return nil
@@ -55,24 +67,17 @@ func (m *Mover) scanJournal(ctx context.Context, shard int, visit func(j journal
 // the fence's value "<nb>:<token>". A field that does not parse is skipped
 // (no script writes one).
 func (m *Mover) scanFences(ctx context.Context, shard int) (map[int64]int, error) {
-	key := fencesKey(m.keys, shard)
 	out := map[int64]int{}
-	var cursor uint64
-	for {
-		kv, next, err := m.rdb.HScan(ctx, key, cursor, "", journalPage).Result()
-		if err != nil {
-			return nil, fmt.Errorf("fences of shard %d: scan: %w", shard, err)
+	err := m.hscan(ctx, fencesKey(m.keys, shard), func(field, value string) {
+		v, err1 := strconv.ParseInt(field, 10, 64)
+		nbs, _, _ := strings.Cut(value, ":")
+		nb, err2 := strconv.Atoi(nbs)
+		if err1 == nil && err2 == nil && nb >= 2 {
+			out[v] = nb
 		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			v, err1 := strconv.ParseInt(kv[i], 10, 64)
-			nbs, _, _ := strings.Cut(kv[i+1], ":")
-			nb, err2 := strconv.Atoi(nbs)
-			if err1 == nil && err2 == nil && nb >= 2 {
-				out[v] = nb
-			}
-		}
-		if cursor = next; cursor == 0 {
-			return out, nil
-		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fences of shard %d: scan: %w", shard, err)
 	}
+	return out, nil
 }
