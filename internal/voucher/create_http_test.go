@@ -261,7 +261,15 @@ func TestPurchaseInTransitIsBusy(t *testing.T) {
 // presses again in a second); refusals that are final carry none.
 func TestPurchasePausesSayWhenToRetry(t *testing.T) {
 	t.Parallel()
-	h := NewHTTP(nil, nil, nil, nil, slog.New(slog.DiscardHandler))
+	// A database that cannot be read: a voucher Redis knows nothing of
+	// cannot be explained, and is a pause too.
+	g := migratedDB(t, "sqlite")
+	sqlDB, err := g.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sqlDB.Close()
+	h := NewHTTP(NewStore(g), nil, nil, nil, slog.New(slog.DiscardHandler))
 	for _, c := range []struct {
 		err   error
 		code  string
@@ -271,6 +279,7 @@ func TestPurchasePausesSayWhenToRetry(t *testing.T) {
 		{ErrNotReady, "not_ready", true},
 		{fmt.Errorf("order 1: %w", ErrNotReplicated), "not_replicated", true},
 		{ErrWrongType, "unavailable", true},
+		{ErrNoState, "unavailable", true},
 		{errors.New("dial tcp 127.0.0.1:7001: connect: connection refused"), "unavailable", true},
 		{ErrSoldOut, "sold_out", false},
 		{ErrNotStarted, "not_started", false},
