@@ -284,3 +284,56 @@ func TestReconcileCountsMovesUnderWay(t *testing.T) {
 		t.Fatalf("reconcile with a unit made = %+v, %v; want one alloc difference", diffs, err)
 	}
 }
+
+// TestOverAllocatedBucketClosesOnlyItself: a shard is lost while the
+// other buckets of a voucher already hold more than its stock (units made
+// twice): its bucket of that voucher is rebuilt with no units, its buyers
+// kept, and the shard reopens with its other voucher, instead of staying
+// closed for every voucher in it at every round.
+func TestOverAllocatedBucketClosesOnlyItself(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, keys, store, state, v := hotVoucher(t, 30, true)
+	lost := keys.BucketShard(v.ID, 1, 3)
+	var other voucher.Voucher
+	for other.ID == 0 || keys.Shard(other.ID) != lost {
+		other = voucher.Voucher{Title: "plain", TotalStock: 5, BeginAt: time.Now().Add(-time.Hour), EndAt: time.Now().Add(time.Hour)}
+		if err := store.Create(ctx, &other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Bucket 0 holds 25 units of 30, bucket 2 its 10: 35 already.
+	if err := rdb.HSet(ctx, keys.StateAt(keys.BucketShard(v.ID, 0, 3), v.ID), voucher.FieldAlloc, 25).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, keys.StateAt(lost, v.ID), keys.BuyersAt(lost, v.ID), keys.Ready(lost)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	w := voucher.NewWarmer(store, state, nobody{}, keys, time.Hour, slog.New(slog.DiscardHandler))
+	w.Quiesce(bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond}, slog.New(slog.DiscardHandler)))
+	if _, err := w.Warm(ctx); err != nil {
+		t.Fatalf("warm: %v", err)
+	}
+	if n, _ := rdb.Exists(ctx, keys.Ready(lost)).Result(); n != 1 {
+		t.Fatal("the lost shard did not reopen")
+	}
+	if n, _ := rdb.Exists(ctx, keys.StateAt(lost, other.ID)).Result(); n != 1 {
+		t.Errorf("voucher %d, of one bucket in the lost shard, has no state", other.ID)
+	}
+	got, err := rdb.HMGet(ctx, keys.StateAt(lost, v.ID), "stock", voucher.FieldAlloc).Result()
+	if err != nil || got[0] != "0" || got[1] != "0" {
+		t.Errorf("the over-allocated voucher's rebuilt bucket: stock, alloc = %v (%v), want 0, 0", got, err)
+	}
+	// The bucket alone loses its state in a shard that stays open: it is
+	// loaded with no units the same way.
+	if err := rdb.Del(ctx, keys.StateAt(lost, v.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Warm(ctx); err != nil {
+		t.Fatalf("warm: %v", err)
+	}
+	got, err = rdb.HMGet(ctx, keys.StateAt(lost, v.ID), "stock", voucher.FieldAlloc).Result()
+	if err != nil || got[0] != "0" || got[1] != "0" {
+		t.Errorf("the over-allocated voucher's loaded bucket: stock, alloc = %v (%v), want 0, 0", got, err)
+	}
+}

@@ -443,19 +443,18 @@ func (w *Warmer) check(ctx context.Context, ms *masters, shard int) (shardCheck,
 
 // loadMissing loads the state of the shard's vouchers, and buckets, that
 // have none.
+// A bucket that cannot be loaded does not keep the shard's other vouchers
+// from theirs.
 func (w *Warmer) loadMissing(ctx context.Context, shard int, vs []Voucher, ps []placed) (int, error) {
-	n, err := w.loadMissingBuckets(ctx, shard, ps)
-	if err != nil {
-		return n, err
-	}
+	n, berr := w.loadMissingBuckets(ctx, shard, ps)
 	todo, err := w.missingState(ctx, vs)
 	if err != nil || len(todo) == 0 {
-		return n, err
+		return n, errors.Join(berr, err)
 	}
 	if err := w.loadAll(ctx, shard, todo, ""); err != nil {
-		return n, err
+		return n, errors.Join(berr, err)
 	}
-	return n + len(todo), nil
+	return n + len(todo), berr
 }
 
 // rebuildShard writes the state of every voucher of the shard under the

@@ -64,20 +64,24 @@ func (w *Warmer) placeAll(vs []Voucher) (one map[int][]Voucher, many map[int][]p
 // (bucketAlloc).
 func (w *Warmer) loadMissingBuckets(ctx context.Context, shard int, ps []placed) (int, error) {
 	loaded := 0
+	// One bucket that cannot be loaded holds up only itself.
+	var errs []error
 	for _, p := range ps {
 		n, err := w.rdb().Exists(ctx, w.keys.StateAt(shard, p.v.ID)).Result()
 		if err != nil {
-			return loaded, fmt.Errorf("check state of voucher %d bucket %d: %w", p.v.ID, p.b, err)
+			errs = append(errs, fmt.Errorf("check state of voucher %d bucket %d: %w", p.v.ID, p.b, err))
+			continue
 		}
 		if n == 1 {
 			continue
 		}
 		if err := w.loadBucket(ctx, shard, p); err != nil {
-			return loaded, err
+			errs = append(errs, err)
+			continue
 		}
 		loaded++
 	}
-	return loaded, nil
+	return loaded, errors.Join(errs...)
 }
 
 // loadBucket writes one missing bucket's state (never over one there).
@@ -100,6 +104,18 @@ func (w *Warmer) loadBucket(ctx context.Context, shard int, p placed) error {
 		return nil
 	}
 	alloc, q, err := w.bucketAlloc(ctx, p)
+	if errors.Is(err, errOverAllocated) {
+		flying, ferr := w.readInFlight(ctx, shard)
+		if ferr != nil {
+			return ferr
+		}
+		e, eerr := w.emptyBucket(ctx, p, flying, err)
+		if eerr != nil {
+			return eerr
+		}
+		_, err = w.state.loadAt(ctx, shard, p.v, 0, e.buyers, BucketFields(p.v, 0), nil)
+		return err
+	}
 	if err != nil {
 		return err
 	}
@@ -120,6 +136,23 @@ func (w *Warmer) loadBucket(ctx context.Context, shard int, p placed) error {
 	w.events.Loaded(ctx, p.v.ID)
 	w.log.Info("voucher bucket loaded from database", "voucher_id", p.v.ID, "bucket", p.b, "alloc", alloc, "stock", e.stock, "buyers", len(e.buyers))
 	return nil
+}
+
+// emptyBucket is what bucket p gets when the voucher's other buckets
+// already hold more than its stock (units were made twice: selling this
+// bucket's share as well would sell more): no units, and its buyers, so
+// that one purchase per user still holds. The bucket's shard opens with
+// its other vouchers; the voucher's excess shows in reconcile's alloc line
+// until an operator looks (api buckets). Writing no units needs no hold on
+// the voucher: nothing it writes can be sold.
+func (w *Warmer) emptyBucket(ctx context.Context, p placed, flying inFlight, cause error) (expected, error) {
+	e, err := w.expectBucket(ctx, p, flying, 0)
+	if err != nil {
+		return expected{}, err
+	}
+	w.log.Error("voucher bucket written with no units: the other buckets hold more than the voucher's stock",
+		"voucher_id", p.v.ID, "bucket", p.b, "buyers", len(e.buyers), "err", cause)
+	return e, nil
 }
 
 // rebuildBuckets writes the state of the shard's buckets under the
@@ -196,6 +229,13 @@ const bucketRebuilds = 8
 // Quiet's context: a lease lost stops the rebuild there.
 func (w *Warmer) rebuildBucket(ctx context.Context, shard int, p placed, flying inFlight, token string) (Quiet, error) {
 	alloc, q, err := w.bucketAlloc(ctx, p)
+	if errors.Is(err, errOverAllocated) {
+		e, eerr := w.emptyBucket(ctx, p, flying, err)
+		if eerr != nil {
+			return Quiet{}, eerr
+		}
+		return Quiet{}, w.state.ReplaceAt(ctx, token, w.lease, shard, p.v, 0, BucketFields(p.v, 0), e.buyers)
+	}
 	if err != nil {
 		return Quiet{}, err
 	}
@@ -246,8 +286,8 @@ func (w *Warmer) bucketAlloc(ctx context.Context, p placed) (alloc int64, q Quie
 	}
 	alloc = int64(p.v.TotalStock) - others
 	if alloc < 0 {
-		// Units exist twice already: selling this bucket would oversell.
-		// It stays closed until an operator looks (api buckets, reconcile).
+		// Units exist twice already: selling this bucket's share too would
+		// oversell. It gets none (emptyBucket).
 		q.Release(context.WithoutCancel(ctx))
 		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: the other buckets hold %d units of %d: %w",
 			p.v.ID, p.b, others, p.v.TotalStock, errOverAllocated)
