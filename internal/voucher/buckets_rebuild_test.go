@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -335,5 +336,55 @@ func TestOverAllocatedBucketClosesOnlyItself(t *testing.T) {
 	got, err = rdb.HMGet(ctx, keys.StateAt(lost, v.ID), "stock", voucher.FieldAlloc).Result()
 	if err != nil || got[0] != "0" || got[1] != "0" {
 		t.Errorf("the over-allocated voucher's loaded bucket: stock, alloc = %v (%v), want 0, 0", got, err)
+	}
+}
+
+// holders is a database side where buyers hold orders (user -> order).
+type holders map[int64]int64
+
+func (h holders) Reservations(context.Context, int64) (map[int64]int64, map[int64]bool, error) {
+	return maps.Clone(h), nil, nil
+}
+
+// TestLostBucketsCountEachOthersBuyers: two buckets lost together, with
+// buyers in each: the first rebuilt counts the other, not ready yet, by
+// its buyers, so each gets at least the units its buyers hold and the
+// allocs add up to the stock (without that count the second would get
+// none for its 3 buyers: 3 units sold twice).
+func TestLostBucketsCountEachOthersBuyers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, keys, store, state, v := hotVoucher(t, 30, true)
+	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
+	want := map[int]int{1: 2, 2: 3} // buyers by home bucket
+	db := holders{}
+	for u := int64(1); len(db) < 5; u++ {
+		if h := voucher.Home(u, 3); want[h] > 0 {
+			want[h]--
+			db[u] = 1000 + u
+		}
+	}
+	for _, b := range []int{1, 2} {
+		rdb.Del(ctx, keys.StateAt(shard(b), v.ID), keys.BuyersAt(shard(b), v.ID), keys.Ready(shard(b)))
+	}
+	w := voucher.NewWarmer(store, state, db, keys, time.Hour, slog.New(slog.DiscardHandler))
+	w.Quiesce(bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond}, slog.New(slog.DiscardHandler)))
+	if _, err := w.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	homes := voucher.SplitBuyers(db, 3)
+	var sum int64
+	for b := range 3 {
+		alloc, err := rdb.HGet(ctx, keys.StateAt(shard(b), v.ID), voucher.FieldAlloc).Int64()
+		if err != nil {
+			t.Fatalf("bucket %d: %v", b, err)
+		}
+		if alloc < int64(len(homes[b])) {
+			t.Errorf("bucket %d: alloc %d for %d buyers", b, alloc, len(homes[b]))
+		}
+		sum += alloc
+	}
+	if sum != 30 {
+		t.Errorf("allocs add up to %d, want 30", sum)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -272,18 +273,12 @@ func (w *Warmer) bucketAlloc(ctx context.Context, p placed) (alloc int64, q Quie
 	for _, a := range q.Alloc {
 		others += a
 	}
-	for _, c := range q.NotReady {
-		flying, err := w.readInFlight(q.Ctx, w.keys.BucketShard(p.v.ID, c, nb))
-		if err == nil {
-			var e expected
-			e, err = w.expectBucket(q.Ctx, placed{v: p.v, b: c}, flying, 0)
-			others += int64(len(e.buyers))
-		}
-		if err != nil {
-			q.Release(context.WithoutCancel(ctx))
-			return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: count bucket %d, not ready: %w", p.v.ID, p.b, c, err)
-		}
+	holders, err := w.holdersOf(q.Ctx, p.v, q.NotReady)
+	if err != nil {
+		q.Release(context.WithoutCancel(ctx))
+		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: count buckets %v, not ready: %w", p.v.ID, p.b, q.NotReady, err)
 	}
+	others += holders
 	alloc = int64(p.v.TotalStock) - others
 	if alloc < 0 {
 		// Units exist twice already: selling this bucket's share too would
@@ -313,6 +308,35 @@ func (w *Warmer) expectBucket(ctx context.Context, p placed, flying inFlight, al
 	e.flying = all.flying
 	e.stock = max(alloc-int64(len(e.buyers)), 0)
 	return e, nil
+}
+
+// holdersOf counts the holders whose home is one of buckets bs of v (the
+// database's orders and the in-flight ones of those buckets' shards), with
+// one read of the voucher's orders whatever the number of buckets.
+func (w *Warmer) holdersOf(ctx context.Context, v Voucher, bs []int) (int64, error) {
+	if len(bs) == 0 {
+		return 0, nil
+	}
+	nb := v.BucketCount()
+	flying := inFlight{v.ID: {}}
+	for _, b := range bs {
+		f, err := w.readInFlight(ctx, w.keys.BucketShard(v.ID, b, nb))
+		if err != nil {
+			return 0, err
+		}
+		// A buyer's purchases run in its home bucket's shard only.
+		maps.Copy(flying[v.ID], f[v.ID])
+	}
+	all, err := w.expect(ctx, v, flying)
+	if err != nil {
+		return 0, err
+	}
+	homes := SplitBuyers(all.buyers, nb)
+	var n int64
+	for _, b := range bs {
+		n += int64(len(homes[b]))
+	}
+	return n, nil
 }
 
 // allHolders is every holder of a voucher's units: the database's and the
