@@ -34,7 +34,9 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("buckets on masters %v, want 3 distinct", masters)
 	}
 
-	cfg := Config{WaitReplicas: 1, WaitTimeout: 5 * time.Second, StaleAfter: time.Millisecond, ApplyWindow: 50 * time.Millisecond}
+	// An apply window long enough for a take, its WAIT and the apply on
+	// a loaded machine (50ms was not, once).
+	cfg := Config{WaitReplicas: 1, WaitTimeout: 5 * time.Second, StaleAfter: time.Millisecond, ApplyWindow: time.Second}
 	m := e.mover(cfg)
 	if moved, err := m.Move(ctx, e.v, 0, 1, 4, e.nb); err != nil || moved != 4 {
 		t.Fatalf("Move = %d, %v; want 4", moved, err)

@@ -49,7 +49,7 @@ func TestQuiesceReturnsMoveToLost(t *testing.T) {
 	if _, err := crash.Move(ctx, e.v, 0, 2, 3, e.nb); !errors.Is(err, ErrStopped) {
 		t.Fatal(err)
 	}
-	m := e.mover(Config{ApplyWindow: 20 * time.Millisecond})
+	m := e.mover(Config{ApplyWindow: 500 * time.Millisecond})
 	q, err := m.Quiesce(ctx, e.v, e.nb, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestQuiesceClosesAppliedMove(t *testing.T) {
 	if _, err := crash.Move(ctx, e.v, 0, 1, 3, e.nb); !errors.Is(err, ErrStopped) {
 		t.Fatal(err)
 	}
-	m := e.mover(Config{ApplyWindow: 20 * time.Millisecond})
+	m := e.mover(Config{ApplyWindow: 500 * time.Millisecond})
 	q, err := m.Quiesce(ctx, e.v, e.nb, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +274,7 @@ func TestRecovererClearsLeftFences(t *testing.T) {
 	if n, _ := e.rdb.Exists(ctx, leaseKey(e.keys, e.v, e.nb)).Result(); n != 0 {
 		t.Error("the recovery loop kept the voucher's lease")
 	}
-	if moved, err := m.Move(ctx, e.v, 2, 0, 1, e.nb); err != nil || moved != 1 {
+	if moved, err := e.mover(Config{}).Move(ctx, e.v, 2, 0, 1, e.nb); err != nil || moved != 1 {
 		t.Errorf("Move out of the cleared bucket = %d, %v", moved, err)
 	}
 	e.settled()
