@@ -122,7 +122,9 @@ func (c *cluster) portTaken() bool {
 	logs, _ := filepath.Glob(filepath.Join(c.dir, "log", "*.log"))
 	logs = append(logs, filepath.Join(c.dir, "nginx", "logs", "error.log"))
 	for _, f := range logs {
-		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), "Address already in use") {
+		// Redis and nginx say "Address already in use", Go's listeners
+		// "address already in use".
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(strings.ToLower(string(b)), "address already in use") {
 			return true
 		}
 	}
