@@ -275,3 +275,31 @@ func processRuns(pid int) bool {
 	fields := strings.Fields(string(b))
 	return len(fields) > 2 && fields[2] != "Z"
 }
+
+// TestPortTakenReadsEveryServer: a port taken under any server of the
+// cluster is recognised, as Redis and nginx word it and as a Go listener
+// (the API instances) does; a log without it is not.
+func TestPortTakenReadsEveryServer(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		file, text string
+		taken      bool
+	}{
+		{"log/redis.log", "# Warning: Could not create server TCP listening socket 127.0.0.1:7001: bind: Address already in use", true},
+		{"nginx/logs/error.log", `bind() to 127.0.0.1:8080 failed (98: Address already in use)`, true},
+		{"log/api-2.log", "api: http listener: SECKILL_ADDR=127.0.0.1:44369: listen tcp 127.0.0.1:44369: bind: address already in use", true},
+		{"log/api-1.log", "New database.", false},
+	} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, c.file)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(c.text+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := (&cluster{dir: dir}).portTaken(); got != c.taken {
+			t.Errorf("%s holding %q: portTaken = %v, want %v", c.file, c.text, got, c.taken)
+		}
+	}
+}
