@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,10 @@ const ExpiryGroup = "expirers"
 
 // Expiries holds every shard's pay deadlines: a delay queue per shard
 // whose due members move onto the shard's expiry stream, which the
-// expirers read. An order's deadline is in its voucher's shard.
+// expirers read. An order's deadline is in the shard of the bucket its
+// unit was taken from (its voucher's shard for a voucher of one bucket),
+// where its unit goes back: a master that is down holds up only the
+// deadlines of its own buckets' orders.
 type Expiries struct {
 	rdb    redis.UniversalClient
 	keys   voucher.Keys
@@ -41,10 +45,18 @@ func NewExpiries(rdb redis.UniversalClient, keys voucher.Keys) *Expiries {
 // Queue is one shard's delay queue of pay deadlines.
 func (e *Expiries) Queue(shard int) *mq.DelayQueue { return e.queues[shard] }
 
-// deadline is one order's pay deadline to schedule.
+// deadline is one order's pay deadline to schedule, in shard.
 type deadline struct {
 	order, user, voucher int64
 	due                  time.Time
+	shard                int
+}
+
+// deadlineOf is the deadline of an order of voucher v, bucket count nb,
+// due then: in the shard of the buyer's home bucket, which its purchase
+// took the unit from and its give-back returns it to.
+func deadlineOf(keys voucher.Keys, order, user, v int64, nb int, due time.Time) deadline {
+	return deadline{order, user, v, due, keys.BucketShard(v, voucher.Home(user, nb), nb)}
 }
 
 // member is the delay-queue member of an order's deadline: equal for one
@@ -63,7 +75,7 @@ func (e *Expiries) schedule(ctx context.Context, ds []deadline) error {
 	}
 	pipe := e.rdb.Pipeline()
 	for _, d := range ds {
-		q := e.queues[e.keys.Shard(d.voucher)]
+		q := e.queues[d.shard]
 		pipe.ZAdd(ctx, q.Key(), redis.Z{Score: float64(d.due.UnixMilli()), Member: d.member()})
 	}
 	_, err := pipe.Exec(ctx)
@@ -71,9 +83,8 @@ func (e *Expiries) schedule(ctx context.Context, ds []deadline) error {
 	// first deadline is due, whatever became of the writes.
 	soonest := make(map[int]time.Time, 1)
 	for _, d := range ds {
-		shard := e.keys.Shard(d.voucher)
-		if s, ok := soonest[shard]; !ok || d.due.Before(s) {
-			soonest[shard] = d.due
+		if s, ok := soonest[d.shard]; !ok || d.due.Before(s) {
+			soonest[d.shard] = d.due
 		}
 	}
 	for shard, due := range soonest {
@@ -98,11 +109,12 @@ func (w *Writer) scheduleWritten(ctx context.Context, items []*item) error {
 	now := time.Now()
 	for _, it := range items {
 		o := it.ord
+		nb := max(o.Buckets, 1)
 		switch {
 		case it.v.fate == inserted && it.deadline != nil:
-			ds = append(ds, deadline{o.OrderID, o.UserID, o.VoucherID, *it.deadline})
+			ds = append(ds, deadlineOf(w.keys, o.OrderID, o.UserID, o.VoucherID, nb, *it.deadline))
 		case it.v.fate == written:
-			ds = append(ds, deadline{o.OrderID, o.UserID, o.VoucherID, now})
+			ds = append(ds, deadlineOf(w.keys, o.OrderID, o.UserID, o.VoucherID, nb, now))
 		}
 	}
 	if err := w.cfg.Expiries.schedule(ctx, ds); err != nil {
@@ -175,7 +187,10 @@ func (e *Expirer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome,
 // since. An order left to the sweeper is not: it would come straight back
 // round the delay queue and fail again, for ever.
 func (e *Expirer) scheduleEarly(ctx context.Context, ids []int64, orders map[int64]*Order, left *LeftError) error {
-	var early []deadline
+	var (
+		early   []deadline
+		waiting []*Order
+	)
 	for _, id := range ids {
 		o, ok := orders[id]
 		_, isLeft := left.Orders[id]
@@ -186,8 +201,18 @@ func (e *Expirer) scheduleEarly(ctx context.Context, ids []int64, orders map[int
 		case o.Status == StatusAwaitingPayment && o.PayDeadline == nil:
 			e.log.Warn("expiry of an order with no pay deadline dropped", "order_id", id)
 		case o.Status == StatusAwaitingPayment:
-			early = append(early, deadline{o.ID, o.UserID, o.VoucherID, *o.PayDeadline})
+			waiting = append(waiting, o)
 		}
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	layouts, err := e.life.layouts(ctx, waiting)
+	if err != nil {
+		return err
+	}
+	for _, o := range waiting {
+		early = append(early, deadlineOf(e.exp.keys, o.ID, o.UserID, o.VoucherID, layouts[o.VoucherID], *o.PayDeadline))
 	}
 	return e.exp.schedule(ctx, early)
 }
@@ -301,34 +326,45 @@ func (s *Sweeper) expireOverdue(ctx context.Context) error {
 }
 
 // giveBackPage gives back the units of the next page of ended orders
-// whose unit did not reach Redis, in the shards ready now.
+// whose unit did not reach Redis, in the shards ready now: an order's
+// unit goes back to its buyer's home bucket, so a bucketed voucher's
+// orders are sorted by that bucket's shard, not by the voucher's.
 func (s *Sweeper) giveBackPage(ctx context.Context) error {
 	q := s.db.WithContext(ctx).Where("live IS NULL AND unit_back_at IS NULL AND id > ?", s.notBack.after.Load())
-	q, ok := s.inReadyShards(ctx, q)
+	ready, ok := s.readyShards(ctx)
 	if !ok {
 		return nil
+	}
+	if ready != nil {
+		cond, args := s.life.keys.InShards("voucher_id", ready)
+		q = q.Where("("+cond+" OR voucher_id IN (SELECT id FROM vouchers WHERE buckets > 1))", args...)
 	}
 	var page []Order
 	if err := q.Order("id").Limit(s.cfg.Batch).Find(&page).Error; err != nil {
 		return fmt.Errorf("find units not back: %w", err)
 	}
-	orders := make([]*Order, len(page))
+	orders := make([]*Order, 0, len(page))
 	ids := make([]int64, len(page))
 	for i := range page {
-		orders[i], ids[i] = &page[i], page[i].ID
+		orders, ids[i] = append(orders, &page[i]), page[i].ID
 	}
 	s.notBack.advance(ids, s.cfg.Batch)
+	if ready != nil && len(orders) > 0 {
+		var err error
+		if orders, err = s.homesReady(ctx, orders, ready); err != nil {
+			return err
+		}
+	}
 	return s.life.giveBackAll(ctx, orders)
 }
 
-// inReadyShards limits a query of orders to the shards ready now; ok is
-// false when none is.
-func (s *Sweeper) inReadyShards(ctx context.Context, q *gorm.DB) (_ *gorm.DB, ok bool) {
+// readyShards lists the shards ready now to take units back: nil when
+// every shard is (or readiness is not asked), ok false when none is.
+func (s *Sweeper) readyShards(ctx context.Context) (ready []int, ok bool) {
 	if s.cfg.Ready == nil {
-		return q, true
+		return nil, true
 	}
 	n := s.life.keys.Shards()
-	var ready []int
 	for shard := range n {
 		if s.cfg.Ready(ctx, shard) {
 			ready = append(ready, shard)
@@ -336,14 +372,30 @@ func (s *Sweeper) inReadyShards(ctx context.Context, q *gorm.DB) (_ *gorm.DB, ok
 	}
 	switch len(ready) {
 	case n:
-		return q, true
+		return nil, true
 	case 0:
 		s.log.Debug("no shard ready to take units back; none given back this round")
-		return q, false
+		return nil, false
 	}
 	s.log.Debug("units of shards not ready left for a later round", "ready_shards", ready)
-	cond, args := s.life.keys.InShards("voucher_id", ready)
-	return q.Where(cond, args...), true
+	return ready, true
+}
+
+// homesReady keeps the orders whose unit goes back to a ready shard: the
+// shard of the buyer's home bucket.
+func (s *Sweeper) homesReady(ctx context.Context, orders []*Order, ready []int) ([]*Order, error) {
+	layouts, err := s.life.layouts(ctx, orders)
+	if err != nil {
+		return nil, err
+	}
+	keep := orders[:0]
+	for _, o := range orders {
+		nb := layouts[o.VoucherID]
+		if slices.Contains(ready, s.life.keys.BucketShard(o.VoucherID, voucher.Home(o.UserID, nb), nb)) {
+			keep = append(keep, o)
+		}
+	}
+	return keep, nil
 }
 
 // count tells the observer how many orders are in each state, and how

@@ -432,7 +432,7 @@ func TestExpiriesNudgeThePoller(t *testing.T) {
 	var ds []deadline
 	for v := int64(1); len(ds) < 2; v++ {
 		if keys.Shard(v) == len(ds) {
-			ds = append(ds, deadline{order: 100 + v, user: 7, voucher: v, due: time.Now()})
+			ds = append(ds, deadlineOf(keys, 100+v, 7, v, 1, time.Now()))
 		}
 	}
 	if err := exp.schedule(ctx, ds); err != nil {

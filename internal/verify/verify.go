@@ -311,7 +311,12 @@ func (s *sale) readRedis(ctx context.Context, rdb redis.UniversalClient, keys vo
 			return err
 		}
 	}
-	return s.readExpiries(ctx, rdb, keys, keys.Shard(s.in.VoucherID))
+	for b := range nb {
+		if err := s.readExpiries(ctx, rdb, keys, keys.BucketShard(s.in.VoucherID, b, nb)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readBucket reads one bucket's stock, alloc, out and buyers. A buyer in
@@ -383,8 +388,9 @@ func (s *sale) readShard(ctx context.Context, rdb redis.UniversalClient, keys vo
 	return nil
 }
 
-// readExpiries reads the shard's pay deadlines: what the expirers hold,
-// what waits on their stream, and what is due in the delay queue. A
+// readExpiries adds the shard's pay deadlines (those of the orders of one
+// bucket): what the expirers hold, what waits on their stream, and what is
+// due in the delay queue. A
 // stream or group not there yet (no priced order so far) holds nothing.
 func (s *sale) readExpiries(ctx context.Context, rdb redis.UniversalClient, keys voucher.Keys, shard int) error {
 	stream, queue := lifecycle.ExpiryKeys(keys, shard)
@@ -394,18 +400,21 @@ func (s *sale) readExpiries(ctx context.Context, rdb redis.UniversalClient, keys
 	case err != nil:
 		return fmt.Errorf("read expiries pending: %w", err)
 	default:
-		s.r.ExpiryPending = p.Count
+		s.r.ExpiryPending += p.Count
 	}
-	if s.r.ExpiryLength, err = rdb.XLen(ctx, stream).Result(); err != nil {
+	n, err := rdb.XLen(ctx, stream).Result()
+	if err != nil {
 		return fmt.Errorf("read expiry stream length: %w", err)
 	}
+	s.r.ExpiryLength += n
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		return fmt.Errorf("read redis time: %w", err)
 	}
-	if s.r.ExpiryOverdue, err = rdb.ZCount(ctx, queue, "-inf", strconv.FormatInt(now.UnixMilli(), 10)).Result(); err != nil {
+	if n, err = rdb.ZCount(ctx, queue, "-inf", strconv.FormatInt(now.UnixMilli(), 10)).Result(); err != nil {
 		return fmt.Errorf("read expiry queue: %w", err)
 	}
+	s.r.ExpiryOverdue += n
 	return nil
 }
 
