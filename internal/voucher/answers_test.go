@@ -40,7 +40,7 @@ func answerOf(f func(c *gin.Context)) answered {
 func checkAnswer(t *testing.T, h *HTTP, err error, status int, want apierr.Body, outcome string) {
 	t.Helper()
 	var got string
-	a := answerOf(func(c *gin.Context) { got = h.answer(c, 1, err) })
+	a := answerOf(func(c *gin.Context) { got = h.answer(c, 1, 0, err) })
 	b := answerOf(func(c *gin.Context) { c.AbortWithStatusJSON(status, want) })
 	if !reflect.DeepEqual(a, b) || got != outcome {
 		t.Fatalf("answer to %v: %+v (%s)\nencoded:  %+v (%s)", err, a, got, b, outcome)

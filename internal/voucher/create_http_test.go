@@ -246,7 +246,7 @@ func TestPurchaseInTransitIsBusy(t *testing.T) {
 		errors.Join(ErrSoldOut, ErrInTransit),
 	} {
 		var outcome string
-		a := answerOf(func(c *gin.Context) { outcome = h.answer(c, 1, err) })
+		a := answerOf(func(c *gin.Context) { outcome = h.answer(c, 1, 0, err) })
 		var body apierr.Body
 		_ = json.Unmarshal([]byte(a.body), &body)
 		if a.status != http.StatusServiceUnavailable || body.Code != "busy" || outcome != "busy" || !a.aborted ||
@@ -287,7 +287,7 @@ func TestPurchasePausesSayWhenToRetry(t *testing.T) {
 		{&PurchasedError{OrderID: 7}, "already_purchased", false},
 	} {
 		var outcome string
-		a := answerOf(func(g *gin.Context) { outcome = h.answer(g, 1, c.err) })
+		a := answerOf(func(g *gin.Context) { outcome = h.answer(g, 1, 0, c.err) })
 		if outcome != c.code || (a.status == http.StatusServiceUnavailable) != c.pause {
 			t.Errorf("answer to %v: %d %s, want %s (a pause: %v)", c.err, a.status, outcome, c.code, c.pause)
 		}

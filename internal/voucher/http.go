@@ -384,7 +384,7 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, l
 	}
 	buyer := auth.From(c)
 	if err := h.refusals.Lookup(id, buyer.UserID); err != nil {
-		return h.answer(c, id, err), 0, true
+		return h.answer(c, id, 0, err), 0, true
 	}
 	orderID, err := h.ids.Next()
 	if err != nil {
@@ -401,7 +401,7 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, l
 		writeWithID(c, http.StatusAccepted, acceptedHead, res.OrderID, acceptedTail)
 		return "accepted", script, false
 	}
-	return h.answer(c, id, err), script, false
+	return h.answer(c, id, orderID, err), script, false
 }
 
 // pause answers 503 with code and message and Retry-After: 1. Every 503
@@ -413,9 +413,10 @@ func pause(c *gin.Context, code, message string) {
 	apierr.Unavailable(c, code, message)
 }
 
-// answer answers a purchase of voucher id that Reserve (or the Refusals)
-// refused with err, and returns the answer's code.
-func (h *HTTP) answer(c *gin.Context, id int64, err error) string {
+// answer answers a purchase of voucher id that Reserve (or the Refusals:
+// orderID 0) refused with err, and returns the answer's code. orderID is
+// the id the purchase was tried with.
+func (h *HTTP) answer(c *gin.Context, id, orderID int64, err error) string {
 	var held *PurchasedError
 	switch {
 	case errors.Is(err, ErrInTransit):
@@ -452,9 +453,14 @@ func (h *HTTP) answer(c *gin.Context, id int64, err error) string {
 		// unconfirmed. A new request gets a new order id, so it cannot take a
 		// second unit: it answers already_purchased with the order if the
 		// first was taken, and buys if a failover lost it.
+		// The answer names the order: GET /api/v1/orders/{order_id} shows it
+		// if it was taken (pending, then written), and 404 if a failover
+		// lost it, and the buyer may buy again.
 		h.warnRedis("purchase not confirmed by replicas", err)
-		pause(c, "not_replicated", "your purchase may or may not have been taken: Redis did not confirm it in time. "+
-			"Look at your orders shortly; buying again answers already_purchased with the order's id if it was taken")
+		c.Header("Retry-After", "1")
+		c.AbortWithStatusJSON(http.StatusServiceUnavailable, apierr.Body{Code: "not_replicated", OrderID: orderID,
+			Message: "your purchase may or may not have been taken: Redis did not confirm it in time. " +
+				"Look up order_id shortly; buying again answers already_purchased with it if it was taken"})
 		return "not_replicated"
 	case errors.Is(err, ErrWrongType):
 		// Not an outage: Redis answers, but a key is damaged and stays so

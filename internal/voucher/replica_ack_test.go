@@ -152,6 +152,12 @@ func TestWaitReplicasPausedReplica(t *testing.T) {
 	if code != http.StatusServiceUnavailable || body.Code != "not_replicated" {
 		t.Fatalf("purchase route: %d %+v, want 503 not_replicated", code, body)
 	}
+	// The answer names the order the master holds for the buyer, so that
+	// the buyer can look it up.
+	held, _ := e.rdb.HGet(ctx, e.keys.Buyers(1), "11").Result()
+	if held == "" || body.OrderID != held {
+		t.Fatalf("not_replicated names order %q; the master holds %q for the buyer", body.OrderID, held)
+	}
 }
 
 // TestWaitReplicasRefusalDoesNotWait: a refused purchase (sold out) wrote
@@ -296,6 +302,7 @@ func purchaseOver(t testing.TB, res *Reserver, voucherID, userID int64) (int, er
 type errorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	OrderID string `json:"order_id"`
 }
 
 // counter hands out order ids in sequence.
