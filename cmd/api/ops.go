@@ -33,7 +33,7 @@ func opsClients(ctx context.Context, cfg config, log *slog.Logger) (*order.DeadL
 	warmer := voucher.NewWarmer(vstore, voucher.NewState(rdb, keys), order.NewStore(db), keys, cfg.Warm, log)
 	warmer.LeaseTTL(cfg.RebuildLease)
 	replicas := confirmAlone(cfg)
-	mover := newMover(cfg, rdb, keys, replicas, crashHooks{}, log)
+	mover := newMover(cfg, rdb, keys, replicas, crashHooks{}, nil, log)
 	// Reconcile counts the units of moves under way through the mover.
 	warmer.Quiesce(mover)
 	dead := order.NewDeadLetters(db, newReserver(cfg, rdb, keys, replicas, mover))

@@ -246,7 +246,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		m.WatchDB(sqlDB)
 	}
 	keys := saleKeys(cfg, rdb)
-	mover := newMover(cfg, rdb, keys, replicas, crashPoint(cfg.CrashPoint), log)
+	mover := newMover(cfg, rdb, keys, replicas, crashPoint(cfg.CrashPoint), m.BucketRebuildPause, log)
 	c := &core{
 		rdb: rdb, db: db, log: log, m: m, keys: keys, mover: mover,
 		vstore:   voucher.NewStore(db),
@@ -306,12 +306,13 @@ func newReserver(cfg config, rdb redis.UniversalClient, keys voucher.Keys, rs *r
 
 // newMover moves units between the buckets of a voucher: with
 // SECKILL_REDIS_WAIT_REPLICAS each step of a transfer waits for replicas
-// too, so a failover loses none of its steps.
-func newMover(cfg config, rdb redis.UniversalClient, keys voucher.Keys, rs *redisconn.Replicas, crash crashHooks, log *slog.Logger) *bucket.Mover {
+// too, so a failover loses none of its steps. paused, when set, hears how
+// long each bucket rebuild kept the voucher's other buckets fenced.
+func newMover(cfg config, rdb redis.UniversalClient, keys voucher.Keys, rs *redisconn.Replicas, crash crashHooks, paused func(time.Duration), log *slog.Logger) *bucket.Mover {
 	return bucket.NewMover(rdb, keys, bucket.Config{
 		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout, Replicas: rs,
 		StaleAfter: cfg.BucketStaleAfter, ApplyWindow: cfg.BucketApplyWindow,
-		LeaseTTL: cfg.RebuildLease, AfterStep: crash.afterStep,
+		LeaseTTL: cfg.RebuildLease, AfterStep: crash.afterStep, Paused: paused,
 	}, log.With("component", "bucket"))
 }
 

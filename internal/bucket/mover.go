@@ -92,6 +92,10 @@ type Config struct {
 	// third of it while the rebuild goes on (default 30s, at least
 	// lease.Min). Fences have no time to live (quiesce.go).
 	LeaseTTL time.Duration
+	// Paused, when set, hears how long each Quiesce kept the voucher's
+	// other buckets fenced (from the first fence set to the last of theirs
+	// lifted): a dry bucket cannot borrow meanwhile.
+	Paused func(time.Duration)
 	// AfterStep, when set, is called after the steps "take" and "apply"
 	// of a Move; true stops the move there, as a crash would (tests).
 	AfterStep func(step string) bool

@@ -115,6 +115,7 @@ func (m *Mover) guard(v int64, b, nb int, value string) voucher.Guard {
 func fenceValue(nb int, token string) string { return strconv.Itoa(nb) + ":" + token }
 
 func (m *Mover) quiesce(ctx context.Context, v int64, nb, lost int, value string) (voucher.Quiet, error) {
+	began := time.Now()
 	if err := m.fenceAll(ctx, v, nb, value); err != nil {
 		return voucher.Quiet{}, err
 	}
@@ -139,6 +140,11 @@ func (m *Mover) quiesce(ctx context.Context, v int64, nb, lost int, value string
 		if err := m.lift(ctx, v, nb, b, value); err != nil {
 			return voucher.Quiet{}, err
 		}
+	}
+	paused := time.Since(began)
+	m.log.Info("bucket rebuild counted the other buckets; they lend again", "voucher", v, "bucket", lost, "paused_ms", paused.Milliseconds())
+	if m.cfg.Paused != nil {
+		m.cfg.Paused(paused)
 	}
 	return q, nil
 }

@@ -156,6 +156,41 @@ func TestQuiesceWaitsApplyWindow(t *testing.T) {
 	}
 }
 
+// TestQuiescePauseReported: a Quiesce reports, once, how long it kept the
+// other buckets fenced: no less than its apply window, and their fences
+// are down when it does; a Quiesce that fails reports nothing.
+func TestQuiescePauseReported(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 5, 5, 5)
+	const window = 300 * time.Millisecond
+	var pauses []time.Duration
+	var fencedAtReport []string
+	m := e.mover(Config{ApplyWindow: window, Paused: func(d time.Duration) {
+		pauses = append(pauses, d)
+		fencedAtReport = []string{e.fenceOf(0), e.fenceOf(1)}
+	}})
+	ctx := context.Background()
+	q, err := m.Quiesce(ctx, e.v, e.nb, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Release(ctx)
+	if len(pauses) != 1 || pauses[0] < window {
+		t.Fatalf("pauses reported %v, want one of at least %s", pauses, window)
+	}
+	if fencedAtReport[0] != "" || fencedAtReport[1] != "" {
+		t.Fatalf("reported while the other buckets were still fenced: %q", fencedAtReport)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := m.Quiesce(cancelled, e.v, e.nb, 2); err == nil {
+		t.Fatal("Quiesce with a cancelled context succeeded")
+	}
+	if len(pauses) != 1 {
+		t.Fatalf("a failed Quiesce reported a pause: %v", pauses)
+	}
+}
+
 // TestStalledQuiesceTakenOver: a rebuild that stalls past its lease is
 // taken over by the next one, which fences every bucket with its own
 // token; the stalled one's Release then lifts nothing of the newer one's

@@ -505,6 +505,20 @@ func TestClusterBucketMasterKilled(t *testing.T) {
 	}
 	t.Logf("failover in %s; the bucket answered again %s after the burst; answers by home bucket %s; checked I1-I7: %s",
 		failover.Round(time.Millisecond), back.Round(time.Millisecond), w.answers(), rep)
+	// The rebuild fenced the other buckets (no lending) for its apply
+	// window (500ms here) and the time to fence, drain and count: bounded
+	// at 3s.
+	const pauseSeries = "seckill_bucket_rebuild_pause_seconds"
+	var rebuilds, within, secs float64
+	for _, in := range []*instance{a, b} {
+		rebuilds += w.counter(in, pauseSeries+"_count")
+		within += w.counter(in, pauseSeries+`_bucket{le="3"}`)
+		secs += w.counter(in, pauseSeries+"_sum")
+	}
+	t.Logf("%.0f bucket rebuilds fenced the other buckets for %.3fs on average", rebuilds, secs/max(rebuilds, 1))
+	if rebuilds == 0 || within != rebuilds {
+		t.Errorf("%.0f bucket rebuilds reported a pause, %.0f of them within 3s: want at least one, each within 3s", rebuilds, within)
+	}
 	// A dead bucket fails fast: its buyers' 503s come within 250ms
 	// (p99), each saying when to retry, and the other buckets' buyers
 	// wait no longer than before the kill (2x, or 100ms on this shared

@@ -106,6 +106,7 @@ type Metrics struct {
 	bucketMoves    map[string]prometheus.Counter
 	bucketUnits    prometheus.Counter
 	bucketOldest   prometheus.Gauge
+	bucketPause    prometheus.Histogram
 	bucketNotReady prometheus.Gauge
 	bucketMu       sync.Mutex
 	bucketSeen     int // bucket_stock series set
@@ -169,6 +170,8 @@ func New() *Metrics {
 	m.bucketMoves = series(m.counterVec("bucket_transfers_total", "Transfers of units between a voucher's buckets this instance closed, by result: applied, or returned to the donor.", "result"), BucketMoveResults)
 	m.bucketUnits = m.counter("bucket_units_moved_total", "Units this instance moved between buckets (applied transfers).")
 	m.bucketOldest = m.gauge("bucket_transfer_oldest_seconds", "Age of the oldest transfer between buckets still open in a journal, as this instance's recovery loop last saw it (0: none).")
+	m.bucketPause = m.histogram("bucket_rebuild_pause_seconds", "How long a bucket's rebuild kept its voucher's other buckets fenced (no units move out of them; a dry bucket's buyers answer busy): from its fences set to the others' lifted.",
+		[]float64{.1, .25, .5, 1, 2, 3, 5, 7.5, 10, 15, 30, 60})
 	m.shardRebuilds = m.counterVec("shard_rebuilds_total", "Shard sale states this instance rebuilt from the database, by shard and reason: missing (Redis lost the data) or master_changed (restart, failover or moved slot).", "shard", "reason")
 	return m
 }
@@ -322,6 +325,10 @@ func (m *Metrics) BucketMoves(applied, returned, units int64) {
 
 // BucketOldest sets the age of the oldest open transfer between buckets.
 func (m *Metrics) BucketOldest(d time.Duration) { m.bucketOldest.Set(d.Seconds()) }
+
+// BucketRebuildPause records how long a bucket's rebuild kept the
+// voucher's other buckets fenced.
+func (m *Metrics) BucketRebuildPause(d time.Duration) { m.bucketPause.Observe(d.Seconds()) }
 
 // Moved counts one move of a written order.
 func (m *Metrics) Moved(move string) { m.pick(m.orderMoves, move).Inc() }
