@@ -663,7 +663,10 @@ func (w *Warmer) buyersAt(ctx context.Context, shard int, voucherID int64) (map[
 func (w *Warmer) Run(ctx context.Context) error {
 	t := time.NewTicker(w.every)
 	defer t.Stop()
-	failing := false
+	// A failure is logged when it starts and whenever its cause changes
+	// (a master down, then a rebuild refused): the last line logged says
+	// why the shards are not warm now, without a line per round.
+	failing := ""
 	for {
 		select {
 		case <-ctx.Done():
@@ -672,12 +675,12 @@ func (w *Warmer) Run(ctx context.Context) error {
 		}
 		_, err := w.Warm(ctx)
 		switch {
-		case err != nil && ctx.Err() == nil && !failing:
+		case err != nil && ctx.Err() == nil && err.Error() != failing:
 			w.log.Warn("warming voucher state failed; retrying", "err", err)
-			failing = true
-		case err == nil && failing:
+			failing = err.Error()
+		case err == nil && failing != "":
 			w.log.Info("warming voucher state works again")
-			failing = false
+			failing = ""
 		}
 	}
 }
