@@ -140,7 +140,7 @@ func withBuckets(ctx context.Context, e *cmdEnv, f func(bucketSite) error) error
 	if err != nil {
 		return err
 	}
-	mover := newMover(e.cfg, rdb, keys, confirmAlone(e.cfg), crashHooks{}, nil, e.log)
+	mover := newMover(e.cfg, rdb, keys, confirmAlone(e.cfg, rdb), crashHooks{}, nil, e.log)
 	return f(bucketSite{rdb: rdb, keys: keys, places: places, v: v, mover: mover})
 }
 

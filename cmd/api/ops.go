@@ -32,7 +32,7 @@ func opsClients(ctx context.Context, cfg config, log *slog.Logger) (*order.DeadL
 	vstore := voucher.NewStore(db)
 	warmer := voucher.NewWarmer(vstore, voucher.NewState(rdb, keys), order.NewStore(db), keys, cfg.Warm, log)
 	warmer.LeaseTTL(cfg.RebuildLease)
-	replicas := confirmAlone(cfg)
+	replicas := confirmAlone(cfg, rdb)
 	mover := newMover(cfg, rdb, keys, replicas, crashHooks{}, nil, log)
 	// Reconcile counts the units of moves under way through the mover.
 	warmer.Quiesce(mover)

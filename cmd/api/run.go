@@ -240,7 +240,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 	m.WatchRedisPool(rdb.PoolStats)
 	// A master with no replica confirms purchases and transfers alone
 	// (redisconn.Replicas), counted for SeckillMasterWithoutReplica.
-	replicas := confirmAlone(cfg)
+	replicas := confirmAlone(cfg, rdb)
 	m.WatchAloneWrites(replicas.AloneWrites)
 	if sqlDB, err := db.DB(); err == nil {
 		m.WatchDB(sqlDB)
@@ -285,11 +285,11 @@ func saleKeys(cfg config, rdb redis.UniversalClient) voucher.Keys {
 
 // confirmAlone is the replica-less policy of SECKILL_REDIS_CONFIRM_ALONE:
 // nil (WAIT alone decides) when off.
-func confirmAlone(cfg config) *redisconn.Replicas {
+func confirmAlone(cfg config, rdb redis.UniversalClient) *redisconn.Replicas {
 	if cfg.ConfirmAlone != "on" {
 		return nil
 	}
-	return redisconn.NewReplicas()
+	return redisconn.NewReplicas(redisconn.ClusterPeers(rdb))
 }
 
 // newReserver is the one Reserver of an instance: with

@@ -3,6 +3,7 @@ package redisconn
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,34 +20,80 @@ import (
 // writes (AloneWrites) for a metric and an alert, and an operator attaches
 // a replica.
 //
-// "No replica" is what the cluster says: CLUSTER REPLICAS of the master
-// lists none. A replica that is down or disconnected but known still
-// counts (it could be promoted), and then WAIT decides. On one server (no
+// "No replica" is what the cluster agrees on, not the master's own view:
+// the master's CLUSTER REPLICAS lists none, and a majority of the
+// masters (it among them) see it as a master that serves slots, is not
+// failing, and has no node replicating it (CLUSTER NODES of each other
+// master, a vote). A node with a stale view of itself (an old master
+// back from a restart, serving its former slots until it hears it was
+// replaced) is a replica or slotless to the others: it never confirms
+// alone. A replica that is down or disconnected but known still counts
+// (it could be promoted), and then WAIT decides. On one server (no
 // cluster) a replica may be promoted by something the server does not
 // know of (Sentinel), so WAIT always decides there.
 //
 // A master found alone is asked CLUSTER REPLICAS of its node id again on
 // each write (one round trip, as WAIT would be), without WAIT (which would
-// wait its whole timeout for replicas that do not exist); once it lists a
-// replica, or no longer knows that id (another node at its address), WAIT
-// is asked again. A master not seen alone for a second is forgotten.
+// wait its whole timeout for replicas that do not exist), and the vote is
+// held again once a second; once it lists a replica, no longer knows that
+// id (another node at its address), or loses the vote, WAIT is asked
+// again. A master not seen alone for a second is forgotten.
 type Replicas struct {
+	peers Peers
 	mu    sync.Mutex
 	alone map[string]lone // master address -> the node found alone there
 	count atomic.Int64
 }
 
-// lone is a master found with no replica: its node id, and when.
+// lone is a master found with no replica: its node id, when a write was
+// last confirmed by it alone, and when the vote agreed.
 type lone struct {
-	id string
-	at time.Time
+	id        string
+	at, voted time.Time
 }
 
-// aloneFor is how long a master found with no replica is remembered.
+// aloneFor is how long a master found with no replica is remembered, and
+// how long a vote holds.
 const aloneFor = time.Second
 
-// NewReplicas returns a Replicas with no master known alone.
-func NewReplicas() *Replicas { return &Replicas{alone: map[string]lone{}} }
+// Peers reads the cluster as the masters other than the one at addr see
+// it (CLUSTER NODES of each; one that does not answer is left out), and
+// counts the masters, that one included.
+type Peers func(ctx context.Context, addr string) (views []string, masters int)
+
+// ClusterPeers asks the masters of rdb's slot map; nil (no vote, so no
+// master is ever taken for alone) when rdb is not a cluster client.
+func ClusterPeers(rdb redis.UniversalClient) Peers {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context, addr string) ([]string, int) {
+		var (
+			mu     sync.Mutex
+			views  []string
+			others int
+		)
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			if c.Options().Addr == addr {
+				return nil
+			}
+			v, err := c.ClusterNodes(ctx).Result()
+			mu.Lock()
+			defer mu.Unlock()
+			others++
+			if err == nil {
+				views = append(views, v)
+			}
+			return nil
+		})
+		return views, others + 1
+	}
+}
+
+// NewReplicas returns a Replicas with no master known alone, whose votes
+// ask peers.
+func NewReplicas(peers Peers) *Replicas { return &Replicas{peers: peers, alone: map[string]lone{}} }
 
 // Confirmation is how a write stands after Confirm.
 type Confirmation struct {
@@ -62,9 +109,14 @@ func (c Confirmation) OK(want int) bool { return c.Alone || c.Acked >= int64(wan
 // master alone when the cluster lists no replica of it. A nil Replicas
 // only sends WAIT.
 func (r *Replicas) Confirm(ctx context.Context, conn *redis.Conn, addr string, want int, timeout time.Duration) (Confirmation, error) {
-	if id, ok := r.knownAlone(addr); ok {
-		if rs, err := conn.Do(ctx, "cluster", "replicas", id).Slice(); err == nil && len(rs) == 0 {
-			return r.confirmAlone(addr, id, 0), nil
+	if l, ok := r.knownAlone(addr); ok {
+		rs, err := conn.Do(ctx, "cluster", "replicas", l.id).Slice()
+		voted := l.voted
+		if err == nil && len(rs) == 0 && time.Since(voted) >= aloneFor && r.agreed(ctx, addr, l.id) {
+			voted = time.Now()
+		}
+		if err == nil && len(rs) == 0 && time.Since(voted) < aloneFor {
+			return r.confirmAlone(addr, l.id, 0, voted), nil
 		}
 		r.forget(addr)
 	}
@@ -73,10 +125,58 @@ func (r *Replicas) Confirm(ctx context.Context, conn *redis.Conn, addr string, w
 		return Confirmation{Acked: n}, err
 	}
 	id, replicas, err := clusterReplicas(ctx, conn)
-	if err != nil || id == "" || replicas > 0 {
+	if err != nil || id == "" || replicas > 0 || !r.agreed(ctx, addr, id) {
 		return Confirmation{Acked: n}, nil // short, as WAIT said
 	}
-	return r.confirmAlone(addr, id, n), nil
+	return r.confirmAlone(addr, id, n, time.Now()), nil
+}
+
+// agreed holds the vote: whether a majority of the masters, the one at
+// addr (node id) among them, see that node as a master with slots, not
+// failing, that no node replicates.
+func (r *Replicas) agreed(ctx context.Context, addr, id string) bool {
+	if r.peers == nil {
+		return false
+	}
+	views, masters := r.peers(ctx, addr)
+	return Agreed(id, views, masters)
+}
+
+// Agreed counts the votes that node id has no replica: its own (it asked
+// CLUSTER REPLICAS of itself) and each view (a CLUSTER NODES answer of
+// another master) in which it is a master serving slots, not failing. It
+// reports whether they are a majority of masters and no view names a
+// replica of it (one that any master knows of could be promoted).
+func Agreed(id string, views []string, masters int) bool {
+	votes := 1
+	for _, v := range views {
+		alone, replicated := seesAlone(v, id)
+		if replicated {
+			return false
+		}
+		if alone {
+			votes++
+		}
+	}
+	return votes > masters/2
+}
+
+// seesAlone reads one CLUSTER NODES answer: "<id> <addr> <flags>
+// <master id> <ping> <pong> <epoch> <link> [slot ...]" per node.
+func seesAlone(view, id string) (alone, replicated bool) {
+	for line := range strings.Lines(view) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) < 8:
+		case f[3] == id:
+			return false, true // a replica of it, connected or not
+		case f[0] == id:
+			flags := "," + f[2] + ","
+			alone = strings.Contains(flags, ",master,") && !strings.Contains(flags, "fail") &&
+				!strings.Contains(flags, "noaddr") && len(f) > 8
+		}
+	}
+	return alone, false
 }
 
 // AloneWrites counts the writes confirmed by a master alone (0 for a nil
@@ -88,28 +188,28 @@ func (r *Replicas) AloneWrites() int64 {
 	return r.count.Load()
 }
 
-func (r *Replicas) confirmAlone(addr, id string, acked int64) Confirmation {
+func (r *Replicas) confirmAlone(addr, id string, acked int64, voted time.Time) Confirmation {
 	r.mu.Lock()
-	r.alone[addr] = lone{id: id, at: time.Now()}
+	r.alone[addr] = lone{id: id, at: time.Now(), voted: voted}
 	r.mu.Unlock()
 	r.count.Add(1)
 	return Confirmation{Acked: acked, Alone: true}
 }
 
-// knownAlone is the node id of the master at addr when it was found alone
-// within aloneFor (never for a nil Replicas).
-func (r *Replicas) knownAlone(addr string) (string, bool) {
+// knownAlone is the master at addr when it was found alone within
+// aloneFor (never for a nil Replicas).
+func (r *Replicas) knownAlone(addr string) (lone, bool) {
 	if r == nil {
-		return "", false
+		return lone{}, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	l, ok := r.alone[addr]
 	if ok && time.Since(l.at) >= aloneFor {
 		delete(r.alone, addr)
-		return "", false
+		return lone{}, false
 	}
-	return l.id, ok
+	return l, ok
 }
 
 func (r *Replicas) forget(addr string) {

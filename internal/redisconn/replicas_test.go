@@ -38,7 +38,8 @@ func calls(t *testing.T, c *redis.Client, cmd string) string {
 func TestConfirmAloneMaster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rs := redisconn.NewReplicas()
+	lone := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: -1})
+	rs := redisconn.NewReplicas(redisconn.ClusterPeers(lone.Client(t)))
 	confirm := func(c *redis.Client, addr string) redisconn.Confirmation {
 		t.Helper()
 		conn := c.Conn()
@@ -53,7 +54,6 @@ func TestConfirmAloneMaster(t *testing.T) {
 		return conf
 	}
 
-	lone := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: -1})
 	m := lone.MasterOf(t, "k")
 	mc := m.Client(t)
 	if conf := confirm(mc, m.Addr); !conf.Alone || !conf.OK(1) {
@@ -142,5 +142,52 @@ func TestReplicaCountsRemembered(t *testing.T) {
 	count()
 	if got := calls(t, c, "role"); got != "calls=2" {
 		t.Errorf("ROLE %s a second later, want calls=2", got)
+	}
+}
+
+// TestAgreedAlone: the vote that a master has no replica, on CLUSTER NODES
+// answers as the other masters give them. r1 is a replica promoted after
+// its master o1 died; m0 and m2 are the other masters.
+func TestAgreedAlone(t *testing.T) {
+	t.Parallel()
+	const (
+		m0       = "m0 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n"
+		m2       = "m2 127.0.0.1:7002@17002 master - 0 0 3 connected 10923-16383\n"
+		r1       = "r1 127.0.0.1:7004@17004 master - 0 0 7 connected 5461-10922\n"
+		o1Dead   = "o1 127.0.0.1:7001@17001 master,fail - 0 0 2 disconnected\n"
+		o1Back   = "o1 127.0.0.1:7001@17001 slave r1 0 0 7 connected\n"
+		r1Pfail  = "r1 127.0.0.1:7004@17004 master,fail? - 0 0 7 connected 5461-10922\n"
+		r1Fail   = "r1 127.0.0.1:7004@17004 master,fail - 0 0 7 disconnected 5461-10922\n"
+		r1Bare   = "r1 127.0.0.1:7004@17004 master - 0 0 7 connected\n"
+		r1AsRepl = "r1 127.0.0.1:7004@17004 slave o1 0 0 2 connected\n"
+		deadRepl = "x1 127.0.0.1:7005@17005 slave,fail r1 0 0 7 disconnected\n"
+	)
+	alone := m0 + m2 + r1 + o1Dead
+	for _, c := range []struct {
+		name    string
+		id      string
+		views   []string
+		masters int
+		want    bool
+	}{
+		{"both other masters see it alone", "r1", []string{alone, alone}, 3, true},
+		{"one of two other masters answers", "r1", []string{alone}, 3, true},
+		{"no other master answers", "r1", nil, 3, false},
+		{"its old master came back as its replica", "r1", []string{m0 + m2 + r1 + o1Back, alone}, 3, false},
+		{"a replica of it that is down still counts", "r1", []string{alone + deadRepl, alone + deadRepl}, 3, false},
+		{"suspected failing", "r1", []string{m0 + m2 + r1Pfail + o1Dead, m0 + m2 + r1Pfail + o1Dead}, 3, false},
+		{"failed", "r1", []string{m0 + m2 + r1Fail + o1Dead, m0 + m2 + r1Fail + o1Dead}, 3, false},
+		{"serves no slot", "r1", []string{m0 + m2 + r1Bare + o1Dead, m0 + m2 + r1Bare + o1Dead}, 3, false},
+		{"the others do not know it", "r1", []string{m0 + m2 + o1Dead, m0 + m2 + o1Dead}, 3, false},
+		{"a stale old master: a replica to the others", "o1", []string{m0 + m2 + r1 + o1Back, m0 + m2 + r1 + o1Back}, 3, false},
+		{"a stale old master: failed and slotless to the others", "o1", []string{alone, alone}, 3, false},
+		{"a stale view of r1 as a replica", "r1", []string{m0 + m2 + r1AsRepl, m0 + m2 + r1AsRepl}, 3, false},
+		{"one vote of four others is no majority of five", "r1", []string{alone, m0 + m2 + o1Dead, m0 + m2 + o1Dead, m0 + m2 + o1Dead}, 5, false},
+		{"two votes of four others are a majority of five", "r1", []string{alone, alone, m0 + m2 + o1Dead, m0 + m2 + o1Dead}, 5, true},
+		{"a cluster of one master", "r1", nil, 1, true},
+	} {
+		if got := redisconn.Agreed(c.id, c.views, c.masters); got != c.want {
+			t.Errorf("%s: Agreed(%s) = %v, want %v", c.name, c.id, got, c.want)
+		}
 	}
 }
