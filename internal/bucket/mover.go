@@ -80,9 +80,11 @@ type Config struct {
 	// units of a bucket whose replica took over move again.
 	Replicas *redisconn.Replicas
 	// StaleAfter is how old a journaled move must be before the
-	// Recoverer finishes it (default 15s): a live mover finishes sooner.
+	// Recoverer finishes it (default 3s): a live mover finishes in
+	// milliseconds.
 	StaleAfter time.Duration
-	// ApplyWindow is how old a take may be when it is applied (default 5s).
+	// ApplyWindow is how old a take may be when it is applied (default
+	// 2s); a rebuild waits it out with the voucher's buckets fenced.
 	ApplyWindow time.Duration
 	// BorrowMax bounds the units one Borrow moves (default 256).
 	BorrowMax int
@@ -103,8 +105,8 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, 100*time.Millisecond)
-	c.StaleAfter = cmp.Or(c.StaleAfter, 15*time.Second)
-	c.ApplyWindow = cmp.Or(c.ApplyWindow, 5*time.Second)
+	c.StaleAfter = cmp.Or(c.StaleAfter, 3*time.Second)
+	c.ApplyWindow = cmp.Or(c.ApplyWindow, 2*time.Second)
 	c.BorrowMax = cmp.Or(c.BorrowMax, 256)
 	c.MarkTTL = cmp.Or(c.MarkTTL, time.Hour)
 	c.LeaseTTL = max(cmp.Or(c.LeaseTTL, 30*time.Second), lease.Min)
