@@ -11,6 +11,8 @@ COPY cmd ./cmd
 COPY internal ./internal
 COPY lua ./lua
 COPY sql ./sql
+# The API description, embedded in the binary (docs/docs.go); not the guides beside it.
+COPY docs/docs.go docs/openapi.yaml ./docs/
 RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags="-s -w" -o /out/api ./cmd/api
 
 # Alpine rather than scratch for busybox wget, which the health checks use.

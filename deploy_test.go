@@ -7,6 +7,9 @@ package seckill
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -213,6 +216,95 @@ func TestDockerfile(t *testing.T) {
 	}
 	if u := users[len(users)-1][1]; u == "root" || u == "0" || strings.HasPrefix(u, "0:") {
 		t.Errorf("Dockerfile runs as %s", u)
+	}
+}
+
+// TestDockerfileCopiesTheBuild: the build stage copies every file the
+// binary is built from: each Go file and each embedded file (openapi.yaml,
+// the Lua scripts, the migrations, the web assets) of every package of
+// this module that ./cmd/api needs, as go list reports them for the
+// Dockerfile's GOOS and CGO_ENABLED, and go.mod and go.sum. A package
+// whose directory is not copied fails the image's build, and no Docker
+// engine is needed to see it.
+func TestDockerfileCopiesTheBuild(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copied []string // sources the build stage copies, relative to the context
+	stages := 0
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "FROM":
+			stages++
+		case "COPY":
+			if stages != 1 {
+				continue
+			}
+			var args []string
+			for _, a := range f[1:] {
+				if strings.HasPrefix(a, "--from") {
+					args = nil
+					break
+				}
+				if !strings.HasPrefix(a, "--") {
+					args = append(args, a)
+				}
+			}
+			if len(args) >= 2 {
+				for _, src := range args[:len(args)-1] {
+					copied = append(copied, path.Clean(src))
+				}
+			}
+		}
+	}
+	if len(copied) == 0 {
+		t.Fatal("the Dockerfile's build stage copies nothing")
+	}
+	isCopied := func(file string) bool {
+		for _, c := range copied {
+			if c == "." || file == c || strings.HasPrefix(file, c+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "list", "-deps", "-f",
+		`{{if and .Module (eq .Module.Path "seckill")}}{{range .GoFiles}}{{$.Dir}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$.Dir}}/{{.}}{{"\n"}}{{end}}{{end}}`,
+		"./cmd/api")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	files := []string{"go.mod", "go.sum"}
+	embeds := 0
+	for line := range strings.Lines(string(out)) {
+		rel, err := filepath.Rel(root, strings.TrimSpace(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(rel, ".go") {
+			embeds++
+		}
+		files = append(files, filepath.ToSlash(rel))
+	}
+	if embeds == 0 || len(files) < 20 {
+		t.Fatalf("go list named %d files, %d embedded: is it read?", len(files), embeds)
+	}
+	for _, f := range files {
+		if !isCopied(f) {
+			t.Errorf("the Dockerfile's build stage does not copy %s, which the binary is built from", f)
+		}
 	}
 }
 
