@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,25 +31,7 @@ const (
 	group  = "order-writers" // the service's consumer group
 )
 
-// binary is the service binary, built once by TestMain.
-var binary string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "seckill-fault-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "api")
-	build := exec.Command("go", "build", "-o", binary, "seckill/cmd/api")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build service:", err)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	testenv.Main(m)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // cluster is one scenario's world: its own Redis and MariaDB, the
 // instances it started, and the sale it ran.
@@ -129,7 +110,7 @@ func (c *cluster) start(name string, extra map[string]string) *instance {
 		env = append(env, k+"="+v)
 	}
 	out := &testenv.Buffer{}
-	cmd := exec.Command(binary)
+	cmd := exec.Command(testenv.Binary(c.t, "seckill/cmd/api"))
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
