@@ -76,14 +76,14 @@ func TestAlertRulesPromtool(t *testing.T) {
 
 // TestAlertRules: every alert uses only metrics and labels the service
 // exports, says how bad it is and what it means, has a promtool test that
-// sees it fire, and has a runbook line in the README.
+// sees it fire, and has a runbook row in docs/operating.md.
 func TestAlertRules(t *testing.T) {
 	series := exported(t)
 	tests, err := os.ReadFile(alertTestsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../README.md")
+	runbooks, err := os.ReadFile("../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +113,8 @@ func TestAlertRules(t *testing.T) {
 				t.Errorf("%s: no test in %s expects it quiet on a healthy sale", r.Alert, alertTestsPath)
 			}
 			runbook := regexp.MustCompile("(?m)^\\| `" + r.Alert + "` \\|")
-			if !runbook.Match(readme) {
-				t.Errorf("%s has no runbook row in README.md (| `%s` | ... |)", r.Alert, r.Alert)
+			if !runbook.Match(runbooks) {
+				t.Errorf("%s has no runbook row in docs/operating.md (| `%s` | ... |)", r.Alert, r.Alert)
 			}
 		}
 	}

@@ -202,7 +202,7 @@ func (c *command) help(w io.Writer, fs *flag.FlagSet) {
 		_ = tw.Flush()
 	}
 	if c.name == "serve" {
-		fmt.Fprintln(w, "\nsettings, from the environment (README.md, section Settings):")
+		fmt.Fprintln(w, "\nsettings, from the environment (docs/operating.md, section Settings):")
 		printSettings(w)
 	}
 }
@@ -302,8 +302,8 @@ func isRequired(f *flag.Flag) bool {
 	return ok
 }
 
-// flagDefault is how --help and the README's settings table state a
-// flag's default: "default 50", or "required".
+// flagDefault is how --help and the settings table of docs/operating.md
+// state a flag's default: "default 50", or "required".
 func flagDefault(f *flag.Flag) string {
 	if isRequired(f) {
 		return "required"

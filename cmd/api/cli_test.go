@@ -97,7 +97,7 @@ func hostileEnv(t *testing.T) (env map[string]string, redisTap, mysqlTap *tap, d
 // TestCLIHelpTouchesNothing: every command answers --help and -h with its
 // usage on stdout and exits 0, without reading the settings, connecting
 // to Redis or the database, binding a listener or making the data dir;
-// its flags are written --name, as the README writes them; serve's lists
+// its flags are written --name, as the guides write them; serve's lists
 // every setting of the table.
 func TestCLIHelpTouchesNothing(t *testing.T) {
 	t.Parallel()
@@ -161,7 +161,8 @@ func TestCLIRefusesUnknownArguments(t *testing.T) {
 
 // TestCLITokenNeedsUser: "api token" without --user is a usage error
 // naming the flag (no token for a user 0 that minting refuses anyway),
-// and --help says the flag is required, as the README's table does.
+// and --help says the flag is required, as the settings table of
+// docs/operating.md does.
 func TestCLITokenNeedsUser(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"SECKILL_TOKEN_SECRET": testSecret, "SECKILL_DATA_DIR": filepath.Join(t.TempDir(), "never-made")}
@@ -172,8 +173,8 @@ func TestCLITokenNeedsUser(t *testing.T) {
 	if _, stdout, _ := cliRun(nil, "token", "--help"); !regexp.MustCompile(`--user ID .*\(required\)`).MatchString(stdout) {
 		t.Errorf("api token --help does not say --user is required:\n%s", stdout)
 	}
-	if cell := readmeSettings(t)["api token --user"]; strings.TrimSpace(cell) != "(required)" {
-		t.Errorf("README.md's settings table gives api token --user the default %q, want (required)", cell)
+	if cell := docSettings(t)["api token --user"]; strings.TrimSpace(cell) != "(required)" {
+		t.Errorf("docs/operating.md's settings table gives api token --user the default %q, want (required)", cell)
 	}
 	if err, stdout, _ := cliRun(env, "token", "--user", "42"); err != nil || strings.Count(stdout, ".") != 2 {
 		t.Errorf("api token --user 42: err %v, stdout %q; want a token", err, stdout)

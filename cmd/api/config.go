@@ -14,7 +14,7 @@ import (
 )
 
 // config is every setting of the service, read from the environment. The
-// README's settings table lists the same names.
+// settings table of docs/operating.md lists the same names.
 type config struct {
 	Addr     string // SECKILL_ADDR
 	RedisURL string // SECKILL_REDIS_URL; empty: embedded Redis

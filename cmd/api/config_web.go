@@ -11,7 +11,8 @@ import (
 )
 
 // webConfig holds the settings of the browser-facing features: login,
-// the web page and rate limits. The README's settings table lists them.
+// the web page and rate limits. The settings table of docs/operating.md
+// lists them.
 type webConfig struct {
 	Page bool // SECKILL_WEB: serve the shop page at /
 

@@ -1,5 +1,5 @@
 // Command api is the seckill service: the HTTP API and the order worker in
-// one binary. See README.md for its settings and subcommands.
+// one binary. See docs/operating.md for its settings and subcommands.
 package main
 
 import (

@@ -16,11 +16,11 @@ import (
 // setting is one row of the settings table: a variable of the environment,
 // its default, the typed field of config it fills (which parses and checks
 // the text) and one line of doc. Loading walks the table, "api serve
-// --help" prints it, the start-up line logs it, and TestReadmeSettings
-// holds README.md's table against it.
+// --help" prints it, the start-up line logs it, and TestSettingsDoc holds
+// the table of docs/operating.md against it.
 type setting struct {
 	name string
-	// def is the default, as written in the README; "" for none.
+	// def is the default, as the documented table writes it; "" for none.
 	def string
 	// withDSN, when set, is the default once SECKILL_MYSQL_DSN names a
 	// database server (def is the embedded mode's).
@@ -51,7 +51,8 @@ func (s setting) defaultFor(server bool) string {
 	return s.def
 }
 
-// defaultCell is the default as README.md's settings table writes it.
+// defaultCell is the default as the settings table of docs/operating.md
+// writes it.
 func (s setting) defaultCell() string {
 	switch {
 	case s.withDSN != "":
@@ -64,7 +65,8 @@ func (s setting) defaultCell() string {
 	return "(none)"
 }
 
-// settings is the whole table, in the order --help and the README list it.
+// settings is the whole table, in the order --help and docs/operating.md
+// list it.
 func settings() []setting {
 	return slices.Concat(coreSettings, paySettings, webSettings)
 }

@@ -21,17 +21,20 @@ var (
 	backticked  = regexp.MustCompile("^`([^`]*)`")
 )
 
-// readmeSettings reads the settings table of README.md: setting or flag ->
-// its default cell.
-func readmeSettings(t testing.TB) map[string]string {
+// settingsDoc is the guide that holds the settings table, from cmd/api.
+const settingsDoc = "../../docs/operating.md"
+
+// docSettings reads the settings table of docs/operating.md (its Settings
+// section): setting or flag -> its default cell.
+func docSettings(t testing.TB) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile(settingsDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(b), "\n## Settings\n")
 	if !ok {
-		t.Fatal("README.md has no Settings section")
+		t.Fatal("docs/operating.md has no Settings section")
 	}
 	if i := strings.Index(section, "\n## "); i >= 0 {
 		section = section[:i]
@@ -43,15 +46,15 @@ func readmeSettings(t testing.TB) map[string]string {
 			continue
 		}
 		if _, dup := rows[m[1]]; dup {
-			t.Errorf("README.md lists %s twice", m[1])
+			t.Errorf("docs/operating.md lists %s twice", m[1])
 		}
 		if strings.TrimSpace(m[3]) == "" {
-			t.Errorf("README.md: %s has no meaning", m[1])
+			t.Errorf("docs/operating.md: %s has no meaning", m[1])
 		}
 		rows[m[1]] = m[2]
 	}
 	if len(rows) == 0 {
-		t.Fatal("no rows found in README.md's settings table")
+		t.Fatal("no rows found in the settings table of docs/operating.md")
 	}
 	return rows
 }
@@ -86,7 +89,7 @@ func codeSettings(t testing.TB) (env []string) {
 }
 
 // commandFlags is every flag of the commands table, as "api <command>
-// --<flag>", with its default as the README's table writes it: `50`, or
+// --<flag>", with its default as the documented table writes it: `50`, or
 // (required) for a flag without one.
 func commandFlags() map[string]string {
 	out := map[string]string{}
@@ -104,17 +107,17 @@ func commandFlags() map[string]string {
 	return out
 }
 
-// TestReadmeSettings: README.md's settings table has a row for each row of
-// the code's settings table (settings()) and each flag of its commands
-// table, and nothing else, each with the code's default as the table
+// TestSettingsDoc: the settings table of docs/operating.md has a row for
+// each row of the code's settings table (settings()) and each flag of its
+// commands table, and nothing else, each with the code's default as the table
 // writes it; every SECKILL_* name the code spells is a row of the table
 // (nothing reads the environment around it); and every default in
 // backticks is the one loading takes: setting it explicitly changes
 // nothing, except that a listen address given by name must bind
 // (AddrGiven, AdminAddrGiven).
-func TestReadmeSettings(t *testing.T) {
+func TestSettingsDoc(t *testing.T) {
 	t.Parallel()
-	rows := readmeSettings(t)
+	rows := docSettings(t)
 	table := map[string]string{}
 	for _, s := range settings() {
 		if _, dup := table[s.name]; dup {
@@ -132,14 +135,14 @@ func TestReadmeSettings(t *testing.T) {
 		cell, ok := rows[name]
 		switch {
 		case !ok:
-			t.Errorf("README.md's settings table lacks %s (default %s)", name, def)
+			t.Errorf("docs/operating.md's settings table lacks %s (default %s)", name, def)
 		case strings.TrimSpace(cell) != def:
-			t.Errorf("README.md: %s defaults to %s, the code's table to %s", name, strings.TrimSpace(cell), def)
+			t.Errorf("docs/operating.md: %s defaults to %s, the code's table to %s", name, strings.TrimSpace(cell), def)
 		}
 	}
 	for name := range rows {
 		if _, ok := table[name]; !ok {
-			t.Errorf("README.md lists %s, which the code's tables do not have", name)
+			t.Errorf("docs/operating.md lists %s, which the code's tables do not have", name)
 		}
 	}
 	for _, name := range codeSettings(t) {
@@ -164,12 +167,12 @@ func TestReadmeSettings(t *testing.T) {
 			return ""
 		})
 		if err != nil {
-			t.Errorf("README.md's default of %s, %q, is refused: %v", s.name, m[1], err)
+			t.Errorf("docs/operating.md's default of %s, %q, is refused: %v", s.name, m[1], err)
 			continue
 		}
 		got.AddrGiven, got.AdminAddrGiven = false, false
 		if !reflect.DeepEqual(got, base) {
-			t.Errorf("README.md: %s=%q is not the default: setting it changes the configuration", s.name, m[1])
+			t.Errorf("docs/operating.md: %s=%q is not the default: setting it changes the configuration", s.name, m[1])
 		}
 	}
 }
