@@ -49,6 +49,8 @@ var (
 	releaseLeaseSrc string
 	//go:embed renew_lease.lua
 	renewLeaseSrc string
+	//go:embed draw_enter.lua
+	drawEnterSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -118,3 +120,6 @@ func ReleaseLease() *redis.Script { return redis.NewScript(releaseLeaseSrc) }
 
 // RenewLease extends a lease if it still holds a token.
 func RenewLease() *redis.Script { return redis.NewScript(renewLeaseSrc) }
+
+// DrawEnter enters a buyer into a fair voucher's opening draw, once.
+func DrawEnter() *redis.Script { return redis.NewScript(drawEnterSrc) }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"seckill/internal/draw"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
@@ -83,6 +84,7 @@ func addRoutes(r *gin.Engine, d deps) {
 	// The sale is public, so the page shows it before a login.
 	r.GET("/api/v1/vouchers", d.vouchers.List)
 	r.GET("/api/v1/vouchers/:id", d.vouchers.Show)
+	r.GET("/api/v1/vouchers/:id/draw", draw.Show(d.db, d.log))
 
 	// The address limit runs before the token is checked, so a flood costs
 	// no signature checks; the user limit needs the token's user.

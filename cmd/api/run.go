@@ -22,6 +22,7 @@ import (
 
 	"seckill/internal/auth"
 	"seckill/internal/bucket"
+	"seckill/internal/draw"
 	"seckill/internal/idgen"
 	"seckill/internal/metrics"
 	"seckill/internal/mq"
@@ -420,6 +421,10 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	s.background = append([]runner{ids}, s.background...)
 	vouchers := voucher.NewHTTP(c.vstore, c.vstate, c.reserver, ids, c.log)
 	vouchers.Observe(c.m)
+	// Fair vouchers open with a draw: entries until the close, then one
+	// instance buys them in the draw's order.
+	vouchers.Draw(draw.NewRouter(c.vstore, c.rdb, c.keys))
+	s.background = append(s.background, draw.NewDrawer(c.db, c.rdb, c.keys, c.reserver, draw.DrawerConfig{}, c.log.With("component", "draw")))
 	if cfg.Pay.Provider == "off" {
 		vouchers.RefusePriced("set SECKILL_PAY_PROVIDER=webhook (with SECKILL_PAY_GATEWAY_URL and SECKILL_PAY_WEBHOOK_SECRET) to take payments")
 	}

@@ -2,6 +2,9 @@ package voucher
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,7 +72,31 @@ type HTTP struct {
 	// unpayable, when set, refuses priced vouchers: it says how to turn
 	// payments on.
 	unpayable string
+	draws     Draws
 }
+
+// Draws routes the purchases of vouchers that open with a draw (package
+// draw).
+type Draws interface {
+	// Enter enters the buyer into voucher id's draw with ticket when the
+	// draw takes entries now, or answers with the ticket the buyer holds;
+	// handled is false when the voucher has no draw, or its draw is done:
+	// buy as in any sale.
+	Enter(ctx context.Context, voucherID, userID, ticket int64) (e DrawEntry, handled bool, err error)
+}
+
+// DrawEntry is a buyer's place in a draw: its ticket (a winner's order
+// id) and when the draw closes; Closed when the draw no longer takes
+// entries and is not done yet (the buyer holds none).
+type DrawEntry struct {
+	Ticket   int64
+	ClosesAt time.Time
+	Closed   bool
+}
+
+// Draw routes purchases of fair vouchers through d; call it before
+// serving.
+func (h *HTTP) Draw(d Draws) { h.draws = d }
 
 // NewHTTP returns the voucher handlers.
 func NewHTTP(store *Store, state *State, reserver *Reserver, ids IDSource, log *slog.Logger) *HTTP {
@@ -115,13 +142,59 @@ type View struct {
 	// Buckets is how many Redis buckets hold the voucher's stock: what
 	// "api buckets" lists and the creation asked for.
 	Buckets int `json:"buckets"`
+	// Draw is set for a voucher that opens with a draw.
+	Draw *DrawView `json:"draw,omitempty"`
+}
+
+// DrawView is a fair opening as the API shows it: the commitment from the
+// start, the secret once the draw is done.
+type DrawView struct {
+	FairWindowMs int64     `json:"fair_window_ms"`
+	ClosesAt     time.Time `json:"closes_at"`
+	// Commitment is the SHA-256 of the secret, in hex.
+	Commitment string `json:"commitment"`
+	// Status is open (taking entries), drawing (closed, being drawn) or
+	// done.
+	Status string     `json:"status"`
+	Secret string     `json:"secret,omitempty"`
+	DoneAt *time.Time `json:"done_at,omitempty"`
+}
+
+// NewDrawSecret is a fair voucher's secret: 32 random bytes, in hex.
+func NewDrawSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// DrawCommitment is the published commitment to a draw's secret.
+func DrawCommitment(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// DrawOf is voucher v's draw as the API shows it, nil when it has none.
+func DrawOf(v Voucher, now time.Time) *DrawView {
+	if !v.Fair() {
+		return nil
+	}
+	d := &DrawView{FairWindowMs: v.FairWindowMs, ClosesAt: v.DrawClose().UTC(), Commitment: DrawCommitment(v.DrawSecret), Status: "open"}
+	switch {
+	case v.DrawDoneAt != nil:
+		d.Status, d.Secret, d.DoneAt = "done", v.DrawSecret, v.DrawDoneAt
+	case !now.Before(v.DrawClose()):
+		d.Status = "drawing"
+	}
+	return d
 }
 
 func view(v Voucher, live map[int64]int64, now time.Time) View {
 	out := View{
 		ID: v.ID, Title: v.Title, FaceValue: v.FaceValue, Price: v.Price, TotalStock: v.TotalStock,
 		Stock: int64(v.Stock), BeginAt: v.BeginAt.UTC(), EndAt: v.EndAt.UTC(), Status: "on_sale",
-		Buckets: v.BucketCount(),
+		Buckets: v.BucketCount(), Draw: DrawOf(v, now),
 	}
 	if n, ok := live[v.ID]; ok {
 		out.Stock, out.StockLive = max(n, 0), true
@@ -144,6 +217,8 @@ type createRequest struct {
 	EndAt     *time.Time `json:"end_at"`
 	// Buckets is a JSON integer or the string "auto"; absent or null: 1.
 	Buckets json.RawMessage `json:"buckets"`
+	// FairWindowMs, above 0, opens the sale with a draw (package draw).
+	FairWindowMs int64 `json:"fair_window_ms"`
 }
 
 // buckets is the bucket count the request asks for: 1 when it names none,
@@ -189,7 +264,7 @@ func (r createRequest) voucher(now time.Time, buckets, shards int) (Voucher, str
 	v := Voucher{
 		Title: strings.TrimSpace(r.Title), FaceValue: *r.FaceValue, Price: r.Price, TotalStock: *r.Stock,
 		BeginAt: r.BeginAt.Truncate(time.Millisecond).UTC(), EndAt: r.EndAt.Truncate(time.Millisecond).UTC(),
-		Buckets: buckets,
+		Buckets: buckets, FairWindowMs: r.FairWindowMs,
 	}
 	return v, v.check(now, shards)
 }
@@ -217,6 +292,8 @@ func (v Voucher) check(now time.Time, shards int) string {
 		return "begin_at must be before end_at (times are kept to the millisecond)"
 	case !v.EndAt.After(now):
 		return "end_at must be in the future"
+	case v.FairWindowMs < 0 || !v.DrawClose().Before(v.EndAt):
+		return "fair_window_ms must be 0 (no draw) or a window that closes before end_at"
 	case v.Buckets < 1 || v.Buckets > min(MaxBuckets, shards):
 		return fmt.Sprintf(`buckets must be between 1 and %d (at most one bucket per shard, and SECKILL_SHARDS is %d; never more than %d), `+
 			`or "auto" for one per Redis master`, min(MaxBuckets, shards), shards, MaxBuckets)
@@ -257,6 +334,15 @@ func (h *HTTP) Create(c *gin.Context) {
 			return
 		}
 		v.Buckets = n
+	}
+	if v.Fair() {
+		secret, err := NewDrawSecret()
+		if err != nil {
+			h.log.Error("draw secret failed", "err", err)
+			apierr.Unavailable(c, "unavailable", "the voucher could not be stored; try again")
+			return
+		}
+		v.DrawSecret = secret
 	}
 	if err := h.store.Create(ctx, &v); err != nil {
 		h.log.Error("create voucher failed", "err", err)
@@ -392,6 +478,11 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, l
 		pause(c, "unavailable", "purchases are paused; try again shortly")
 		return "unavailable", 0, false
 	}
+	if h.draws != nil {
+		if outcome, handled := h.enter(c, id, buyer.UserID, orderID); handled {
+			return outcome, 0, false
+		}
+	}
 	mark := h.refusals.Mark()
 	began := time.Now()
 	res, err := h.reserver.Reserve(c.Request.Context(), id, buyer.UserID, orderID)
@@ -402,6 +493,27 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, l
 		return "accepted", script, false
 	}
 	return h.answer(c, id, orderID, err), script, false
+}
+
+// enter answers a purchase of a voucher whose draw takes entries (202
+// entered, with the ticket), or is being drawn (503 drawing); handled is
+// false when the purchase goes to the script as in any sale.
+func (h *HTTP) enter(c *gin.Context, id, user, ticket int64) (outcome string, handled bool) {
+	e, handled, err := h.draws.Enter(c.Request.Context(), id, user, ticket)
+	switch {
+	case err != nil:
+		h.warnRedis("draw entry failed", err)
+		pause(c, "unavailable", "purchases are unavailable; try again shortly")
+		return "unavailable", true
+	case !handled:
+		return "", false
+	case e.Closed:
+		pause(c, "drawing", "the draw closed and is being drawn; its result comes in a moment")
+		return "drawing", true
+	}
+	c.JSON(http.StatusAccepted, gin.H{"order_id": strconv.FormatInt(e.Ticket, 10), "status": "entered",
+		"ticket": strconv.FormatInt(e.Ticket, 10), "draw_closes_at": e.ClosesAt.UTC()})
+	return "entered", true
 }
 
 // pause answers 503 with code and message and Retry-After: 1. Every 503

@@ -3,6 +3,7 @@ package voucher
 import (
 	"cmp"
 	"strconv"
+	"time"
 
 	"seckill/internal/redisconn"
 )
@@ -155,6 +156,20 @@ const MaxBuckets = 64
 // BucketCount is v's number of buckets, 1 for a voucher written before
 // buckets existed (0 in memory).
 func (v Voucher) BucketCount() int { return max(v.Buckets, 1) }
+
+// Fair reports whether the voucher opens with a draw.
+func (v Voucher) Fair() bool { return v.FairWindowMs > 0 }
+
+// DrawClose is when a fair voucher's draw stops taking entries and is
+// drawn: BeginAt + the fair window.
+func (v Voucher) DrawClose() time.Time {
+	return v.BeginAt.Add(time.Duration(v.FairWindowMs) * time.Millisecond)
+}
+
+// SaleBegin is when the purchase script starts selling: BeginAt, or for a
+// fair voucher the draw's close, so that no purchase reaches the stock
+// before the draw's entries do.
+func (v Voucher) SaleBegin() time.Time { return v.DrawClose() }
 
 // Home is the bucket a buyer buys in, of nb: a stable hash of the user id
 // (splitmix64's finaliser), 0 when nb <= 1. It is frozen: one order per

@@ -191,7 +191,7 @@ func (s *State) loadAt(ctx context.Context, shard int, v Voucher, stock int64, b
 		}
 	}
 	keys := []string{s.keys.StateAt(shard, v.ID), s.keys.BuyersAt(shard, v.ID), staging}
-	args := []any{stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli()}
+	args := []any{stock, v.SaleBegin().UnixMilli(), v.EndAt.UnixMilli()}
 	if guard != nil {
 		keys = append(keys, guard.Key)
 		args = append(args, guard.Field, guard.Value)
@@ -363,7 +363,7 @@ func (s *State) ReplaceAt(ctx context.Context, token string, lease time.Duration
 		n := min(len(pairs), 2*buyerChunk)
 		last := n == len(pairs)
 		args := make([]any, 0, 8+len(fields)+n)
-		args = append(args, token, lease.Milliseconds(), scriptFlag(first), scriptFlag(last), stock, v.BeginAt.UnixMilli(), v.EndAt.UnixMilli(), len(fields)/2)
+		args = append(args, token, lease.Milliseconds(), scriptFlag(first), scriptFlag(last), stock, v.SaleBegin().UnixMilli(), v.EndAt.UnixMilli(), len(fields)/2)
 		args = append(args, fields...)
 		args = append(args, pairs[:n]...)
 		pairs = pairs[n:]

@@ -25,9 +25,16 @@ type Voucher struct {
 	// Buckets is how many Redis buckets hold the voucher's stock (1 or
 	// more; see Keys.BucketShard). Fixed at creation: a buyer's bucket is
 	// Home(user, Buckets).
-	Buckets   int       `gorm:"column:buckets;default:1"`
-	CreatedAt time.Time `gorm:"column:created_at"`
-	UpdatedAt time.Time `gorm:"column:updated_at"`
+	Buckets int `gorm:"column:buckets;default:1"`
+	// FairWindowMs, when above 0, makes the opening a draw: purchases
+	// from the voucher's creation until BeginAt + FairWindowMs enter the
+	// draw (DrawClose), which then buys them in an order DrawSecret fixes
+	// (package draw). DrawDoneAt is when the draw was done.
+	FairWindowMs int64      `gorm:"column:fair_window_ms;default:0"`
+	DrawSecret   string     `gorm:"column:draw_secret;default:''"`
+	DrawDoneAt   *time.Time `gorm:"column:draw_done_at"`
+	CreatedAt    time.Time  `gorm:"column:created_at"`
+	UpdatedAt    time.Time  `gorm:"column:updated_at"`
 }
 
 // TableName is the table of sql/*/0001_init.sql.
