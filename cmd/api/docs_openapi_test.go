@@ -237,6 +237,13 @@ func TestOpenAPIAnswers(t *testing.T) {
 	}
 	upcoming := int64(0)
 	pid := map[string]string{"id": vidS}
+	// A fair voucher whose draw takes entries for the next 90 minutes.
+	st, fv := call(t, "POST", o.base+"/api/v1/vouchers", adminTok, withField(newVoucher, "fair_window_ms", 1_800_000))
+	if st != http.StatusCreated {
+		t.Fatalf("create a fair voucher: %d %v", st, fv)
+	}
+	fair := fmt.Sprint(fv["voucher"].(map[string]any)["id"])
+	fairID := map[string]string{"id": fair}
 	buy := "/api/v1/vouchers/" + vidS + "/orders"
 
 	// A priced sale: orders await payment. cancelled is cancelled by its
@@ -303,6 +310,13 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", path: "/api/v1/vouchers/{id}", url: "/api/v1/vouchers/" + vidS, params: pid, status: 200},
 		{method: "GET", path: "/api/v1/vouchers/{id}", url: "/api/v1/vouchers/987654321", params: map[string]string{"id": "987654321"}, status: 404},
 		{method: "GET", path: "/api/v1/vouchers/{id}", url: "/api/v1/vouchers/x", params: map[string]string{"id": "x"}, badRequest: true, status: 400},
+		{method: "GET", path: "/api/v1/vouchers/{id}", url: "/api/v1/vouchers/" + fair, params: fairID, status: 200},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/" + fair + "/draw", params: fairID, status: 200},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/" + vidS + "/draw", params: pid, status: 404}, // no_draw
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/987654321/draw", params: map[string]string{"id": "987654321"}, status: 404},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/x/draw", params: map[string]string{"id": "x"}, badRequest: true, status: 400},
+		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + fair + "/orders", params: fairID, token: userTok, status: 202}, // entered
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "fair_window_ms", 3_600_000), status: 422}, // closes at end_at,
 
 		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: buy, params: pid, token: userTok, status: 202},
 		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: buy, params: pid, token: userTok, status: 409},                     // already_purchased
