@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os/exec"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,6 +63,7 @@ func TestBinomialP(t *testing.T) {
 // the others from the opening, on two instances.
 type fairSale struct {
 	c       *cluster
+	insts   []*instance
 	bases   []string
 	voucher int64
 	// answers: user -> the last definite answer.
@@ -82,7 +86,7 @@ func isFast(user int64) bool { return user <= fairFast }
 func runFairSale(t *testing.T, fairWindow time.Duration) *fairSale {
 	c := newCluster(t, false)
 	a, b := c.start("a", nil), c.start("b", nil)
-	s := &fairSale{c: c, bases: []string{a.base, b.base}, answers: map[int64]answer{}, codes: map[string]int{}}
+	s := &fairSale{c: c, insts: []*instance{a, b}, bases: []string{a.base, b.base}, answers: map[int64]answer{}, codes: map[string]int{}}
 	tokens := make([]string, fairBuyers+1)
 	for u := 1; u <= fairBuyers; u++ {
 		tokens[u] = token(t, int64(u), auth.RoleUser)
@@ -176,50 +180,33 @@ func fastShare(t *testing.T, winners []int64) float64 {
 func TestFairOpening(t *testing.T) {
 	t.Run("draw", func(t *testing.T) {
 		s := runFairSale(t, 10*time.Second)
-		r := s.result(t)
-		if err := draw.Check(r); err != nil {
-			t.Fatalf("the published draw does not check: %v", err)
-		}
-		in := verify.Input{VoucherID: s.voucher, Accepted: map[int64]int64{}, Group: group}
-		var winners []int64
-		tickets := map[int64]int64{}
-		for _, e := range r.Entries {
-			tickets[e.UserID] = e.Ticket
-			if e.Won {
-				winners = append(winners, e.UserID)
-				in.Accepted[e.Ticket] = e.UserID
-			} else {
-				in.Refused = append(in.Refused, e.UserID)
-			}
-		}
-		s.mu.Lock()
-		for u, a := range s.answers {
-			if a.status != http.StatusAccepted || tickets[u] != a.order {
-				t.Errorf("buyer %d was answered %+v; the draw holds ticket %d", u, a, tickets[u])
-			}
-		}
-		codes := fmt.Sprint(s.codes)
-		s.mu.Unlock()
-		if len(r.Entries) != fairBuyers || len(winners) != fairStock {
-			t.Fatalf("%d entries and %d winners, want %d and %d; answers %s", len(r.Entries), len(winners), fairBuyers, fairStock, codes)
-		}
-		var rep verify.Report
-		deadline := time.Now().Add(time.Minute)
-		for {
-			var err error
-			rep, err = verify.Check(context.Background(), s.c.openDB(), s.c.rdb, s.c.keys, in)
-			if err == nil && rep.OK() {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("invariants after the draw, not within a minute: %v\n%s", err, rep)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		winners, codes := s.checkDraw(t)
 		if p := fastShare(t, winners); p <= 0.001 {
 			t.Errorf("with the draw the fast fifth's share is rejected (p = %.3g); answers %s", p, codes)
 		}
-		t.Logf("answers %s; checked I1-I7: %s", codes, rep)
+	})
+	// The instance drawing is killed (kill -9) half-way through the
+	// draw; the other, paused until then, draws it again from the start:
+	// no entry is lost, none bought twice, and the result checks.
+	t.Run("drawer killed", func(t *testing.T) {
+		s := runFairSale(t, 10*time.Second)
+		a, b := s.insts[0], s.insts[1]
+		b.pause(t)
+		ctx := context.Background()
+		buyers := s.c.keys.Buyers(s.voucher)
+		testenv.WaitFor(t, time.Minute, "the draw half-way", func() bool {
+			n, _ := s.c.rdb.HLen(ctx, buyers).Result()
+			return n >= fairStock/2
+		})
+		a.signal(t, syscall.SIGKILL)
+		bought, _ := s.c.rdb.HLen(ctx, buyers).Result()
+		b.resume(t)
+		s.bases = []string{b.base, b.base}
+		_, codes := s.checkDraw(t)
+		t.Logf("killed the drawing instance after %d of %d units; answers %s", bought, fairStock, codes)
+		if bought >= fairStock {
+			t.Errorf("the draw was done before the kill (%d bought): nothing was cut", bought)
+		}
 	})
 	t.Run("first come", func(t *testing.T) {
 		s := runFairSale(t, 0)
@@ -239,4 +226,75 @@ func TestFairOpening(t *testing.T) {
 			t.Errorf("first come: the fast fifth's share is not rejected (p = %.3g): the test cannot tell a fast line", p)
 		}
 	})
+}
+
+// checkDraw waits for the draw to be done and checks it: it checks from
+// the published secret (Check, and api draw verify held to the
+// commitment); every buyer entered once and was answered its ticket;
+// fairStock winners of fairBuyers entries; only the winners hold an order
+// and every invariant holds. It returns the winners and the answers.
+func (s *fairSale) checkDraw(t *testing.T) (winners []int64, codes string) {
+	t.Helper()
+	r := s.result(t)
+	if err := draw.Check(r); err != nil {
+		t.Fatalf("the published draw does not check: %v", err)
+	}
+	in := verify.Input{VoucherID: s.voucher, Accepted: map[int64]int64{}, Group: group}
+	tickets := map[int64]int64{}
+	for _, e := range r.Entries {
+		tickets[e.UserID] = e.Ticket
+		if e.Won {
+			winners = append(winners, e.UserID)
+			in.Accepted[e.Ticket] = e.UserID
+		} else {
+			in.Refused = append(in.Refused, e.UserID)
+		}
+	}
+	s.mu.Lock()
+	for u, a := range s.answers {
+		if a.status != http.StatusAccepted || tickets[u] != a.order {
+			t.Errorf("buyer %d was answered %+v; the draw holds ticket %d", u, a, tickets[u])
+		}
+	}
+	codes = fmt.Sprint(s.codes)
+	s.mu.Unlock()
+	if len(r.Entries) != fairBuyers || len(winners) != fairStock {
+		t.Fatalf("%d entries and %d winners, want %d and %d; answers %s", len(r.Entries), len(winners), fairBuyers, fairStock, codes)
+	}
+	// Anyone can check it from the published draw: api draw verify,
+	// held to the commitment published before the close; another
+	// commitment fails it.
+	verifyCmd := func(commitment string) (string, error) {
+		cmd := exec.Command(testenv.Binary(t, "seckill/cmd/api"), "draw", "verify", "--url", s.bases[1], "--commitment", commitment, fmt.Sprint(s.voucher))
+		cmd.Env = []string{"HOME=" + t.TempDir()}
+		cmd.Dir = t.TempDir()
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, stderr.String())
+		}
+		return string(out), err
+	}
+	if out, err := verifyCmd(r.Draw.Commitment); err != nil || !strings.Contains(out, `"ok": true`) {
+		t.Errorf("api draw verify: %v\n%s", err, out)
+	}
+	if out, err := verifyCmd(strings.Repeat("0", 64)); err == nil || !strings.Contains(out, `"ok": false`) {
+		t.Errorf("api draw verify with another commitment passed: %v\n%s", err, out)
+	}
+	var rep verify.Report
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var err error
+		rep, err = verify.Check(context.Background(), s.c.openDB(), s.c.rdb, s.c.keys, in)
+		if err == nil && rep.OK() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("invariants after the draw, not within a minute: %v\n%s", err, rep)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("checked I1-I7: %s", rep)
+	return winners, codes
 }
