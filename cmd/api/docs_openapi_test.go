@@ -316,7 +316,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/987654321/draw", params: map[string]string{"id": "987654321"}, status: 404},
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/x/draw", params: map[string]string{"id": "x"}, badRequest: true, status: 400},
 		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + fair + "/orders", params: fairID, token: userTok, status: 202}, // entered
-		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "fair_window_ms", 3_600_000), status: 422}, // closes at end_at,
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "fair_window_ms", 3_600_000), status: 422},               // closes at end_at,
 
 		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: buy, params: pid, token: userTok, status: 202},
 		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: buy, params: pid, token: userTok, status: 409},                     // already_purchased
