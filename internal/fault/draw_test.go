@@ -13,10 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"seckill/internal/auth"
 	"seckill/internal/draw"
 	"seckill/internal/testenv"
 	"seckill/internal/verify"
+	"seckill/internal/voucher"
 )
 
 // binomialP is the exact two-sided p-value of k successes in n trials of
@@ -63,6 +66,7 @@ func TestBinomialP(t *testing.T) {
 // the others from the opening, on two instances.
 type fairSale struct {
 	c       *cluster
+	rdb     redis.UniversalClient
 	insts   []*instance
 	bases   []string
 	voucher int64
@@ -81,19 +85,26 @@ const (
 // isFast says whether a buyer is of the fast fifth (users 1..1000).
 func isFast(user int64) bool { return user <= fairFast }
 
-// runFairSale creates the voucher (fair window fairWindow, 0 for none),
-// opening in 3s, and runs the opening's presses.
+// runFairSale runs an opening on one Redis and two instances: see
+// fairOpening.
 func runFairSale(t *testing.T, fairWindow time.Duration) *fairSale {
 	c := newCluster(t, false)
-	a, b := c.start("a", nil), c.start("b", nil)
-	s := &fairSale{c: c, insts: []*instance{a, b}, bases: []string{a.base, b.base}, answers: map[int64]answer{}, codes: map[string]int{}}
+	return fairOpening(t, c, c.rdb, []*instance{c.start("a", nil), c.start("b", nil)}, fairWindow, 1)
+}
+
+// fairOpening creates the voucher (fair window fairWindow, 0 for none; of
+// buckets buckets), opening in 3s, and runs the opening's presses at the
+// two instances; rdb reads the sale's Redis.
+func fairOpening(t *testing.T, c *cluster, rdb redis.UniversalClient, insts []*instance, fairWindow time.Duration, buckets int) *fairSale {
+	a, b := insts[0], insts[1]
+	s := &fairSale{c: c, rdb: rdb, insts: insts, bases: []string{a.base, b.base}, answers: map[int64]answer{}, codes: map[string]int{}}
 	tokens := make([]string, fairBuyers+1)
 	for u := 1; u <= fairBuyers; u++ {
 		tokens[u] = token(t, int64(u), auth.RoleUser)
 	}
 	opens := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
 	created := c.do("POST", a.base+"/api/v1/vouchers", token(t, 1, auth.RoleAdmin), map[string]any{
-		"title": "fair", "face_value": 100, "stock": fairStock, "fair_window_ms": fairWindow.Milliseconds(),
+		"title": "fair", "face_value": 100, "stock": fairStock, "fair_window_ms": fairWindow.Milliseconds(), "buckets": buckets,
 		"begin_at": opens.Format(time.RFC3339Nano), "end_at": opens.Add(time.Hour).Format(time.RFC3339Nano),
 	})
 	if created.status != http.StatusCreated {
@@ -195,17 +206,33 @@ func TestFairOpening(t *testing.T) {
 		ctx := context.Background()
 		buyers := s.c.keys.Buyers(s.voucher)
 		testenv.WaitFor(t, time.Minute, "the draw half-way", func() bool {
-			n, _ := s.c.rdb.HLen(ctx, buyers).Result()
+			n, _ := s.rdb.HLen(ctx, buyers).Result()
 			return n >= fairStock/2
 		})
 		a.signal(t, syscall.SIGKILL)
-		bought, _ := s.c.rdb.HLen(ctx, buyers).Result()
+		bought, _ := s.rdb.HLen(ctx, buyers).Result()
 		b.resume(t)
 		s.bases = []string{b.base, b.base}
 		_, codes := s.checkDraw(t)
 		t.Logf("killed the drawing instance after %d of %d units; answers %s", bought, fairStock, codes)
 		if bought >= fairStock {
 			t.Errorf("the draw was done before the kill (%d bought): nothing was cut", bought)
+		}
+	})
+	// Once more on a Redis Cluster of 3 masters, the voucher in 3
+	// buckets: each winner is bought in its home bucket, units moving
+	// between buckets, and the draw is as fair.
+	t.Run("draw on a cluster, 3 buckets", func(t *testing.T) {
+		w := newBucketSale(t, testenv.ClusterOptions{Masters: 3, Replicas: -1}, nil)
+		s := fairOpening(t, w.cluster, w.crdb, []*instance{w.run("a", nil), w.run("b", nil)}, 10*time.Second, buckets)
+		winners, codes := s.checkDraw(t)
+		homes := make([]int, buckets)
+		for _, u := range winners {
+			homes[voucher.Home(u, buckets)]++
+		}
+		t.Logf("winners by home bucket %v", homes)
+		if p := fastShare(t, winners); p <= 0.001 {
+			t.Errorf("with the draw the fast fifth's share is rejected (p = %.3g); answers %s", p, codes)
 		}
 	})
 	t.Run("first come", func(t *testing.T) {
@@ -286,7 +313,7 @@ func (s *fairSale) checkDraw(t *testing.T) (winners []int64, codes string) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var err error
-		rep, err = verify.Check(context.Background(), s.c.openDB(), s.c.rdb, s.c.keys, in)
+		rep, err = verify.Check(context.Background(), s.c.openDB(), s.rdb, s.c.keys, in)
 		if err == nil && rep.OK() {
 			break
 		}
