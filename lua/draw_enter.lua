@@ -13,7 +13,7 @@
 --
 -- Returns {code, detail}:
 --   {0, ticket id}  entered
---   {1, ticket id}  entered before: the ticket it holds; nothing written
+--   {1, ticket id}  entered before: the ticket it holds (written again as it is)
 --   {2, ""}         the draw is closed and not done yet: no entry
 --   {3, ""}         the draw is done: buy as in any sale
 --   {8, key name}   KEYS[1] holds another type than a hash; nothing written
@@ -26,6 +26,9 @@ if type(held) == 'table' and held.err then
   return {8, KEYS[1]}
 end
 if held then
+  -- Written again, unchanged: the write is replicated, so a WAIT the
+  -- caller sends after this reply covers the first entry too.
+  redis.call('HSET', KEYS[1], ARGV[1], held)
   return {1, held}
 end
 local t = redis.call('TIME')

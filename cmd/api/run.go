@@ -231,6 +231,8 @@ type core struct {
 	// one: for purchases (Borrow), rebuilds (Quiesce), and the recovery
 	// and rebalancing loops.
 	mover *bucket.Mover
+	// replicas is the replica-less policy (nil when off).
+	replicas *redisconn.Replicas
 }
 
 // newCore builds the shared components and warms the voucher state once.
@@ -254,6 +256,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		vstate:   voucher.NewState(rdb, keys),
 		ostore:   order.NewStore(db),
 		reserver: newReserver(cfg, rdb, keys, replicas, mover),
+		replicas: replicas,
 		health:   &health{rdb: rdb, db: db, keys: keys, log: log, checks: readyChecks(m.Registry())},
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
@@ -423,7 +426,11 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	vouchers.Observe(c.m)
 	// Fair vouchers open with a draw: entries until the close, then one
 	// instance buys them in the draw's order.
-	vouchers.Draw(draw.NewRouter(c.vstore, c.rdb, c.keys))
+	router := draw.NewRouter(c.vstore, c.rdb, c.keys)
+	if cfg.WaitReplicas > 0 {
+		router.WaitReplicas(cfg.WaitReplicas, cfg.WaitTimeout, c.replicas)
+	}
+	vouchers.Draw(router)
 	s.background = append(s.background, draw.NewDrawer(c.db, c.rdb, c.keys, c.reserver, draw.DrawerConfig{}, c.log.With("component", "draw")))
 	if cfg.Pay.Provider == "off" {
 		vouchers.RefusePriced("set SECKILL_PAY_PROVIDER=webhook (with SECKILL_PAY_GATEWAY_URL and SECKILL_PAY_WEBHOOK_SECRET) to take payments")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -325,4 +326,50 @@ func TestRankAsOpenSSL(t *testing.T) {
 	if entries[0].UserID != 7 || entries[0].Place != 0 || entries[1].Place != 1 {
 		t.Fatalf("order %+v, want user 7 (rank 3573...) first", entries)
 	}
+}
+
+// TestEntryWaitsForReplicas: with replica acknowledgement an entry is
+// answered only once the replica has it; with the replica paused the
+// entry is refused as not replicated (the buyer presses again), and a
+// press once the replica is back answers the same ticket, confirmed.
+func TestEntryWaitsForReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	master := testenv.StartRedis(t, testenv.RedisOptions{ExtraArgs: []string{"--repl-diskless-sync-delay", "0"}})
+	_, port, _ := strings.Cut(master.Addr, ":")
+	replica := testenv.StartRedis(t, testenv.RedisOptions{ExtraArgs: []string{"--replicaof", "127.0.0.1", port}})
+	testenv.WaitFor(t, 10*time.Second, "the replica in sync", func() bool {
+		info, err := replica.Client(t).Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	g := testenv.DB(t, "sqlite")
+	if _, err := schema.Apply(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	rdb := master.Client(t)
+	keys := voucher.NewKeys(testenv.Prefix(t), 1)
+	v := voucher.Voucher{Title: "fair", FaceValue: 1, TotalStock: 5, BeginAt: time.Now().Add(time.Hour), EndAt: time.Now().Add(2 * time.Hour),
+		FairWindowMs: 60_000, DrawSecret: "00ff"}
+	if err := voucher.NewStore(g).Create(ctx, &v); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(voucher.NewStore(g), rdb, keys)
+	r.WaitReplicas(1, time.Second, nil) // a loaded machine's replica answers WAIT late
+	onReplica := func(user int64) string {
+		got, _ := replica.Client(t).HGet(ctx, entriesKey(keys, v.ID), strconv.FormatInt(user, 10)).Result()
+		return got
+	}
+	if e, handled, err := r.Enter(ctx, v.ID, 7, 700); err != nil || !handled || e.Ticket != 700 || onReplica(7) != "700" {
+		t.Fatalf("entry with the replica up: %+v %v %v, on the replica %q", e, handled, err, onReplica(7))
+	}
+	replica.Pause(t)
+	if _, _, err := r.Enter(ctx, v.ID, 8, 800); !errors.Is(err, voucher.ErrNotReplicated) {
+		t.Fatalf("entry with the replica paused: %v, want not replicated", err)
+	}
+	replica.Resume(t)
+	e, handled, err := r.Enter(ctx, v.ID, 8, 801)
+	if err != nil || !handled || e.Ticket != 800 {
+		t.Fatalf("pressed again: %+v %v %v; want the ticket of the first press, 800", e, handled, err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the entry on the replica", func() bool { return onReplica(8) == "800" })
 }

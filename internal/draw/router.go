@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
+	"seckill/internal/redisconn"
 	"seckill/internal/voucher"
 	"seckill/lua"
 )
@@ -20,18 +21,32 @@ import (
 // database once per voucher, and that a draw is done from Redis once.
 type Router struct {
 	store *voucher.Store
-	rdb   redis.Scripter
+	rdb   redis.UniversalClient
 	keys  voucher.Keys
-	enter *redis.Script
-	group singleflight.Group
+	// acks replicas must have an entry before it is answered (WAIT on
+	// the connection of the entry, bounded by ackWait; replicas applies
+	// the policy for a master with none); 0: not waited for.
+	acks     int
+	ackWait  time.Duration
+	replicas *redisconn.Replicas
+	enter    *redis.Script
+	group    singleflight.Group
 	// known: voucher id -> known (no draw, or done: nil; else its close).
 	known sync.Map
 }
 
 // NewRouter returns the Router of an instance.
-func NewRouter(store *voucher.Store, rdb redis.Scripter, keys voucher.Keys) *Router {
+func NewRouter(store *voucher.Store, rdb redis.UniversalClient, keys voucher.Keys) *Router {
 	return &Router{store: store, rdb: rdb, keys: keys, enter: lua.DrawEnter()}
 }
+
+// WaitReplicas makes an entry wait until n replicas have it, as an
+// accepted purchase does (SECKILL_REDIS_WAIT_REPLICAS): a failover then
+// loses no entry that was answered. Call it before serving.
+func (r *Router) WaitReplicas(n int, timeout time.Duration, rs *redisconn.Replicas) {
+	r.acks, r.ackWait, r.replicas = n, timeout, rs
+}
+
 
 // open is a draw not known to be done: when it closes.
 type open struct{ closes time.Time }
@@ -44,12 +59,7 @@ func (r *Router) Enter(ctx context.Context, v, user, ticket int64) (voucher.Draw
 	if err != nil || o == nil {
 		return voucher.DrawEntry{}, false, err
 	}
-	res, err := r.enter.Run(ctx, r.rdb, []string{entriesKey(r.keys, v), doneKey(r.keys, v)},
-		user, ticket, o.closes.UnixMilli()).Slice()
-	if err != nil {
-		return voucher.DrawEntry{}, false, fmt.Errorf("enter the draw of voucher %d: %w", v, err)
-	}
-	code, detail, err := decodeEnter(res)
+	code, detail, err := r.run(ctx, v, user, ticket, o.closes)
 	if err != nil {
 		return voucher.DrawEntry{}, false, fmt.Errorf("enter the draw of voucher %d: %w", v, err)
 	}
@@ -92,6 +102,42 @@ func (r *Router) draw(ctx context.Context, v int64) (*open, error) {
 		return nil, fmt.Errorf("read voucher %d for its draw: %w", v, err)
 	}
 	return o.(*open), nil
+}
+
+// run runs draw_enter.lua and, with acks, confirms an entry (code 0 or
+// 1) by WAIT on the same connection of the master holding the entries.
+func (r *Router) run(ctx context.Context, v, user, ticket int64, closes time.Time) (int64, string, error) {
+	keys := []string{entriesKey(r.keys, v), doneKey(r.keys, v)}
+	args := []any{user, ticket, closes.UnixMilli()}
+	if r.acks == 0 {
+		res, err := r.enter.Run(ctx, r.rdb, keys, args...).Slice()
+		if err != nil {
+			return 0, "", fmt.Errorf("enter the draw of voucher %d: %w", v, err)
+		}
+		return decodeEnter(res)
+	}
+	c, err := redisconn.MasterFor(ctx, r.rdb, keys[0])
+	if err != nil {
+		return 0, "", fmt.Errorf("enter the draw of voucher %d: find the master: %w", v, err)
+	}
+	conn := c.Conn()
+	defer func() { _ = conn.Close() }()
+	res, err := r.enter.Run(ctx, conn, keys, args...).Slice()
+	if err != nil {
+		return 0, "", fmt.Errorf("enter the draw of voucher %d: %w", v, err)
+	}
+	code, detail, err := decodeEnter(res)
+	if err != nil || code > 1 {
+		return code, detail, err
+	}
+	conf, err := r.replicas.Confirm(ctx, conn, c.Options().Addr, r.acks, r.ackWait)
+	switch {
+	case err != nil:
+		return 0, "", fmt.Errorf("draw entry of user %d made, replicas unknown: %w", user, err)
+	case !conf.OK(r.acks):
+		return 0, "", fmt.Errorf("draw entry of user %d confirmed by %d of %d replicas within %s: %w", user, conf.Acked, r.acks, r.ackWait, voucher.ErrNotReplicated)
+	}
+	return code, detail, nil
 }
 
 // decodeEnter reads draw_enter.lua's {code, detail}.

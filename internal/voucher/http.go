@@ -501,6 +501,12 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, l
 func (h *HTTP) enter(c *gin.Context, id, user, ticket int64) (outcome string, handled bool) {
 	e, handled, err := h.draws.Enter(c.Request.Context(), id, user, ticket)
 	switch {
+	case errors.Is(err, ErrNotReplicated):
+		// Pressing again answers the entry if it was made, and waits for
+		// the replicas again.
+		h.warnRedis("draw entry not confirmed by replicas", err)
+		pause(c, "not_replicated", "your entry may or may not have been taken: Redis did not confirm it in time; press again")
+		return "not_replicated", true
 	case err != nil:
 		h.warnRedis("draw entry failed", err)
 		pause(c, "unavailable", "purchases are unavailable; try again shortly")
