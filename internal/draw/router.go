@@ -47,7 +47,6 @@ func (r *Router) WaitReplicas(n int, timeout time.Duration, rs *redisconn.Replic
 	r.acks, r.ackWait, r.replicas = n, timeout, rs
 }
 
-
 // open is a draw not known to be done: when it closes.
 type open struct{ closes time.Time }
 
