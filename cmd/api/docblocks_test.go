@@ -20,7 +20,9 @@ import (
 // The guides' shell blocks: README.md and docs/*.md are the pages a reader
 // copies commands from. Every sh, bash or console block is checked; the
 // ones marked <!-- doc-test: run --> are run against the service built
-// from this tree. docs/testing.md says which are which.
+// from this tree; those marked <!-- doc-test: drill --> are run by a fault
+// drill of internal/fault, which reads them from the guide. docs/testing.md
+// says which are which.
 
 // repoRoot is the repository, from cmd/api.
 const repoRoot = "../.."
@@ -47,7 +49,7 @@ type docBlock struct {
 	file string // relative to the repository
 	line int    // the opening fence's
 	lang string
-	mark string            // "run", "check", or "" (checked)
+	mark string            // "run", "check", "drill" (run by internal/fault), or "" (checked)
 	env  map[string]string // the service's settings after "run"
 	text string            // the commands; a console block's "$ " lines
 }
@@ -104,8 +106,8 @@ func shellBlocks(t testing.TB, file string) []docBlock {
 		b := docBlock{file: file, line: start + 1, lang: lang}
 		if start > 0 && anyMark.MatchString(lines[start-1]) {
 			mm := docMark.FindStringSubmatch(strings.TrimSpace(lines[start-1]))
-			if mm == nil || (mm[1] != "run" && mm[1] != "check") || (mm[1] == "check" && mm[2] != "") {
-				t.Errorf("%s:%d: %q is not <!-- doc-test: run [NAME=value ...] --> or <!-- doc-test: check -->", file, start, lines[start-1])
+			if mm == nil || !slices.Contains([]string{"run", "check", "drill"}, mm[1]) || (mm[1] != "run" && mm[2] != "") {
+				t.Errorf("%s:%d: %q is not <!-- doc-test: run [NAME=value ...] -->, <!-- doc-test: check --> or <!-- doc-test: drill -->", file, start, lines[start-1])
 			} else {
 				b.mark = mm[1]
 				b.env = map[string]string{}
