@@ -9,6 +9,7 @@ package schema
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -77,8 +78,15 @@ func Latest(dialect string) (int, error) {
 	return ms[len(ms)-1].Version, nil
 }
 
+// ErrNewer means the database's schema is at a version this build does not
+// know: a newer release migrated it. Code that does not know a schema must
+// not write to it, and there are no down migrations to undo it.
+var ErrNewer = errors.New("database schema is newer than this build")
+
 // Apply brings the database up to the latest version. Instances that start
-// together take turns: on MySQL a named lock serialises them.
+// together take turns: on MySQL a named lock serialises them. A database
+// with a migration this build does not know is refused (ErrNewer) before
+// anything is applied.
 func Apply(ctx context.Context, db *gorm.DB) (applied []int, err error) {
 	dialect := db.Dialector.Name()
 	ms, err := Migrations(dialect)
@@ -106,6 +114,9 @@ func Apply(ctx context.Context, db *gorm.DB) (applied []int, err error) {
 		if err := conn.Raw("SELECT version FROM schema_migrations").Scan(&done).Error; err != nil {
 			return fmt.Errorf("read schema_migrations: %w", err)
 		}
+		if err := knows(ms, done); err != nil {
+			return err
+		}
 		for _, m := range ms {
 			if slices.Contains(done, m.Version) {
 				continue
@@ -127,6 +138,23 @@ func Apply(ctx context.Context, db *gorm.DB) (applied []int, err error) {
 		return nil
 	})
 	return applied, err
+}
+
+// knows returns ErrNewer, saying what to do, when a version was applied
+// that is not among this build's migrations.
+func knows(ms []Migration, done []int) error {
+	latest := 0
+	if len(ms) > 0 {
+		latest = ms[len(ms)-1].Version
+	}
+	for _, v := range slices.Sorted(slices.Values(done)) {
+		if !slices.ContainsFunc(ms, func(m Migration) bool { return m.Version == v }) {
+			return fmt.Errorf("%w: the database has migration %d applied, this build knows migrations up to %d; "+
+				"a newer release migrated it: run that release, or restore the database from a dump taken before the migration (there are no down migrations)",
+				ErrNewer, v, latest)
+		}
+	}
+	return nil
 }
 
 // Current reports the highest applied version, 0 when none is.

@@ -2,8 +2,12 @@ package schema_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -89,5 +93,42 @@ func TestMigrationsMatchAcrossDialects(t *testing.T) {
 		if my[i].Version != lite[i].Version || my[i].Name != lite[i].Name {
 			t.Errorf("migration %d: %s vs %s", i, my[i].Name, lite[i].Name)
 		}
+	}
+}
+
+// TestApplyRefusesNewerSchema: a database with a migration this build does
+// not know (a newer release migrated it) is refused, saying so with both
+// versions, before anything is applied, even a migration of its own the
+// database lacks.
+func TestApplyRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	g, err := db.OpenSQLite(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(g)
+	ctx := context.Background()
+	if _, err := schema.Apply(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	latest, _ := schema.Latest("sqlite")
+	future := latest + 1
+	if err := g.Exec("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", future, "future.sql", time.Now().UTC()).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Exec("DELETE FROM schema_migrations WHERE version = ?", latest).Error; err != nil {
+		t.Fatal(err)
+	}
+	applied, err := schema.Apply(ctx, g)
+	if !errors.Is(err, schema.ErrNewer) || len(applied) != 0 {
+		t.Fatalf("apply on a newer schema: applied %v, %v; want nothing and ErrNewer", applied, err)
+	}
+	for _, want := range []string{fmt.Sprintf("migration %d applied", future), fmt.Sprintf("up to %d", latest), "run that release"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not say %q", err, want)
+		}
+	}
+	if v, err := schema.Current(ctx, g); err != nil || v != future {
+		t.Fatalf("current %d, %v; want %d, nothing applied", v, err, future)
 	}
 }

@@ -253,9 +253,15 @@ func (h *health) probe(ctx context.Context) readiness {
 		r.checks["database"] = "up"
 	}
 	want, _ := schema.Latest(h.db.Dialector.Name())
-	if got, err := schema.Current(dctx, h.db); err != nil || got != want {
+	switch got, err := schema.Current(dctx, h.db); {
+	case err == nil && got > want:
+		// A newer release migrated the database: this instance's code
+		// does not know the schema it runs on.
+		r.checks["migrations"], r.ok = "newer", false
+		r.detail["migrations"] = fmt.Sprintf("database schema version %d, this build's %d: a newer release migrated it", got, want)
+	case err != nil || got != want:
 		r.checks["migrations"], r.ok = "behind", false
-	} else {
+	default:
 		r.checks["migrations"] = "current"
 	}
 	// Stamped when done: a probe that waited on timeouts still answers
