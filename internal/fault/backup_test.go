@@ -35,25 +35,25 @@ const (
 	drillUsers   = 100_000
 )
 
-// drillBlocks reads the backup and restore blocks of the guide's section,
-// in that order.
-func drillBlocks(t *testing.T) (backup, restore string) {
+// drillBlocks reads the sh blocks marked <!-- doc-test: drill --> of the
+// guide's section (its heading line, "## ..."), in order.
+func drillBlocks(t *testing.T, section string) []string {
 	t.Helper()
 	b, err := os.ReadFile(guide)
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(b)
-	i := strings.Index(text, "\n"+drillSection+"\n")
+	i := strings.Index(text, "\n"+section+"\n")
 	if i < 0 {
-		t.Fatalf("%s has no section %q", guide, drillSection)
+		t.Fatalf("%s has no section %q", guide, section)
 	}
-	section := text[i+1:]
-	if j := strings.Index(section[len(drillSection):], "\n## "); j >= 0 {
-		section = section[:len(drillSection)+j]
+	text = text[i+1:]
+	if j := strings.Index(text[len(section):], "\n## "); j >= 0 {
+		text = text[:len(section)+j]
 	}
 	var blocks []string
-	lines := strings.Split(section, "\n")
+	lines := strings.Split(text, "\n")
 	for k := 0; k+1 < len(lines); k++ {
 		if strings.TrimSpace(lines[k]) != "<!-- doc-test: drill -->" || lines[k+1] != "```sh" {
 			continue
@@ -64,6 +64,13 @@ func drillBlocks(t *testing.T) (backup, restore string) {
 		}
 		blocks = append(blocks, strings.Join(body, "\n")+"\n")
 	}
+	return blocks
+}
+
+// backupBlocks are the backup and restore blocks of the guide.
+func backupBlocks(t *testing.T) (backup, restore string) {
+	t.Helper()
+	blocks := drillBlocks(t, drillSection)
 	if len(blocks) != 2 || !strings.Contains(blocks[0], "mariadb-dump") || !strings.Contains(blocks[1], "< seckill.sql") {
 		t.Fatalf("%s, %q: want two sh blocks marked <!-- doc-test: drill -->, the backup (mariadb-dump) then the restore (< seckill.sql); found %d:\n%s",
 			guide, drillSection, len(blocks), strings.Join(blocks, "---\n"))
@@ -211,7 +218,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 			t.Skipf("%s not found; scripts/deps.sh installs it", tool)
 		}
 	}
-	backup, restore := drillBlocks(t)
+	backup, restore := backupBlocks(t)
 	started := time.Now()
 
 	c := newCluster(t, true)
