@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, what the tests and the local cluster need and the
-# machine lacks: redis-server and redis-cli, mariadb-server, nginx, chromium, node and
+# machine lacks: redis-server and redis-cli, mariadb-server and its client, nginx, chromium, node and
 # prometheus (its promtool checks the alert rules).
 # Source it or run it; it does nothing when everything is there.
 set -euo pipefail
@@ -13,6 +13,8 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # redis-cli creates the Redis Clusters of the tests and the local cluster.
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 { command -v mariadbd && command -v mariadb-install-db; } >/dev/null 2>&1 || need+=(mariadb-server)
+# The backup and restore drill runs the guide's mariadb-dump and mariadb.
+{ command -v mariadb && command -v mariadb-dump; } >/dev/null 2>&1 || need+=(mariadb-client)
 command -v nginx >/dev/null 2>&1 || need+=(nginx)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
