@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/db"
+	"seckill/internal/fleet"
 	"seckill/internal/testenv"
 )
 
@@ -163,7 +164,8 @@ func (s webService) db(t testing.TB) *gorm.DB {
 }
 
 // snapshot is what a refused request must leave as it was: every Redis key
-// of the service (but the id lease, which renews itself) and the row counts
+// of the service (but the id lease and the list of running instances, which
+// renew themselves) and the row counts
 // and stock of the database.
 type snapshot struct {
 	redis map[string]string
@@ -178,7 +180,7 @@ func (s webService) snapshot(t testing.TB, rdb *redis.Client, g *gorm.DB) snapsh
 	var keys []string
 	iter := rdb.Scan(ctx, 0, s.prefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {
-		if !strings.Contains(iter.Val(), ":idgen:") {
+		if !strings.Contains(iter.Val(), ":idgen:") && iter.Val() != fleet.Key(s.prefix) {
 			keys = append(keys, iter.Val())
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"seckill/internal/auth"
 	"seckill/internal/bucket"
 	"seckill/internal/draw"
+	"seckill/internal/fleet"
 	"seckill/internal/idgen"
 	"seckill/internal/metrics"
 	"seckill/internal/mq"
@@ -94,6 +96,16 @@ func migrate(ctx context.Context, e *cmdEnv) error {
 		return err
 	}
 	defer closeDB()
+	if !e.cfg.embeddedRedis() {
+		rdb, closeRedis, err := openRedis(ctx, e.cfg, e.log)
+		if err != nil {
+			return err
+		}
+		defer closeRedis()
+		if err := checkFleet(ctx, e.cfg, rdb, db); err != nil {
+			return err
+		}
+	}
 	applied, err := schema.Apply(ctx, db)
 	if err != nil {
 		return err
@@ -145,6 +157,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		return err
 	}
 	defer closeDB()
+	if err := checkFleet(ctx, cfg, rdb, db); err != nil {
+		return err
+	}
 	if err := applyMigrations(ctx, cfg, db, log, stdout); err != nil {
 		return err
 	}
@@ -182,6 +197,34 @@ func warnEmbedded(cfg config, log *slog.Logger) {
 			"For real servers set SECKILL_REDIS_URL (redis://host:6379/0) and SECKILL_MYSQL_DSN (user:pass@tcp(host:3306)/seckill) and SECKILL_TOKEN_SECRET",
 			"embedded_redis", cfg.embeddedRedis(), "embedded_database", cfg.embeddedDB(), "data_dir", cfg.DataDir)
 	}
+}
+
+// checkFleet refuses to migrate the database while an instance built for
+// an older schema runs: its code would write to a schema it does not know.
+// Only instances of releases that list themselves (package fleet) are seen.
+func checkFleet(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gorm.DB) error {
+	latest, err := schema.Latest(db.Dialector.Name())
+	if err != nil {
+		return err
+	}
+	// No table yet reads as an error: version 0, everything to apply.
+	if current, _ := schema.Current(ctx, db); current >= latest {
+		return nil
+	}
+	running, err := fleet.Running(ctx, rdb, cfg.KeyPrefix, time.Now())
+	if err != nil {
+		return fmt.Errorf("check for running instances before migrating: %w", err)
+	}
+	if older := fleet.Older(running, latest); len(older) > 0 {
+		names := make([]string, len(older))
+		for i, m := range older {
+			names[i] = fmt.Sprintf("%s (schema %d)", m.Name, m.Schema)
+		}
+		return fmt.Errorf("migrating the database to schema version %d refused: %d instance(s) built for an older schema still run: %s; "+
+			"stop them first (their entries lapse %s after they stop, if killed); see docs/operating.md, Upgrades and migrations",
+			latest, len(older), strings.Join(names, ", "), fleet.TTL)
+	}
+	return nil
 }
 
 // applyMigrations brings the schema up to date, and tells how the first
@@ -399,6 +442,10 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	rebalancer := bucket.NewRebalancer(c.mover, liveBuckets(c.vstore))
 	rebalancer.Report(observeBuckets(c.m, c.mover, recoverer))
 	s.background = append(s.background, c.warmer, newSampler(cfg, c), recoverer, rebalancer)
+	// Listed as running, with the schema it knows, so that a newer
+	// release's migration waits until this instance stopped.
+	latest, _ := schema.Latest(c.db.Dialector.Name())
+	s.background = append(s.background, fleet.NewRegistry(c.rdb, cfg.KeyPrefix, mq.ConsumerName(), latest, c.log))
 	if locks != nil {
 		s.buildWorker(cfg, c, locks)
 	}
