@@ -19,6 +19,7 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/auth"
+	"seckill/internal/fleet"
 	"seckill/internal/testenv"
 	schema "seckill/sql"
 )
@@ -188,7 +189,28 @@ func TestUpgrade(t *testing.T) {
 	for k, v := range c.env {
 		vars[k] = v
 	}
-	stdout := runBlock(t, t.TempDir(), `api() { "$DOC_TEST_API" "$@"; }`+"\n"+blocks[0], vars)
+	block := `api() { "$DOC_TEST_API" "$@"; }` + "\n" + blocks[0]
+
+	// While an instance of the previous release is listed as running,
+	// neither api migrate nor a new instance migrates.
+	ctx := context.Background()
+	if err := c.rdb.HSet(ctx, fleet.Key(c.prefix), "old-host-1", fmt.Sprintf("schema=%d until=%d", latest-1, time.Now().Add(time.Minute).UnixMilli())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	refusal := fmt.Sprintf("migrating the database to schema version %d refused: 1 instance(s) built for an older schema still run: old-host-1 (schema %d)", latest, latest-1)
+	if _, err := blockOutput(t.TempDir(), block, vars); err == nil || !strings.Contains(err.Error(), refusal) {
+		t.Fatalf("api migrate while an older instance runs: %v; want it to fail saying %q", err, refusal)
+	}
+	if code, _, out := c.runOnce(nil); code != 1 || !strings.Contains(out, refusal) {
+		t.Fatalf("an instance started while an older one runs: exit %d, output:\n%s\nwant exit 1 saying %q", code, tailLines(out, 10), refusal)
+	}
+	if v, err := schema.Current(ctx, c.openDB()); err != nil || v != latest-1 {
+		t.Fatalf("schema version %d (%v) after the refusals; want %d, nothing applied", v, err, latest-1)
+	}
+	if err := c.rdb.HDel(ctx, fleet.Key(c.prefix), "old-host-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stdout := runBlock(t, t.TempDir(), block, vars)
 	var migrated struct {
 		Applied       []int `json:"applied"`
 		SchemaVersion int   `json:"schema_version"`
@@ -220,6 +242,10 @@ func TestUpgrade(t *testing.T) {
 		testenv.WaitFor(t, 10*time.Second, "purchases accepted after "+old.name+" was replaced", func() bool { return buy.accepted() > before+20 })
 	}
 	buy.halt()
+	// The stopped instances took their entries with them.
+	if running, err := fleet.Running(ctx, c.rdb, c.prefix, time.Now()); err != nil || len(running) != 2 || len(fleet.Older(running, latest)) != 0 {
+		t.Fatalf("running instances after the rolling restart: %+v (%v); want the two new ones, of schema %d", running, err, latest)
+	}
 	rep := c.quiesce(s, vid, 30*time.Second)
 	report(t, "a rolling restart of both instances under a sale", s, rep)
 
