@@ -89,8 +89,8 @@ func codeSettings(t testing.TB) (env []string) {
 }
 
 // commandFlags is every flag of the commands table, as "api <command>
-// --<flag>", with its default as the documented table writes it: `50`, or
-// (required) for a flag without one.
+// --<flag>", with its default as the documented table writes it: `50`,
+// (required) for a flag the command needs, (none) for an empty default.
 func commandFlags() map[string]string {
 	out := map[string]string{}
 	for _, c := range commands {
@@ -98,8 +98,11 @@ func commandFlags() map[string]string {
 		c.flags(fs)
 		fs.VisitAll(func(f *flag.Flag) {
 			cell := "`" + f.DefValue + "`"
-			if isRequired(f) {
+			switch {
+			case isRequired(f):
 				cell = "(required)"
+			case f.DefValue == "":
+				cell = "(none)" // as the settings without a default
 			}
 			out["api "+c.name+" --"+f.Name] = cell
 		})
