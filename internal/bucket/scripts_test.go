@@ -237,3 +237,29 @@ func TestTakeChecksBeforeWriting(t *testing.T) {
 		t.Errorf("%d journaled", n)
 	}
 }
+
+// TestMoveToReceiverWithoutState: a receiver whose shard is ready but
+// that has no state for the voucher cannot take the units either: the
+// move is refused for good (resolve's tombstone) and the units go back
+// to the donor at once, none left in transit for the Recoverer.
+func TestMoveToReceiverWithoutState(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	ctx := context.Background()
+	if err := e.rdb.Del(ctx, e.state(1)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	m := e.mover(Config{StaleAfter: time.Hour})
+	if moved, err := m.Move(ctx, e.v, 0, 1, 4, e.nb); err != nil || moved != 0 {
+		t.Fatalf("Move = %d, %v; want 0, nil", moved, err)
+	}
+	if n := e.journaled(); n != 0 {
+		t.Errorf("%d moves journaled, want the refused move closed at once", n)
+	}
+	if s := e.bucket(0); s != (bucketState{10, 10, 0}) {
+		t.Errorf("donor %+v, want its 4 units back: {10 10 0}", s)
+	}
+	if st := m.Stats(); st != (Stats{Returned: 1}) {
+		t.Errorf("stats %+v, want one returned", st)
+	}
+}
