@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,4 +84,46 @@ func TestSettleDecidesEveryMove(t *testing.T) {
 		t.Fatalf("Settle = %v, %v, %v; want nothing to settle and the fences lifted", settled, fenced, err)
 	}
 	e.unfenced("after Settle")
+}
+
+// TestSettleNamesWhatItCannotDecide: a move whose receiver's mark key
+// holds another type cannot be decided; Settle still decides the
+// voucher's other moves, and reports that one in its Err and in the
+// error (an operator must not be told the voucher is settled).
+func TestSettleNamesWhatItCannotDecide(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	ctx := context.Background()
+	for _, from := range []int{0, 2} {
+		if _, err := e.mover(Config{AfterStep: stopAfter("take")}).Move(ctx, e.v, from, 1, 2, e.nb); !errors.Is(err, ErrStopped) {
+			t.Fatalf("Move = %v, want ErrStopped", err)
+		}
+	}
+	ids, err := e.rdb.HKeys(ctx, e.journal(0)).Result()
+	if err != nil || len(ids) != 1 {
+		t.Fatal(ids, err)
+	}
+	bad := ids[0]
+	if err := e.rdb.HSet(ctx, markKey(e.keys, e.shard(1), bad), "x", "y").Err(); err != nil {
+		t.Fatal(err)
+	}
+	m := e.mover(Config{ApplyWindow: time.Millisecond, LeaseTTL: time.Minute})
+	moves, _, err := m.Settle(ctx, e.v, e.nb)
+	if !errors.Is(err, ErrWrongType) || !strings.Contains(err.Error(), bad) {
+		t.Errorf("Settle = %v, want the move %s named, its mark of another type", err, bad)
+	}
+	for _, mv := range moves {
+		switch {
+		case mv.ID == bad && mv.Err == "":
+			t.Errorf("the move left undecided has no Err: %+v", mv)
+		case mv.ID != bad && (mv.Err != "" || mv.Outcome != outcomeRefused):
+			t.Errorf("the other move %+v, want refused (never applied)", mv)
+		}
+	}
+	if len(moves) != 2 || e.journaled() != 1 {
+		t.Errorf("%d moves listed, %d journaled; want 2 listed and the bad one left", len(moves), e.journaled())
+	}
+	if got := e.stocks(); !slices.Equal(got, []int64{8, 0, 5}) {
+		t.Errorf("stocks %v, want the decided move's 2 units back: [8 0 5]", got)
+	}
 }
