@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,39 @@ func TestSettleNamesWhatItCannotDecide(t *testing.T) {
 	}
 	if got := e.stocks(); !slices.Equal(got, []int64{8, 0, 5}) {
 		t.Errorf("stocks %v, want the decided move's 2 units back: [8 0 5]", got)
+	}
+}
+
+// TestSettleTouchesOnlyItsVoucher: the journals hold the moves of every
+// voucher whose buckets share the shards; Moves and Settle of one voucher
+// leave another's move alone (it may still be in its mover's hands).
+func TestSettleTouchesOnlyItsVoucher(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	ctx := context.Background()
+	if _, err := e.mover(Config{AfterStep: stopAfter("take")}).Move(ctx, e.v, 0, 1, 4, e.nb); !errors.Is(err, ErrStopped) {
+		t.Fatal(err)
+	}
+	other := e.v + 1
+	rec := strconv.FormatInt(other, 10) + ":1:3:3:" + strconv.FormatInt(time.Now().UnixMilli(), 10)
+	if err := e.rdb.HSet(ctx, e.journal(0), "other-voucher", rec).Err(); err != nil {
+		t.Fatal(err)
+	}
+	m := e.mover(Config{ApplyWindow: time.Millisecond, LeaseTTL: time.Minute})
+	if moves, err := m.Moves(ctx, e.v, e.nb); err != nil || len(moves) != 1 || moves[0].ID == "other-voucher" {
+		t.Errorf("Moves = %+v, %v; want voucher %d's one move", moves, err, e.v)
+	}
+	settled, _, err := m.Settle(ctx, e.v, e.nb)
+	if err != nil || len(settled) != 1 {
+		t.Fatalf("Settle = %+v, %v; want voucher %d's one move settled", settled, err, e.v)
+	}
+	if got, err := e.rdb.HGet(ctx, e.journal(0), "other-voucher").Result(); err != nil || got != rec {
+		t.Errorf("voucher %d's move: %q, %v; want it left journaled", other, got, err)
+	}
+	if n, _ := e.rdb.Exists(ctx, markKey(e.keys, e.keys.BucketShard(other, 1, 3), "other-voucher")).Result(); n != 0 {
+		t.Errorf("voucher %d's move was resolved by Settle of voucher %d", other, e.v)
+	}
+	if got := e.stocks(); !slices.Equal(got, []int64{10, 0, 5}) {
+		t.Errorf("stocks %v, want [10 0 5]", got)
 	}
 }
