@@ -354,3 +354,24 @@ func TestQuiesceTakenOverWhileCounting(t *testing.T) {
 		t.Errorf("the newer rebuild's guard %q, want %q kept", f, q.Guard.Value)
 	}
 }
+
+// TestQuiesceNeedsConfirmedFences: a fence no replica confirms could be
+// lost to a failover before the count it protects, and moves would run
+// under the count: with WAIT 1 on a master without a replica, Quiesce
+// fails with ErrNotReplicated and holds nothing (no fence, no lease).
+func TestQuiesceNeedsConfirmedFences(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 5, 5, 5)
+	ctx := context.Background()
+	m := e.mover(Config{WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond, ApplyWindow: time.Millisecond, LeaseTTL: time.Minute})
+	if q, err := m.Quiesce(ctx, e.v, e.nb, 2); !errors.Is(err, ErrNotReplicated) {
+		if err == nil {
+			q.Release(ctx)
+		}
+		t.Fatalf("Quiesce with fences no replica confirms = %v, want ErrNotReplicated", err)
+	}
+	e.unfenced("after a Quiesce whose fences were not confirmed")
+	if n, _ := e.rdb.Exists(ctx, leaseKey(e.keys, e.v, e.nb)).Result(); n != 0 {
+		t.Error("lease left after a failed Quiesce")
+	}
+}
