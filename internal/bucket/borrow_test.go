@@ -154,3 +154,23 @@ func TestBorrowStampede(t *testing.T) {
 	}
 	e.settled()
 }
+
+// TestBorrowPassesOverAFencedBucket: the richest bucket, fenced by a
+// rebuild, gives nothing; a borrow takes from the richest unfenced one
+// instead of failing on the fenced one.
+func TestBorrowPassesOverAFencedBucket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0, 3, 9)
+	ctx := context.Background()
+	m := e.mover(Config{})
+	if _, err := m.fenceOp(ctx, e.v, e.nb, 2, "set", "3:rebuild"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Borrow(ctx, e.v, 0, e.nb); err != nil {
+		t.Fatalf("Borrow with the richest bucket fenced = %v, want a borrow from bucket 1", err)
+	}
+	if got := e.stocks(); !slices.Equal(got, []int64{2, 1, 9}) {
+		t.Errorf("stocks %v, want half of bucket 1's: [2 1 9]", got)
+	}
+	e.settled()
+}
