@@ -207,3 +207,52 @@ func replicated(t *testing.T, master *testenv.ClusterNode) {
 		return replicas > 0 && offset >= 0
 	})
 }
+
+// TestClusterApplyNotConfirmedStops: an apply the receiver's replica does
+// not confirm (the replica stopped, WAIT 1) stops the move there: Move
+// fails with ErrNotReplicated and the move stays journaled, not closed as
+// applied (a failover of the receiver could lose units its donor no
+// longer counts); once the replica is back the recovery loop closes it
+// as applied.
+func TestClusterApplyNotConfirmedStops(t *testing.T) {
+	t.Parallel()
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
+	cl.WaitHealthy(t, time.Minute)
+	rdb := cl.Client(t)
+	ctx := context.Background()
+	e := loadEnv(t, rdb, voucher.NewClusterKeys(testenv.Prefix(t), 3), 10, 0, 0)
+	for b := range e.nb {
+		replicated(t, cl.MasterOf(t, e.state(b)))
+	}
+	receiver := cl.MasterOf(t, e.state(1))
+	replica := cl.ReplicaOf(t, receiver)
+	replica.Pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			replica.Resume(t)
+		}
+	}()
+	if err := receiver.Client(t).ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		t.Fatalf("drop the replica's link: %v", err)
+	}
+	cfg := Config{WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond, StaleAfter: time.Millisecond, ApplyWindow: 30 * time.Second}
+	moved, err := e.mover(cfg).Move(ctx, e.v, 0, 1, 4, e.nb)
+	if moved != 0 || !errors.Is(err, ErrNotReplicated) {
+		t.Errorf("move into a receiver whose replica is stopped: %d moved, %v; want none, not replicated", moved, err)
+	}
+	if n := e.journaled(); n != 1 {
+		t.Errorf("%d moves journaled, want the unconfirmed apply's move left open", n)
+	}
+	replica.Resume(t)
+	resumed = true
+	r := NewRecoverer(e.mover(cfg))
+	testenv.WaitFor(t, 30*time.Second, "the move closed once the replica is back", func() bool {
+		_ = r.Once(ctx) // fails until the replica confirms
+		return e.journaled() == 0
+	})
+	e.settled()
+	if got := e.stocks(); !slices.Equal(got, []int64{6, 4, 0}) {
+		t.Errorf("stocks %v, want [6 4 0]", got)
+	}
+}
