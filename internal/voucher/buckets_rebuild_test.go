@@ -3,8 +3,10 @@ package voucher_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 	"testing"
 	"time"
 
@@ -376,10 +378,55 @@ func TestLostBucketsCountEachOthersBuyers(t *testing.T) {
 	if _, err := w.Warm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	homes := voucher.SplitBuyers(db, 3)
+	allocsCover(t, rdb, keys, v, db)
+}
+
+// TestLostBucketsCountEachOthersInFlightBuyers: as above, with the buyers'
+// orders not yet in the database, only in their home shards' pending
+// index (accepted, in a worker's hands): the first bucket rebuilt counts
+// the other, not ready yet, by its in-flight buyers too (without them the
+// second would get no unit for its 3 buyers: 3 units sold twice).
+func TestLostBucketsCountEachOthersInFlightBuyers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, keys, store, state, v := hotVoucher(t, 30, true)
+	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
+	for _, b := range []int{1, 2} {
+		rdb.Del(ctx, keys.StateAt(shard(b), v.ID), keys.BuyersAt(shard(b), v.ID), keys.Ready(shard(b)))
+	}
+	want := map[int]int{1: 2, 2: 3} // buyers by home bucket
+	flying := holders{}
+	for u := int64(1); len(flying) < 5; u++ {
+		h := voucher.Home(u, 3)
+		if want[h] == 0 {
+			continue
+		}
+		want[h]--
+		flying[u] = 1000 + u
+		order := strconv.FormatInt(1000+u, 10)
+		if err := rdb.HSet(ctx, keys.Pending(shard(h)), order, fmt.Sprintf("%d:%d", u, v.ID)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := voucher.NewWarmer(store, state, nobody{}, keys, time.Hour, slog.New(slog.DiscardHandler))
+	w.Quiesce(bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond}, slog.New(slog.DiscardHandler)))
+	if _, err := w.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allocsCover(t, rdb, keys, v, flying)
+}
+
+// allocsCover checks v's buckets after their rebuild: each one's alloc
+// covers the units its home buyers hold, and the allocs add up to the
+// stock.
+func allocsCover(t *testing.T, rdb *redis.Client, keys voucher.Keys, v voucher.Voucher, buyers map[int64]int64) {
+	t.Helper()
+	ctx := context.Background()
+	nb := v.BucketCount()
+	homes := voucher.SplitBuyers(buyers, nb)
 	var sum int64
-	for b := range 3 {
-		alloc, err := rdb.HGet(ctx, keys.StateAt(shard(b), v.ID), voucher.FieldAlloc).Int64()
+	for b := range nb {
+		alloc, err := rdb.HGet(ctx, keys.StateAt(keys.BucketShard(v.ID, b, nb), v.ID), voucher.FieldAlloc).Int64()
 		if err != nil {
 			t.Fatalf("bucket %d: %v", b, err)
 		}
@@ -388,7 +435,7 @@ func TestLostBucketsCountEachOthersBuyers(t *testing.T) {
 		}
 		sum += alloc
 	}
-	if sum != 30 {
-		t.Errorf("allocs add up to %d, want 30", sum)
+	if sum != int64(v.TotalStock) {
+		t.Errorf("allocs add up to %d, want %d", sum, v.TotalStock)
 	}
 }
