@@ -416,6 +416,36 @@ func TestLostBucketsCountEachOthersInFlightBuyers(t *testing.T) {
 	allocsCover(t, rdb, keys, v, flying)
 }
 
+// TestLostBucketsCountOnlyTheOthersBuyers: as above, with buyers in the
+// bucket that stayed ready as well (10 of them, its whole alloc): a lost
+// bucket's rebuild counts the holders of the other lost bucket alone, the
+// ready bucket's being in its alloc already. Counting them again would
+// leave the first bucket rebuilt less than its own 6 buyers hold (written
+// with no units: 6 units sold twice).
+func TestLostBucketsCountOnlyTheOthersBuyers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, keys, store, state, v := hotVoucher(t, 30, true)
+	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
+	want := map[int]int{0: 10, 1: 6, 2: 6} // buyers by home bucket
+	db := holders{}
+	for u := int64(1); len(db) < 22; u++ {
+		if h := voucher.Home(u, 3); want[h] > 0 {
+			want[h]--
+			db[u] = 1000 + u
+		}
+	}
+	for _, b := range []int{1, 2} {
+		rdb.Del(ctx, keys.StateAt(shard(b), v.ID), keys.BuyersAt(shard(b), v.ID), keys.Ready(shard(b)))
+	}
+	w := voucher.NewWarmer(store, state, db, keys, time.Hour, slog.New(slog.DiscardHandler))
+	w.Quiesce(bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond}, slog.New(slog.DiscardHandler)))
+	if _, err := w.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allocsCover(t, rdb, keys, v, db)
+}
+
 // allocsCover checks v's buckets after their rebuild: each one's alloc
 // covers the units its home buyers hold, and the allocs add up to the
 // stock.
