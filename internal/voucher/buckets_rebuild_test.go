@@ -416,6 +416,69 @@ func TestLostBucketsCountEachOthersInFlightBuyers(t *testing.T) {
 	allocsCover(t, rdb, keys, v, flying)
 }
 
+// TestStalledBucketLoadTakenOver: a bucket that lost its state in a shard
+// that stayed open is loaded under the voucher's hold; the load stalls
+// past its lease after counting the other buckets, and another rebuild
+// takes the voucher over. The stalled load's write is refused (its fence
+// was taken over): with it the bucket would be live with a share counted
+// before the takeover. The next round loads it, and the allocs add up.
+func TestStalledBucketLoadTakenOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, keys, store, state, v := hotVoucher(t, 30, true)
+	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
+	if err := rdb.Del(ctx, keys.StateAt(shard(1), v.ID), keys.BuyersAt(shard(1), v.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Leases long enough that no watchdog renews or gives up during the
+	// test: the stall is the voucher's lease expiring (deleted below).
+	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second, LeaseTTL: time.Minute},
+		slog.New(slog.DiscardHandler))
+	w := voucher.NewWarmer(store, state, nobody{}, keys, time.Hour, slog.New(slog.DiscardHandler))
+	w.Quiesce(m)
+	var (
+		newer    voucher.Quiet
+		newerErr error
+		stalled  bool
+	)
+	w.AfterPage(func() {
+		// Only while the load holds the voucher (it counted the others
+		// and reads the in-flight orders before writing).
+		if n, _ := rdb.Exists(ctx, keys.Lease(v.ID, 3)).Result(); stalled || n == 0 {
+			return
+		}
+		stalled = true
+		if err := rdb.Del(ctx, keys.Lease(v.ID, 3)).Err(); err != nil {
+			t.Error(err)
+		}
+		newer, newerErr = m.Quiesce(ctx, v.ID, 3, 2)
+	})
+	_, _ = w.Warm(ctx) // the stalled load fails
+	if !stalled || newerErr != nil {
+		t.Fatalf("the load did not stall (%v), or the rebuild that took over failed: %v", stalled, newerErr)
+	}
+	if n, _ := rdb.Exists(ctx, keys.StateAt(shard(1), v.ID)).Result(); n != 0 {
+		a, _ := rdb.HGet(ctx, keys.StateAt(shard(1), v.ID), voucher.FieldAlloc).Result()
+		t.Errorf("the stalled load wrote bucket 1 (alloc %s) after its fence was taken over", a)
+	}
+	newer.Release(ctx)
+	w.AfterPage(nil)
+	if _, err := w.Warm(ctx); err != nil {
+		t.Fatalf("the next round: %v", err)
+	}
+	var sum int64
+	for bk := range 3 {
+		a, err := rdb.HGet(ctx, keys.StateAt(shard(bk), v.ID), voucher.FieldAlloc).Int64()
+		if err != nil {
+			t.Fatalf("bucket %d: %v", bk, err)
+		}
+		sum += a
+	}
+	if sum != 30 {
+		t.Fatalf("alloc adds up to %d over the buckets, want 30", sum)
+	}
+}
+
 // TestLostBucketsCountOnlyTheOthersBuyers: as above, with buyers in the
 // bucket that stayed ready as well (10 of them, its whole alloc): a lost
 // bucket's rebuild counts the holders of the other lost bucket alone, the

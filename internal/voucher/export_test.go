@@ -13,3 +13,7 @@ func (s *State) LoadAt(ctx context.Context, shard int, v Voucher, stock int64, f
 
 // ErrGuardLost is errGuardLost for package voucher_test.
 var ErrGuardLost = errGuardLost
+
+// AfterPage sets a hook run after each page of a shard's pending index is
+// read, for package voucher_test (a rebuild stalled there).
+func (w *Warmer) AfterPage(f func()) { w.afterPage = f }
