@@ -479,6 +479,41 @@ func TestStalledBucketLoadTakenOver(t *testing.T) {
 	}
 }
 
+// TestStalledFirstLoadRefusedUnderNewerFence: as above, but the rebuild
+// that took the voucher over rebuilds bucket 2 itself, so bucket 2's
+// fence holds the newer token (not none): the stalled first load's write
+// of bucket 2 is refused all the same; the guard is its own token, not
+// any fence.
+func TestStalledFirstLoadRefusedUnderNewerFence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, keys, _, state, v := hotVoucher(t, 300, false)
+	shard := func(b int) int { return keys.BucketShard(v.ID, b, 3) }
+	m := bucket.NewMover(rdb, keys, bucket.Config{ApplyWindow: time.Millisecond, StaleAfter: time.Second, LeaseTTL: time.Minute},
+		slog.New(slog.DiscardHandler))
+	state.HoldWith(m)
+	x, err := m.Hold(ctx, v.ID, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release(ctx)
+	// x stalls: its lease expires; another instance rebuilds bucket 2.
+	if err := rdb.Del(ctx, keys.Lease(v.ID, 3)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q, err := m.Quiesce(ctx, v.ID, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Release(ctx)
+	if ok, err := state.LoadAt(x.Ctx, shard(2), v, 100, voucher.BucketFields(v, 100), &x.Guards[2]); !errors.Is(err, voucher.ErrGuardLost) || ok {
+		t.Fatalf("the stalled load's write of bucket 2, under the newer rebuild's fence = %v, %v; want refused", ok, err)
+	}
+	if n, _ := rdb.Exists(ctx, keys.StateAt(shard(2), v.ID)).Result(); n != 0 {
+		t.Error("bucket 2 written by the stalled load")
+	}
+}
+
 // TestLostBucketsCountOnlyTheOthersBuyers: as above, with buyers in the
 // bucket that stayed ready as well (10 of them, its whole alloc): a lost
 // bucket's rebuild counts the holders of the other lost bucket alone, the
