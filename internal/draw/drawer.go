@@ -33,7 +33,8 @@ func (entryRow) TableName() string { return "draw_entries" }
 
 // DrawerConfig tunes a Drawer; zero fields take the defaults.
 type DrawerConfig struct {
-	// Every is how often it looks for draws that closed (default 200ms).
+	// Every is how often it looks for draws that closed (default 500ms):
+	// a draw starts within it of its close.
 	Every time.Duration
 	// Lease is the life of a draw's lease, renewed while it is drawn
 	// (default 10s).
@@ -62,7 +63,7 @@ type Drawer struct {
 
 // NewDrawer returns a Drawer that buys through reserver.
 func NewDrawer(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, reserver *voucher.Reserver, cfg DrawerConfig, log *slog.Logger) *Drawer {
-	cfg.Every = cmp.Or(cfg.Every, 200*time.Millisecond)
+	cfg.Every = cmp.Or(cfg.Every, 500*time.Millisecond)
 	cfg.Lease = max(cmp.Or(cfg.Lease, 10*time.Second), lease.Min)
 	cfg.Retry = cmp.Or(cfg.Retry, 50*time.Millisecond)
 	return &Drawer{db: db, store: voucher.NewStore(db), rdb: rdb, keys: keys, reserver: reserver, cfg: cfg, log: log}
