@@ -936,3 +936,47 @@ func TestNginxConfigIsValid(t *testing.T) {
 		t.Fatalf("nginx -t: %v\n%s", err, out)
 	}
 }
+
+// TestChartNames: every SECKILL_* name in the chart's files is a setting of
+// the binary or one the nginx template fills in, and the chart's list of
+// settings with credentials is the test's.
+func TestChartNames(t *testing.T) {
+	t.Parallel()
+	table := settingsTable(t)
+	tmpl, err := os.ReadFile(filepath.Join(repoRoot, "nginx", "seckill.conf.template"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`SECKILL_[A-Z0-9_]*[A-Z0-9]`)
+	for _, s := range secretSettings {
+		if _, ok := table[s]; !ok {
+			t.Errorf("secretSettings lists %s, which is not a setting", s)
+		}
+	}
+	err = filepath.WalkDir(chartDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(path, filepath.Join(chartDir, "files")) {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, n := range name.FindAllString(string(b), -1) {
+			if _, ok := table[n]; !ok && !strings.Contains(string(tmpl), "${"+n+"}") {
+				t.Errorf("%s names %s, neither a setting of the binary nor a name of the nginx template", path, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	helpers, err := os.ReadFile(filepath.Join(chartDir, "templates", "_helpers.tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`define "seckill.secretSettings" -}}\n(.*)\n`).FindSubmatch(helpers)
+	if m == nil || !slices.Equal(strings.Fields(string(m[1])), secretSettings) {
+		t.Errorf("the chart's seckill.secretSettings is not secretSettings %v", secretSettings)
+	}
+}
