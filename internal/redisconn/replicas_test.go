@@ -191,3 +191,45 @@ func TestAgreedAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestConfirmAloneNeedsTheVote: a cluster master that lists no replica of
+// itself is not taken for alone when the other masters do not agree (here
+// they see it serve no slot, as they would an old master back from a
+// restart that still believes it is one); with their votes it is.
+func TestConfirmAloneNeedsTheVote(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lone := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: -1})
+	m := lone.MasterOf(t, "k")
+	mc := m.Client(t)
+	id, err := mc.Do(ctx, "cluster", "myid").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := func(slots string) redisconn.Peers {
+		return func(context.Context, string) ([]string, int) {
+			line := id + " " + m.Addr + "@1 master - 0 0 1 connected" + slots + "\n"
+			return []string{line, line}, 3
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		peers redisconn.Peers
+		alone bool
+	}{
+		{"the others see it serve no slot", views(""), false},
+		{"the others see it serve slots", views(" 0-5460"), true},
+		{"no vote can be held", nil, false},
+	} {
+		rs := redisconn.NewReplicas(c.peers)
+		conn := mc.Conn()
+		if err := conn.Set(ctx, "k", "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		conf, err := rs.Confirm(ctx, conn, m.Addr, 1, 50*time.Millisecond)
+		_ = conn.Close()
+		if err != nil || conf.Alone != c.alone || conf.OK(1) != c.alone {
+			t.Errorf("%s: %+v, %v; want alone %v", c.name, conf, err, c.alone)
+		}
+	}
+}
