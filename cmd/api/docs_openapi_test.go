@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/auth"
+	"seckill/internal/draw"
 	"seckill/internal/metrics"
 	"seckill/internal/order"
 	"seckill/internal/payment"
@@ -244,6 +245,16 @@ func TestOpenAPIAnswers(t *testing.T) {
 	}
 	fair := fmt.Sprint(fv["voucher"].(map[string]any)["id"])
 	fairID := map[string]string{"id": fair}
+	// One whose entries take a proof of work.
+	st, pv := call(t, "POST", o.base+"/api/v1/vouchers", adminTok, withField(withField(newVoucher, "fair_window_ms", 1_800_000), "pow_bits", 16))
+	if st != http.StatusCreated {
+		t.Fatalf("create a fair voucher with a proof of work: %d %v", st, pv)
+	}
+	powID := map[string]string{"id": fmt.Sprint(pv["voucher"].(map[string]any)["id"])}
+	wrongPow := "1"
+	for draw.PowOK(pv["voucher"].(map[string]any)["draw"].(map[string]any)["challenge"].(string), 77, wrongPow, 16) {
+		wrongPow += "1"
+	}
 	buy := "/api/v1/vouchers/" + vidS + "/orders"
 
 	// A priced sale: orders await payment. cancelled is cancelled by its
@@ -315,8 +326,12 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/" + vidS + "/draw", params: pid, status: 404}, // no_draw
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/987654321/draw", params: map[string]string{"id": "987654321"}, status: 404},
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/x/draw", params: map[string]string{"id": "x"}, badRequest: true, status: 400},
-		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + fair + "/orders", params: fairID, token: userTok, status: 202}, // entered
-		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "fair_window_ms", 3_600_000), status: 422},               // closes at end_at,
+		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + fair + "/orders", params: fairID, token: userTok, status: 202},       // entered
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "fair_window_ms", 3_600_000), status: 422},                     // closes at end_at,
+		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + powID["id"] + "/orders", params: powID, token: userTok, status: 403}, // pow_required
+		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + powID["id"] + "/orders", params: powID, token: userTok,
+			hdr: map[string]string{"X-Seckill-Pow": wrongPow}, status: 403}, // pow_required: a wrong nonce
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(withField(newVoucher, "fair_window_ms", 1_800_000), "pow_bits", 25), badRequest: true, status: 422},
 
 		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: buy, params: pid, token: userTok, status: 202},
 		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: buy, params: pid, token: userTok, status: 409},                     // already_purchased

@@ -131,7 +131,7 @@ func TestEnterOncePerBuyer(t *testing.T) {
 					mu.Unlock()
 					wg.Go(func() {
 						<-start
-						got, handled, err := routers[p].Enter(ctx, e.v.ID, u, 10_000+ticket)
+						got, handled, err := routers[p].Enter(ctx, e.v.ID, u, 10_000+ticket, "")
 						mu.Lock()
 						defer mu.Unlock()
 						if err != nil || !handled || got.Closed {
@@ -159,13 +159,13 @@ func TestEnterOncePerBuyer(t *testing.T) {
 				t.Fatalf("stock %s after the entries, want 10 untouched", s)
 			}
 			testenv.WaitFor(t, 10*time.Second, "the draw closed", func() bool { return !time.Now().Before(closes.Add(50 * time.Millisecond)) })
-			if got, handled, err := routers[0].Enter(ctx, e.v.ID, buyers+1, 99_999); err != nil || !handled || !got.Closed {
+			if got, handled, err := routers[0].Enter(ctx, e.v.ID, buyers+1, 99_999, ""); err != nil || !handled || !got.Closed {
 				t.Fatalf("a new buyer after the close: %+v handled %v, %v; want closed", got, handled, err)
 			}
 			if err := e.drawer().Pass(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if _, handled, err := routers[1].Enter(ctx, e.v.ID, buyers+1, 99_999); err != nil || handled {
+			if _, handled, err := routers[1].Enter(ctx, e.v.ID, buyers+1, 99_999, ""); err != nil || handled {
 				t.Fatalf("after the draw: handled %v, %v; want the purchase to buy as in any sale", handled, err)
 			}
 		})
@@ -359,15 +359,15 @@ func TestEntryWaitsForReplicas(t *testing.T) {
 		got, _ := replica.Client(t).HGet(ctx, entriesKey(keys, v.ID), strconv.FormatInt(user, 10)).Result()
 		return got
 	}
-	if e, handled, err := r.Enter(ctx, v.ID, 7, 700); err != nil || !handled || e.Ticket != 700 || onReplica(7) != "700" {
+	if e, handled, err := r.Enter(ctx, v.ID, 7, 700, ""); err != nil || !handled || e.Ticket != 700 || onReplica(7) != "700" {
 		t.Fatalf("entry with the replica up: %+v %v %v, on the replica %q", e, handled, err, onReplica(7))
 	}
 	replica.Pause(t)
-	if _, _, err := r.Enter(ctx, v.ID, 8, 800); !errors.Is(err, voucher.ErrNotReplicated) {
+	if _, _, err := r.Enter(ctx, v.ID, 8, 800, ""); !errors.Is(err, voucher.ErrNotReplicated) {
 		t.Fatalf("entry with the replica paused: %v, want not replicated", err)
 	}
 	replica.Resume(t)
-	e, handled, err := r.Enter(ctx, v.ID, 8, 801)
+	e, handled, err := r.Enter(ctx, v.ID, 8, 801, "")
 	if err != nil || !handled || e.Ticket != 800 {
 		t.Fatalf("pressed again: %+v %v %v; want the ticket of the first press, 800", e, handled, err)
 	}

@@ -47,20 +47,29 @@ func (r *Router) WaitReplicas(n int, timeout time.Duration, rs *redisconn.Replic
 	r.acks, r.ackWait, r.replicas = n, timeout, rs
 }
 
-// open is a draw not known to be done: when it closes.
-type open struct{ closes time.Time }
+// open is a draw not known to be done: when it closes, and the proof of
+// work an entry takes (pow bits, 0 for none, over challenge).
+type open struct {
+	closes    time.Time
+	pow       int
+	challenge string
+}
 
 // Enter implements voucher.Draws. A voucher the database cannot be asked
 // about is an error, not a purchase: it may have a draw, which a purchase
-// must not overtake.
-func (r *Router) Enter(ctx context.Context, v, user, ticket int64) (voucher.DrawEntry, bool, error) {
+// must not overtake. A draw with a proof of work checks pow before the
+// script runs, so no entry is written without one.
+func (r *Router) Enter(ctx context.Context, v, user, ticket int64, pow string) (voucher.DrawEntry, bool, error) {
 	o, err := r.draw(ctx, v)
 	if err != nil || o == nil {
 		return voucher.DrawEntry{}, false, err
 	}
+	if !PowOK(o.challenge, user, pow, o.pow) {
+		return r.noPow(ctx, v, o)
+	}
 	code, detail, err := r.run(ctx, v, user, ticket, o.closes)
 	if err != nil {
-		return voucher.DrawEntry{}, false, fmt.Errorf("enter the draw of voucher %d: %w", v, err)
+		return voucher.DrawEntry{}, false, err
 	}
 	e := voucher.DrawEntry{ClosesAt: o.closes}
 	switch code {
@@ -75,6 +84,24 @@ func (r *Router) Enter(ctx context.Context, v, user, ticket int64) (voucher.Draw
 		return e, false, nil
 	}
 	return e, false, fmt.Errorf("enter the draw of voucher %d: key %s has another type", v, detail)
+}
+
+// noPow answers an entry without its proof of work. The proof is asked
+// for entries only: once the draw is done the purchase buys as in any sale
+// (this instance may not have learnt it yet: Redis says), and after the
+// close it is told the draw is being drawn, as with one.
+func (r *Router) noPow(ctx context.Context, v int64, o *open) (voucher.DrawEntry, bool, error) {
+	done, err := r.rdb.Exists(ctx, doneKey(r.keys, v)).Result()
+	switch {
+	case err != nil:
+		return voucher.DrawEntry{}, false, fmt.Errorf("is the draw of voucher %d done: %w", v, err)
+	case done == 1:
+		r.known.Store(v, (*open)(nil))
+		return voucher.DrawEntry{}, false, nil
+	case !time.Now().Before(o.closes):
+		return voucher.DrawEntry{ClosesAt: o.closes, Closed: true}, true, nil
+	}
+	return voucher.DrawEntry{}, false, fmt.Errorf("enter the draw of voucher %d: %w", v, voucher.ErrPowRequired)
 }
 
 // draw is voucher v's draw not known to be done, or nil.
@@ -93,7 +120,7 @@ func (r *Router) draw(ctx context.Context, v int64) (*open, error) {
 			r.known.Store(v, (*open)(nil))
 			return (*open)(nil), nil
 		}
-		o := &open{closes: vc.DrawClose()}
+		o := &open{closes: vc.DrawClose(), pow: vc.PowBits, challenge: voucher.DrawChallenge(vc)}
 		r.known.Store(v, o)
 		return o, nil
 	})

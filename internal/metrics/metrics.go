@@ -27,7 +27,7 @@ const namespace = "seckill"
 // error code of the answer. Any other outcome is counted as "other".
 var PurchaseOutcomes = []string{
 	"accepted", "sold_out", "already_purchased", "not_started", "ended",
-	"not_ready", "voucher_not_found", "bad_request", "unavailable", "not_replicated", "busy", "entered", "drawing",
+	"not_ready", "voucher_not_found", "bad_request", "unavailable", "not_replicated", "busy", "entered", "drawing", "pow_required",
 }
 
 // LocalOutcomes are the answers an instance gives without Redis (see

@@ -82,8 +82,22 @@ type Draws interface {
 	// draw takes entries now, or answers with the ticket the buyer holds;
 	// handled is false when the voucher has no draw, or its draw is done:
 	// buy as in any sale.
-	Enter(ctx context.Context, voucherID, userID, ticket int64) (e DrawEntry, handled bool, err error)
+	// pow is the buyer's proof of work (the X-Seckill-Pow header, "" when
+	// absent); a draw that asks for one and finds it wrong answers
+	// ErrPowRequired.
+	Enter(ctx context.Context, voucherID, userID, ticket int64, pow string) (e DrawEntry, handled bool, err error)
 }
+
+// PowHeader carries a buyer's proof of work for entering a draw.
+const PowHeader = "X-Seckill-Pow"
+
+// ErrPowRequired means the draw asks for a proof of work and the entry
+// brought none, or a wrong one: 403 pow_required.
+var ErrPowRequired = errors.New("the draw asks for a proof of work")
+
+// MaxPowBits bounds a voucher's pow_bits: 2^24 hashes is seconds on a
+// phone already.
+const MaxPowBits = 24
 
 // DrawEntry is a buyer's place in a draw: its ticket (a winner's order
 // id) and when the draw closes; Closed when the draw no longer takes
@@ -158,6 +172,10 @@ type DrawView struct {
 	Status string     `json:"status"`
 	Secret string     `json:"secret,omitempty"`
 	DoneAt *time.Time `json:"done_at,omitempty"`
+	// PowBits, above 0, is the proof of work an entry takes; Challenge is
+	// what it is computed over (DrawChallenge).
+	PowBits   int    `json:"pow_bits"`
+	Challenge string `json:"challenge"`
 }
 
 // NewDrawSecret is a fair voucher's secret: 32 random bytes, in hex.
@@ -175,12 +193,19 @@ func DrawCommitment(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// DrawChallenge is what a proof of work for entering v's draw hashes,
+// with the buyer and a nonce: "seckill-draw:<voucher id>:<commitment>".
+func DrawChallenge(v Voucher) string {
+	return "seckill-draw:" + strconv.FormatInt(v.ID, 10) + ":" + DrawCommitment(v.DrawSecret)
+}
+
 // DrawOf is voucher v's draw as the API shows it, nil when it has none.
 func DrawOf(v Voucher, now time.Time) *DrawView {
 	if !v.Fair() {
 		return nil
 	}
-	d := &DrawView{FairWindowMs: v.FairWindowMs, ClosesAt: v.DrawClose().UTC(), Commitment: DrawCommitment(v.DrawSecret), Status: "open"}
+	d := &DrawView{FairWindowMs: v.FairWindowMs, ClosesAt: v.DrawClose().UTC(), Commitment: DrawCommitment(v.DrawSecret), Status: "open",
+		PowBits: v.PowBits, Challenge: DrawChallenge(v)}
 	switch {
 	case v.DrawDoneAt != nil:
 		d.Status, d.Secret, d.DoneAt = "done", v.DrawSecret, v.DrawDoneAt
@@ -219,6 +244,8 @@ type createRequest struct {
 	Buckets json.RawMessage `json:"buckets"`
 	// FairWindowMs, above 0, opens the sale with a draw (package draw).
 	FairWindowMs int64 `json:"fair_window_ms"`
+	// PowBits, above 0, makes an entry into the draw cost a proof of work.
+	PowBits int `json:"pow_bits"`
 }
 
 // buckets is the bucket count the request asks for: 1 when it names none,
@@ -264,7 +291,7 @@ func (r createRequest) voucher(now time.Time, buckets, shards int) (Voucher, str
 	v := Voucher{
 		Title: strings.TrimSpace(r.Title), FaceValue: *r.FaceValue, Price: r.Price, TotalStock: *r.Stock,
 		BeginAt: r.BeginAt.Truncate(time.Millisecond).UTC(), EndAt: r.EndAt.Truncate(time.Millisecond).UTC(),
-		Buckets: buckets, FairWindowMs: r.FairWindowMs,
+		Buckets: buckets, FairWindowMs: r.FairWindowMs, PowBits: r.PowBits,
 	}
 	return v, v.check(now, shards)
 }
@@ -294,6 +321,10 @@ func (v Voucher) check(now time.Time, shards int) string {
 		return "end_at must be in the future"
 	case v.FairWindowMs < 0 || !v.DrawClose().Before(v.EndAt):
 		return "fair_window_ms must be 0 (no draw) or a window that closes before end_at"
+	case v.PowBits < 0 || v.PowBits > MaxPowBits:
+		return "pow_bits must be between 0 and " + strconv.Itoa(MaxPowBits)
+	case v.PowBits > 0 && !v.Fair():
+		return "pow_bits asks a proof of work for entering a draw: it needs fair_window_ms"
 	case v.Buckets < 1 || v.Buckets > min(MaxBuckets, shards):
 		return fmt.Sprintf(`buckets must be between 1 and %d (at most one bucket per shard, and SECKILL_SHARDS is %d; never more than %d), `+
 			`or "auto" for one per Redis master`, min(MaxBuckets, shards), shards, MaxBuckets)
@@ -499,7 +530,7 @@ func (h *HTTP) purchase(c *gin.Context) (outcome string, script time.Duration, l
 // entered, with the ticket), or is being drawn (503 drawing); handled is
 // false when the purchase goes to the script as in any sale.
 func (h *HTTP) enter(c *gin.Context, id, user, ticket int64) (outcome string, handled bool) {
-	e, handled, err := h.draws.Enter(c.Request.Context(), id, user, ticket)
+	e, handled, err := h.draws.Enter(c.Request.Context(), id, user, ticket, c.GetHeader(PowHeader))
 	switch {
 	case errors.Is(err, ErrNotReplicated):
 		// Pressing again answers the entry if it was made, and waits for
@@ -507,6 +538,10 @@ func (h *HTTP) enter(c *gin.Context, id, user, ticket int64) (outcome string, ha
 		h.warnRedis("draw entry not confirmed by replicas", err)
 		pause(c, "not_replicated", "your entry may or may not have been taken: Redis did not confirm it in time; press again")
 		return "not_replicated", true
+	case errors.Is(err, ErrPowRequired):
+		apierr.Abort(c, http.StatusForbidden, "pow_required",
+			"entering this draw takes a proof of work: the "+PowHeader+" header, a nonce whose SHA-256 with the draw's challenge and your user id starts with pow_bits zero bits")
+		return "pow_required", true
 	case err != nil:
 		h.warnRedis("draw entry failed", err)
 		pause(c, "unavailable", "purchases are unavailable; try again shortly")

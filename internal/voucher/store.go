@@ -33,8 +33,12 @@ type Voucher struct {
 	FairWindowMs int64      `gorm:"column:fair_window_ms;default:0"`
 	DrawSecret   string     `gorm:"column:draw_secret;default:''"`
 	DrawDoneAt   *time.Time `gorm:"column:draw_done_at"`
-	CreatedAt    time.Time  `gorm:"column:created_at"`
-	UpdatedAt    time.Time  `gorm:"column:updated_at"`
+	// PowBits, above 0, makes entering the draw cost a proof of work: a
+	// nonce whose SHA-256 with the draw's challenge (DrawChallenge) and
+	// the buyer starts with PowBits zero bits (package draw).
+	PowBits   int       `gorm:"column:pow_bits;default:0"`
+	CreatedAt time.Time `gorm:"column:created_at"`
+	UpdatedAt time.Time `gorm:"column:updated_at"`
 }
 
 // TableName is the table of sql/*/0001_init.sql.

@@ -1,0 +1,129 @@
+package draw
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"seckill/internal/voucher"
+)
+
+// withPow gives the env's voucher a proof of work of k bits.
+func (e env) withPow(t *testing.T, k int) env {
+	t.Helper()
+	if err := e.db.Exec("UPDATE vouchers SET pow_bits = ? WHERE id = ?", k, e.v.ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	e.v.PowBits = k
+	return e
+}
+
+// TestPowOK: a nonce is a proof of work for one draw and one buyer: the
+// SHA-256 of challenge:user:nonce starts with k zero bits, as sha256sum
+// computes it; k = 0 takes anything.
+func TestPowOK(t *testing.T) {
+	t.Parallel()
+	const challenge, user, k = "seckill-draw:7:abc", int64(42), 12
+	nonce := SolvePow(challenge, user, k)
+	sum := sha256.Sum256([]byte(challenge + ":42:" + nonce))
+	if leadingZeros(sum) < k || sum[0] != 0 || sum[1]>>4 != 0 {
+		t.Fatalf("SolvePow found %q, whose hash %x does not start with %d zero bits", nonce, sum, k)
+	}
+	for _, c := range []struct {
+		what      string
+		challenge string
+		user      int64
+		nonce     string
+		k         int
+		want      bool
+	}{
+		{"valid", challenge, user, nonce, k, true},
+		{"valid for fewer bits", challenge, user, nonce, k - 4, true},
+		{"wrong nonce", challenge, user, nonce + "x", k, false},
+		{"another buyer's", challenge, user + 1, nonce, k, false},
+		{"another draw's", challenge + "d", user, nonce, k, false},
+		{"missing", challenge, user, "", k, false},
+		{"too long", challenge, user, strings.Repeat("0", maxNonce+1), 1, false},
+		{"k = 0 needs nothing", challenge, user, "", 0, true},
+	} {
+		if got := PowOK(c.challenge, c.user, c.nonce, c.k); got != c.want {
+			t.Errorf("%s: PowOK = %v, want %v", c.what, got, c.want)
+		}
+	}
+}
+
+// TestEnterAsksForPow: a draw of pow_bits k writes no entry without a
+// valid nonce (403 pow_required at the edge); with one it enters, and the
+// same nonce again answers the same ticket; a draw of k = 0 needs none.
+// After the close an entry without a nonce is told the draw is being
+// drawn, and once it is done the purchase buys as in any sale, though the
+// Router learnt of the draw before.
+func TestEnterAsksForPow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const k = 10
+	e := newEnv(t, "sqlite", 10, time.Now().Add(time.Hour)).withPow(t, k)
+	free := newEnv(t, "sqlite", 10, time.Now().Add(time.Hour))
+	challenge := voucher.DrawChallenge(e.v)
+	r := NewRouter(voucher.NewStore(e.db), e.rdb, e.keys)
+	rFree := NewRouter(voucher.NewStore(free.db), free.rdb, free.keys)
+	valid := SolvePow(challenge, 5, k)
+	wrong := "x"
+	for PowOK(challenge, 5, wrong, k) {
+		wrong += "x"
+	}
+	for _, c := range []struct {
+		what   string
+		r      *Router
+		v      int64
+		nonce  string
+		send   int64 // the ticket the press brings
+		ticket int64 // the ticket answered; 0: ErrPowRequired
+	}{
+		{"missing header", r, e.v.ID, "", 1, 0},
+		{"wrong nonce", r, e.v.ID, wrong, 2, 0},
+		{"another buyer's nonce", r, e.v.ID, SolvePow(challenge, 6, k), 3, 0},
+		{"valid", r, e.v.ID, valid, 4, 4},
+		{"the same nonce again", r, e.v.ID, valid, 5, 4},
+		{"k = 0 needs nothing", rFree, free.v.ID, "", 6, 6},
+	} {
+		got, handled, err := c.r.Enter(ctx, c.v, 5, c.send, c.nonce)
+		switch {
+		case c.ticket == 0 && !errors.Is(err, voucher.ErrPowRequired):
+			t.Errorf("%s: %+v handled %v, %v; want ErrPowRequired", c.what, got, handled, err)
+		case c.ticket != 0 && (err != nil || !handled || got.Ticket != c.ticket):
+			t.Errorf("%s: %+v handled %v, %v; want ticket %d", c.what, got, handled, err, c.ticket)
+		}
+	}
+	if n, _ := e.rdb.HLen(ctx, entriesKey(e.keys, e.v.ID)).Result(); n != 1 {
+		t.Fatalf("%d entries, want the one with a valid nonce", n)
+	}
+
+	// A draw that closed: no nonce is told it is drawing; once done, it
+	// buys as in any sale.
+	closed := newEnv(t, "sqlite", 10, time.Now().Add(-time.Second)).withPow(t, k)
+	rc := NewRouter(voucher.NewStore(closed.db), closed.rdb, closed.keys)
+	if got, handled, err := rc.Enter(ctx, closed.v.ID, 5, 1, ""); err != nil || !handled || !got.Closed {
+		t.Fatalf("after the close without a nonce: %+v handled %v, %v; want closed", got, handled, err)
+	}
+	if err := closed.drawer().Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, handled, err := rc.Enter(ctx, closed.v.ID, 5, 2, ""); err != nil || handled {
+		t.Fatalf("after the draw without a nonce: handled %v, %v; want to buy as in any sale", handled, err)
+	}
+}
+
+// BenchmarkPowOK is the server's verify of an entry's proof of work.
+func BenchmarkPowOK(b *testing.B) {
+	challenge := "seckill-draw:123456789:" + strings.Repeat("ab", 32)
+	nonce := SolvePow(challenge, 987654321, 16)
+	for b.Loop() {
+		if !PowOK(challenge, 987654321, nonce, 16) {
+			b.Fatal("the nonce was refused")
+		}
+	}
+}
