@@ -17,6 +17,9 @@
   var DUE_GIVE_UP_MS = 120000;
   // An order paid on a gateway's page is asked for this often meanwhile.
   var GATEWAY_ASK_EVERY_MS = 3000;
+  // After a draw's close its result is asked for this often until done.
+  var DRAW_ASK_EVERY_MS = 500;
+  var DRAWS_KEY = "seckill.draws."; // + user id: voucher id -> entry
 
   var $ = function (id) { return document.getElementById(id); };
   var state = {
@@ -27,6 +30,8 @@
     mine: new Map(),   // voucher id -> {order, status, at} the buyer holds (a live or pending order)
     orders: new Map(), // order id -> {view, dueAt, askedAt, payUrl, busy} of orders this page knows
     list: [],          // order ids of My orders, as listed
+    draws: new Map(),  // voucher id -> {ticket, closes, nonce, result} of draws the buyer entered
+    following: new Set(), // voucher ids whose draw result is being asked for
     listTimer: 0,
     polls: 0,
   };
@@ -58,6 +63,8 @@
     state.mine = new Map(); // the previous user's
     state.orders = new Map();
     state.list = [];
+    state.draws = loadDraws(s);
+    state.following = new Set();
     say($("orders-msg"), "", "");
     if (s) { loadOrders(); } else { $("orders").replaceChildren(); }
     // Messages on the cards belong to the previous user.
@@ -69,15 +76,36 @@
       delete c.msg.dataset.seen;
     });
     renderCards();
+    state.draws.forEach(function (e, id) { if (!e.result) { followDraw(id); } });
+  }
+
+  // loadDraws reads the draws the session's buyer entered on this device.
+  function loadDraws(s) {
+    var m = new Map();
+    if (!s) { return m; }
+    try {
+      var o = JSON.parse(localStorage.getItem(DRAWS_KEY + s.user_id) || "{}");
+      Object.keys(o).forEach(function (id) { if (o[id] && o[id].ticket) { m.set(Number(id), o[id]); } });
+    } catch (e) { /* a broken entry is no entry */ }
+    return m;
+  }
+
+  function saveDraws() {
+    var s = state.session;
+    if (!s) { return; }
+    var o = {};
+    state.draws.forEach(function (e, id) { o[id] = e; });
+    localStorage.setItem(DRAWS_KEY + s.user_id, JSON.stringify(o));
   }
 
   // ---- talking to the API ---------------------------------------------
 
   // call sends a request and resolves to {status, body, retryAfter}; a
   // network failure resolves to status 0. token, when given, is sent
-  // instead of the session's.
-  function call(method, path, body, token) {
+  // instead of the session's; extra headers are added.
+  function call(method, path, body, token, extra) {
     var headers = { "Accept": "application/json" };
+    Object.keys(extra || {}).forEach(function (k) { headers[k] = extra[k]; });
     if (body !== undefined) { headers["Content-Type"] = "application/json"; }
     var bearer = token || (state.session && state.session.token);
     if (bearer) { headers["Authorization"] = "Bearer " + bearer; }
@@ -125,6 +153,8 @@
     order_not_found: ["This order does not exist.", "bad"],
     order_pending: ["The order is still being confirmed; try again in a moment.", "warn"],
     payment_unavailable: ["Payments cannot be taken right now; try again in a moment.", "warn"],
+    drawing: ["The draw closed: drawing the winners…", "warn"],
+    pow_required: ["Your entry's proof of work was refused; try again.", "bad"],
   };
 
   function explain(r) {
@@ -315,13 +345,16 @@
       bar: li.querySelector(".v-bar span"), left: li.querySelector(".v-left"),
       when: li.querySelector(".v-when"), grab: li.querySelector(".grab"), msg: li.querySelector(".v-msg"),
       code: li.querySelector(".v-code"), codeText: li.querySelector(".code-big"), copy: li.querySelector(".copy"),
+      draw: li.querySelector(".v-draw"), what: li.querySelector(".draw-what"), drawResult: li.querySelector(".draw-result"), commit: li.querySelector(".draw-commit"),
+      copyCommit: li.querySelector(".copy-commit"), check: li.querySelector(".draw-check"), secret: li.querySelector(".draw-secret"),
       pay: $("pay-tpl").content.firstElementChild.cloneNode(true), busy: false, holdUntil: 0,
     };
     li.dataset.voucherId = String(v.id);
     c.pay.classList.add("v-pay");
-    li.append(c.pay);
+    li.insertBefore(c.pay, c.draw); // the buyer's actions before the draw's small print
     c.grab.addEventListener("click", function () { grab(v.id); });
     c.copy.addEventListener("click", function () { copyCode(c.codeText, c.copy); });
+    c.copyCommit.addEventListener("click", function () { copyCode(c.commit, c.copyCommit, c.v.draw ? c.v.draw.commitment : ""); });
     // Pay and Cancel act on the order the buyer holds when pressed.
     c.pay.querySelector(".pay").addEventListener("click", function () {
       var m = state.mine.get(v.id);
@@ -373,6 +406,8 @@
     var p = phase(v);
     c.li.className = "voucher " + p.replace("_", "");
     c.li.dataset.phase = p;
+    paintDraw(c);
+    if (tickDraw(c)) { return; }
     var t = now();
     var label = "Grab";
     switch (p) {
@@ -415,6 +450,176 @@
     paintCode(c, held && held.view.status === "paid" && held.view.code ? held.view.code : "");
   }
 
+  // drawPhase is where a voucher's draw is: open (taking entries), drawing
+  // (closed, the result not known yet), or "" (no draw, or done: a sale
+  // as any other).
+  function drawPhase(v) {
+    if (!v.draw || v.draw.status === "done") { return ""; }
+    return v.draw.status === "open" && now() < Date.parse(v.draw.closes_at) ? "open" : "drawing";
+  }
+
+  // tickDraw paints the button and the time of a voucher whose draw is
+  // open or being drawn, and tells whether it did.
+  function tickDraw(c) {
+    var v = c.v;
+    var dp = drawPhase(v);
+    c.li.dataset.draw = dp || (v.draw ? "done" : "");
+    if (!dp) { return false; }
+    var entry = state.session ? state.draws.get(v.id) : undefined;
+    var closes = Date.parse(v.draw.closes_at);
+    c.li.className = "voucher draw";
+    c.li.classList.remove("mine", "reserved");
+    c.grab.classList.remove("yours", "reserved");
+    c.grab.classList.toggle("entered", !!entry && !c.busy);
+    paintPayBox(c.pay, undefined, "");
+    paintCode(c, "");
+    if (dp === "open") {
+      c.when.textContent = whenText("The draw closes", closes, now());
+      c.grab.disabled = !!entry || !!c.busy;
+      c.grab.textContent = c.busy === "pow" ? "Preparing your entry…" : c.busy ? "Joining…" : entry ? "You're in" : "Join the draw";
+    } else {
+      c.when.textContent = "The draw closed at " + timeText(closes) + ": drawing the winners…";
+      c.grab.disabled = true;
+      c.grab.textContent = entry ? "You're in: drawing…" : "Drawing…";
+    }
+    if (entry && !entry.result && c.msg.dataset.code !== "entered") { sayEntered(c, entry); }
+    return true;
+  }
+
+  // timeText is an instant's time of day on the device: "20:00:01".
+  function timeText(ms) {
+    var d = new Date(ms);
+    var pad = function (n) { return (n < 10 ? "0" : "") + n; };
+    return pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  }
+
+  function sayEntered(c, entry) {
+    say(c.msg, "You're in: the draw closes at " + timeText(Date.parse(entry.closes)) + ".", "ok");
+    c.msg.dataset.code = "entered";
+  }
+
+  // paintDraw shows a voucher's draw: the commitment from the start, short
+  // (Copy copies it whole; How to check opens the draw's JSON), the secret
+  // once done, and the buyer's result.
+  function paintDraw(c) {
+    var d = c.v.draw;
+    c.draw.hidden = !d;
+    if (!d) { return; }
+    var short = d.commitment.slice(0, 12) + "…";
+    if (c.commit.textContent !== short) { c.commit.textContent = short; c.commit.title = d.commitment; }
+    c.check.href = "api/v1/vouchers/" + c.v.id + "/draw";
+    c.check.title = "The draw's JSON: the commitment is the SHA-256 of the secret, published at the close; " +
+      "the entries are bought in ascending HMAC-SHA256(secret, user id). `api draw verify " + c.v.id + "` checks it.";
+    c.what.textContent = d.status === "done" ? "Opened with a fair draw: every entry before the close had the same chance." :
+      "A fair draw: everyone who joins before the close has the same chance, however fast.";
+    c.secret.hidden = !d.secret;
+    var code = c.secret.querySelector("code");
+    if (d.secret && code.textContent !== d.secret) { code.textContent = d.secret; }
+    var e = state.session ? state.draws.get(c.v.id) : undefined;
+    var result = e && e.result;
+    c.drawResult.hidden = !result;
+    c.li.dataset.drawResult = result || "";
+    if (result) {
+      say(c.drawResult, result === "won" ? "You won the draw ✓" : "Not drawn this time", result === "won" ? "ok" : "bad");
+    }
+  }
+
+  // join enters the buyer into a voucher's draw: the proof of work first
+  // when the draw asks for one (kept, so a press again brings the same).
+  function join(c) {
+    var v = c.v, id = v.id, s = state.session;
+    var bits = v.draw.pow_bits || 0;
+    var send = function (nonce) {
+      c.busy = "join";
+      tickCard(c);
+      call("POST", "vouchers/" + id + "/orders", undefined, undefined, nonce ? { "X-Seckill-Pow": nonce } : undefined).then(function (r) {
+        c.busy = false;
+        if (state.session !== s) { return; }
+        if (r.status === 202 && r.body.status === "entered") {
+          var entry = { ticket: r.body.ticket, closes: r.body.draw_closes_at, nonce: nonce || "" };
+          state.draws.set(id, entry);
+          saveDraws();
+          sayEntered(c, entry);
+          followDraw(id);
+        } else if (r.status === 202) { // the draw was done meanwhile: a purchase as any other
+          hold(id, r.body.order_id, "pending");
+          showOrder(c, { order_id: r.body.order_id, status: "pending" });
+          followOrder(c, r.body.order_id);
+        } else {
+          if (r.body.code === "pow_required") { c.pow = null; }
+          var e = explain(r);
+          say(c.msg, e[0], e[1]);
+          c.msg.dataset.code = r.body.code || "error";
+          if (r.body.code === "drawing") { loadVouchers(); }
+        }
+        tickCard(c);
+      });
+    };
+    if (bits <= 0) { send(""); return; }
+    if (c.pow && c.pow.user === s.user_id && c.pow.challenge === v.draw.challenge) { send(c.pow.nonce); return; }
+    c.busy = "pow";
+    tickCard(c);
+    var began = performance.now();
+    window.seckillPow.solve(v.draw.challenge, s.user_id, bits).then(function (nonce) {
+      c.pow = { user: s.user_id, challenge: v.draw.challenge, nonce: nonce, ms: performance.now() - began };
+      c.li.dataset.powMs = String(Math.round(c.pow.ms));
+      if (state.session !== s) { c.busy = false; tickCard(c); return; }
+      send(nonce);
+    });
+  }
+
+  // followDraw asks for the result of a draw the buyer entered, from its
+  // close until it is done.
+  function followDraw(id) {
+    if (state.following.has(id)) { return; }
+    state.following.add(id);
+    var s = state.session;
+    var poll = function () {
+      var e = state.draws.get(id);
+      if (state.session !== s || !e) { state.following.delete(id); return; }
+      var wait = Date.parse(e.closes) - now();
+      if (wait > 0) { setTimeout(poll, Math.min(wait + 100, 5000)); return; }
+      call("GET", "vouchers/" + id + "/draw").then(function (r) {
+        if (state.session !== s) { state.following.delete(id); return; }
+        if (r.status === 200 && r.body.draw && r.body.draw.status === "done") {
+          state.following.delete(id);
+          drawDone(id, r.body);
+          return;
+        }
+        if (r.status === 404) { state.following.delete(id); return; } // the voucher is gone
+        setTimeout(poll, DRAW_ASK_EVERY_MS);
+      });
+    };
+    poll();
+  }
+
+  // drawDone shows a done draw's result: a winner holds the order its
+  // ticket names, which then goes as any order; the others were not drawn.
+  function drawDone(id, result) {
+    var e = state.draws.get(id);
+    var uid = state.session.user_id;
+    state.vouchers.forEach(function (v) { if (v.id === id) { v.draw = result.draw; } });
+    var mine = (result.entries || []).filter(function (x) { return x.user_id === uid; })[0];
+    var c = state.cards.get(id);
+    if (!mine) { return; }
+    e.result = mine.won ? "won" : "lost";
+    saveDraws();
+    if (c) {
+      if (mine.won) {
+        say(c.msg, "You won the draw: confirming your order…", "ok");
+        c.msg.dataset.code = "won";
+        hold(id, mine.ticket, "pending");
+        followOrder(c, mine.ticket);
+      } else {
+        say(c.msg, "Not drawn this time: sold out.", "bad");
+        c.msg.dataset.code = "not_drawn";
+      }
+      tickCard(c);
+    }
+    loadVouchers();
+    loadOrders();
+  }
+
   // paintCode shows the voucher code of the card's paid order, big, for a
   // cashier to read off the phone, with its Copy button; hidden without one.
   function paintCode(c, code) {
@@ -429,8 +634,8 @@
   // navigator.clipboard where the page may use it (https, localhost), else
   // through a selected text and execCommand("copy"). When both fail the
   // code is selected, for the buyer to copy by hand.
-  function copyCode(el, btn) {
-    var code = el.textContent;
+  function copyCode(el, btn, text) {
+    var code = text || el.textContent;
     var done = function (ok) {
       btn.textContent = ok ? "Copied" : "Copy failed: it is selected";
       btn.dataset.copied = ok ? "yes" : "no";
@@ -545,6 +750,7 @@
       $("phone").focus();
       return;
     }
+    if (drawPhase(c.v) === "open") { join(c); return; }
     c.busy = true;
     tickCard(c);
     call("POST", "vouchers/" + id + "/orders").then(function (r) {
