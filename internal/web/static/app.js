@@ -746,7 +746,7 @@
     var c = state.cards.get(id);
     if (!c || c.busy) { return; }
     if (!state.session) {
-      say(c.msg, "Log in first to grab this voucher.", "warn");
+      say(c.msg, drawPhase(c.v) === "open" ? "Log in first to join the draw." : "Log in first to grab this voucher.", "warn");
       $("phone").focus();
       return;
     }
