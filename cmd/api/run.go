@@ -473,7 +473,7 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	vouchers.Observe(c.m)
 	// Fair vouchers open with a draw: entries until the close, then one
 	// instance buys them in the draw's order.
-	router := draw.NewRouter(c.vstore, c.rdb, c.keys)
+	router := draw.NewRouter(c.rdb, c.keys)
 	if cfg.WaitReplicas > 0 {
 		router.WaitReplicas(cfg.WaitReplicas, cfg.WaitTimeout, c.replicas)
 	}

@@ -113,7 +113,7 @@ func TestEnterOncePerBuyer(t *testing.T) {
 			ctx := context.Background()
 			routers := make([]*Router, 4)
 			for i := range routers {
-				routers[i] = NewRouter(voucher.NewStore(e.db), e.rdb, e.keys)
+				routers[i] = NewRouter(e.rdb, e.keys)
 			}
 			const buyers, presses = 100, 4
 			var (
@@ -225,7 +225,11 @@ func TestDrawBuysInItsOrder(t *testing.T) {
 			}
 			wrong := r
 			d := *r.Draw
-			d.Secret = "0" + d.Secret[1:]
+			flip := map[byte]string{'0': "1"}[d.Secret[0]]
+			if flip == "" {
+				flip = "0"
+			}
+			d.Secret = flip + d.Secret[1:]
 			wrong.Draw = &d
 			if err := Check(wrong); err == nil {
 				t.Error("Check took a secret that is not the committed one")
@@ -353,7 +357,10 @@ func TestEntryWaitsForReplicas(t *testing.T) {
 	if err := voucher.NewStore(g).Create(ctx, &v); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRouter(voucher.NewStore(g), rdb, keys)
+	if _, err := voucher.NewState(rdb, keys).Load(ctx, v, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(rdb, keys)
 	r.WaitReplicas(1, time.Second, nil) // a loaded machine's replica answers WAIT late
 	onReplica := func(user int64) string {
 		got, _ := replica.Client(t).HGet(ctx, entriesKey(keys, v.ID), strconv.FormatInt(user, 10)).Result()

@@ -18,6 +18,11 @@ func (e env) withPow(t *testing.T, k int) env {
 		t.Fatal(err)
 	}
 	e.v.PowBits = k
+	// The sale state carries the draw's fields, as a load of the voucher
+	// made with pow_bits writes them.
+	if err := e.rdb.HSet(context.Background(), e.keys.State(e.v.ID), voucher.FieldDrawPow, k).Err(); err != nil {
+		t.Fatal(err)
+	}
 	return e
 }
 
@@ -68,8 +73,8 @@ func TestEnterAsksForPow(t *testing.T) {
 	e := newEnv(t, "sqlite", 10, time.Now().Add(time.Hour)).withPow(t, k)
 	free := newEnv(t, "sqlite", 10, time.Now().Add(time.Hour))
 	challenge := voucher.DrawChallenge(e.v)
-	r := NewRouter(voucher.NewStore(e.db), e.rdb, e.keys)
-	rFree := NewRouter(voucher.NewStore(free.db), free.rdb, free.keys)
+	r := NewRouter(e.rdb, e.keys)
+	rFree := NewRouter(free.rdb, free.keys)
 	valid := SolvePow(challenge, 5, k)
 	wrong := "x"
 	for PowOK(challenge, 5, wrong, k) {
@@ -105,7 +110,7 @@ func TestEnterAsksForPow(t *testing.T) {
 	// A draw that closed: no nonce is told it is drawing; once done, it
 	// buys as in any sale.
 	closed := newEnv(t, "sqlite", 10, time.Now().Add(-time.Second)).withPow(t, k)
-	rc := NewRouter(voucher.NewStore(closed.db), closed.rdb, closed.keys)
+	rc := NewRouter(closed.rdb, closed.keys)
 	if got, handled, err := rc.Enter(ctx, closed.v.ID, 5, 1, ""); err != nil || !handled || !got.Closed {
 		t.Fatalf("after the close without a nonce: %+v handled %v, %v; want closed", got, handled, err)
 	}

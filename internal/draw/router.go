@@ -2,7 +2,6 @@ package draw
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -17,12 +16,12 @@ import (
 )
 
 // Router sends the purchases of fair vouchers into their draw until it is
-// done (voucher.Draws). It learns whether a voucher has a draw from the
-// database once per voucher, and that a draw is done from Redis once.
+// done (voucher.Draws). It learns whether a voucher has a draw from its
+// sale state in Redis once per voucher, and that a draw is done from
+// Redis once.
 type Router struct {
-	store *voucher.Store
-	rdb   redis.UniversalClient
-	keys  voucher.Keys
+	rdb  redis.UniversalClient
+	keys voucher.Keys
 	// acks replicas must have an entry before it is answered (WAIT on
 	// the connection of the entry, bounded by ackWait; replicas applies
 	// the policy for a master with none); 0: not waited for.
@@ -36,8 +35,8 @@ type Router struct {
 }
 
 // NewRouter returns the Router of an instance.
-func NewRouter(store *voucher.Store, rdb redis.UniversalClient, keys voucher.Keys) *Router {
-	return &Router{store: store, rdb: rdb, keys: keys, enter: lua.DrawEnter()}
+func NewRouter(rdb redis.UniversalClient, keys voucher.Keys) *Router {
+	return &Router{rdb: rdb, keys: keys, enter: lua.DrawEnter()}
 }
 
 // WaitReplicas makes an entry wait until n replicas have it, as an
@@ -55,9 +54,9 @@ type open struct {
 	challenge string
 }
 
-// Enter implements voucher.Draws. A voucher the database cannot be asked
-// about is an error, not a purchase: it may have a draw, which a purchase
-// must not overtake. A draw with a proof of work checks pow before the
+// Enter implements voucher.Draws. A voucher whose state cannot be read is
+// an error, not a purchase: it may have a draw, which a purchase must not
+// overtake. A draw with a proof of work checks pow before the
 // script runs, so no entry is written without one.
 func (r *Router) Enter(ctx context.Context, v, user, ticket int64, pow string) (voucher.DrawEntry, bool, error) {
 	o, err := r.draw(ctx, v)
@@ -104,28 +103,40 @@ func (r *Router) noPow(ctx context.Context, v int64, o *open) (voucher.DrawEntry
 	return voucher.DrawEntry{}, false, fmt.Errorf("enter the draw of voucher %d: %w", v, voucher.ErrPowRequired)
 }
 
-// draw is voucher v's draw not known to be done, or nil.
+// draw is voucher v's draw not known to be done, or nil. It is read from
+// the voucher's sale state (bucket 0's; voucher.DrawFields), never from
+// the database, so purchases go on while the database is away. A voucher
+// whose state is not loaded is not remembered: the purchase script
+// answers for it, and the next purchase asks again.
 func (r *Router) draw(ctx context.Context, v int64) (*open, error) {
 	if o, ok := r.known.Load(v); ok {
 		return o.(*open), nil
 	}
 	o, err, _ := r.group.Do(strconv.FormatInt(v, 10), func() (any, error) {
-		vc, err := r.store.Get(ctx, v)
-		switch {
-		case errors.Is(err, voucher.ErrNotFound):
-			return (*open)(nil), nil // the script answers it
-		case err != nil:
+		f, err := r.rdb.HMGet(ctx, r.keys.State(v), "stock", voucher.FieldDrawClose, voucher.FieldDrawPow, voucher.FieldDrawChallenge).Result()
+		if err != nil {
 			return nil, err
-		case !vc.Fair() || vc.DrawDoneAt != nil:
+		}
+		if f[0] == nil {
+			return (*open)(nil), nil // no state: the script answers
+		}
+		closeMs, _ := f[1].(string)
+		if closeMs == "" {
 			r.known.Store(v, (*open)(nil))
 			return (*open)(nil), nil
 		}
-		o := &open{closes: vc.DrawClose(), pow: vc.PowBits, challenge: voucher.DrawChallenge(vc)}
+		ms, err1 := strconv.ParseInt(closeMs, 10, 64)
+		pow, err2 := strconv.Atoi(fmt.Sprint(f[2]))
+		challenge, _ := f[3].(string)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("voucher %d's draw fields %v", v, f[1:])
+		}
+		o := &open{closes: time.UnixMilli(ms), pow: pow, challenge: challenge}
 		r.known.Store(v, o)
 		return o, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read voucher %d for its draw: %w", v, err)
+		return nil, fmt.Errorf("read voucher %d's draw: %w", v, err)
 	}
 	return o.(*open), nil
 }

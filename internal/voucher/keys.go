@@ -166,6 +166,23 @@ func (v Voucher) DrawClose() time.Time {
 	return v.BeginAt.Add(time.Duration(v.FairWindowMs) * time.Millisecond)
 }
 
+// Fields of a fair voucher's sale state (every bucket's), read by the
+// draw's Router so that a purchase finds its draw without the database.
+const (
+	FieldDrawClose     = "draw_close_ms"
+	FieldDrawPow       = "draw_pow"
+	FieldDrawChallenge = "draw_challenge"
+)
+
+// DrawFields are a fair voucher's draw fields of its sale state: field,
+// value, ...; none for a voucher without a draw.
+func DrawFields(v Voucher) []any {
+	if !v.Fair() {
+		return nil
+	}
+	return []any{FieldDrawClose, v.DrawClose().UnixMilli(), FieldDrawPow, v.PowBits, FieldDrawChallenge, DrawChallenge(v)}
+}
+
 // SaleBegin is when the purchase script starts selling: BeginAt, or for a
 // fair voucher the draw's close, so that no purchase reaches the stock
 // before the draw's entries do.

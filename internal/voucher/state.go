@@ -167,6 +167,7 @@ func BucketFields(v Voucher, alloc int64) []any {
 // changes nothing. With a guard, the state is written only while the
 // guard holds (errGuardLost otherwise).
 func (s *State) loadAt(ctx context.Context, shard int, v Voucher, stock int64, buyers map[int64]int64, fields []any, guard *Guard) (bool, error) {
+	fields = append(fields, DrawFields(v)...)
 	staging := s.keys.BuyersLoading(shard, v.ID, lease.NewToken())
 	if len(buyers) > 0 {
 		pipe := s.rdb.Pipeline()
@@ -354,6 +355,7 @@ func (s *State) Replace(ctx context.Context, token string, lease time.Duration, 
 // ReplaceAt is Replace for v's bucket in shard, with further state fields
 // (BucketFields) written with the stock.
 func (s *State) ReplaceAt(ctx context.Context, token string, lease time.Duration, shard int, v Voucher, stock int64, fields []any, buyers map[int64]int64) error {
+	fields = append(fields, DrawFields(v)...)
 	keys := []string{s.keys.Rebuilding(shard), s.keys.StateAt(shard, v.ID), s.keys.BuyersAt(shard, v.ID)}
 	pairs := make([]any, 0, 2*len(buyers))
 	for uid, oid := range buyers {
