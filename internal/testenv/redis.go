@@ -40,7 +40,15 @@ func StartRedis(tb testing.TB, opt RedisOptions) *RedisServer {
 	if err != nil {
 		unavailable(tb, fmt.Errorf("%w; install redis-server (apt-get install redis-server)", err))
 	}
-	s, err := startRedis(bin, tb.TempDir(), opt)
+	// A free port can be taken by another process before Redis binds it
+	// (the tests run packages side by side): then another is tried.
+	var s *RedisServer
+	for try := 0; ; try++ {
+		s, err = startRedis(bin, tb.TempDir(), opt)
+		if err == nil || try == 2 || !strings.Contains(err.Error(), "Address already in use") {
+			break
+		}
+	}
 	if err != nil {
 		tb.Fatalf("start redis: %v", err)
 	}
