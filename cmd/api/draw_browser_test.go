@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,25 +37,7 @@ func TestDrawInBrowser(t *testing.T) {
 	const powBits = 16
 	s := startWeb(t, nil)
 
-	var mu sync.Mutex
-	var problems []string
-	cctx, stopConsole := context.WithCancel(ctx)
-	consoleDone := make(chan struct{})
-	msgs := chromedp.Console(cctx)
-	go func() {
-		defer close(consoleDone)
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			if m.IsException() || (m.Type == chromedp.ConsoleError && m.Source != "network") {
-				mu.Lock()
-				problems = append(problems, fmt.Sprintf("%s %s: %s", m.Type, m.Source, m.Text))
-				mu.Unlock()
-			}
-		}
-	}()
-	defer func() { stopConsole(); <-consoleDone }()
+	defer watchConsole(t, ctx)()
 
 	tctx, cancel := context.WithTimeout(ctx, 120*time.Second)
 	defer cancel()
@@ -210,9 +191,4 @@ func TestDrawInBrowser(t *testing.T) {
 	t.Logf("proof of work of %d bits in the page: median %.0f ms over %d solves (min %.0f, max %.0f); %.0f hashes/ms, so %.0f ms for the 2^%d tries of an average solve",
 		powBits, (times[4]+times[5])/2, len(times), times[0], times[len(times)-1], tries/total, float64(int(1)<<powBits)/(tries/total), powBits)
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, p := range problems {
-		t.Errorf("browser: %s", p)
-	}
 }

@@ -194,28 +194,8 @@ func TestSaleInBrowser(t *testing.T) {
 	priced := newVoucher("¥50 for ¥9.90", time.Now().Add(-time.Minute), time.Now().Add(time.Hour), 2, 990)
 	expiring := newVoucher("¥50 for ¥5", time.Now().Add(-time.Minute), time.Now().Add(time.Hour), 1, 500)
 
-	// Script errors and CSP violations fail the test; refused requests
-	// (409, 401) are the page's business, logged by the browser as network
-	// errors, and not counted.
-	var mu sync.Mutex
-	var problems []string
-	cctx, stopConsole := context.WithCancel(ctx)
-	consoleDone := make(chan struct{})
-	msgs := chromedp.Console(cctx)
-	go func() {
-		defer close(consoleDone)
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			if m.IsException() || (m.Type == chromedp.ConsoleError && m.Source != "network") {
-				mu.Lock()
-				problems = append(problems, fmt.Sprintf("%s %s: %s", m.Type, m.Source, m.Text))
-				mu.Unlock()
-			}
-		}
-	}()
-	defer func() { stopConsole(); <-consoleDone }()
+	// Script errors and CSP violations fail the test (watchConsole).
+	defer watchConsole(t, ctx)()
 
 	tctx, cancel := context.WithTimeout(ctx, 180*time.Second)
 	defer cancel()
@@ -535,11 +515,6 @@ func TestSaleInBrowser(t *testing.T) {
 	}
 	shot("api-docs.png")
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, p := range problems {
-		t.Errorf("browser: %s", p)
-	}
 }
 
 // visibleCountJS counts the Pay and the Cancel buttons on the screen.
@@ -645,4 +620,40 @@ func (g rowGeometry) problem() string {
 		return "the button's label does not fit"
 	}
 	return ""
+}
+
+// watchConsole collects the page's script errors and CSP violations while
+// a browser test runs; the function it returns stops watching and fails
+// the test with each. Refused requests (409, 401) are the page's
+// business, logged by the browser as network errors, and not counted.
+func watchConsole(t *testing.T, ctx context.Context) func() {
+	var (
+		mu       sync.Mutex
+		problems []string
+	)
+	cctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	msgs := chromedp.Console(cctx)
+	go func() {
+		defer close(done)
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.IsException() || (m.Type == chromedp.ConsoleError && m.Source != "network") {
+				mu.Lock()
+				problems = append(problems, fmt.Sprintf("%s %s: %s", m.Type, m.Source, m.Text))
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() {
+		stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range problems {
+			t.Errorf("browser: %s", p)
+		}
+	}
 }
