@@ -58,7 +58,7 @@ func TestDrawInBrowser(t *testing.T) {
 	// takes entries from now and closes 1s + 10s from now.
 	begin := time.Now().Add(time.Second)
 	a := sendJSON(t, "POST", s.base+"/api/v1/vouchers", token(t, 1, auth.RoleAdmin), map[string]any{
-		"title": "Fair ¥50", "face_value": 5000, "stock": 5, "fair_window_ms": 10_000, "pow_bits": powBits,
+		"title": "Fair ¥50", "face_value": 5000, "stock": 1, "fair_window_ms": 10_000, "pow_bits": powBits,
 		"begin_at": begin.Format(time.RFC3339Nano), "end_at": begin.Add(time.Hour).Format(time.RFC3339Nano),
 	})
 	if a.status != 201 {
@@ -122,18 +122,36 @@ func TestDrawInBrowser(t *testing.T) {
 		t.Fatalf("the draw closed at %s before both buyers were in: a machine this slow needs a longer window", closes.Format(time.StampMilli))
 	}
 
-	// After the close the page asks until the draw is done: won.
-	do("the result", visible(card+`[data-draw-result="won"] .draw-result`), visible(card+` .grab.yours:disabled`),
-		visible(card+` .v-msg[data-status="paid"]`), visible(card+" .draw-secret"))
-	secret := text(card + " .draw-secret code")
-	sum := sha256.Sum256([]byte(secret))
-	if got := text(card + " .draw-result"); got != "You won the draw ✓" || hex.EncodeToString(sum[:]) != commitment {
-		t.Errorf("the result reads %q; the secret shown %q does not hash to the commitment %s", got, secret, commitment)
+	// After the close the page asks until the draw is done. One unit for
+	// two buyers: one won and one was not drawn, whichever the secret
+	// orders first.
+	result := func(who string) string {
+		t.Helper()
+		do(who+"'s result", visible(card+`[data-draw-result] .draw-result`), visible(card+" .draw-secret"))
+		got, err := chromedp.Run(tctx, chromedp.AttributeValue(chromedp.CSS(card), "data-draw-result"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret := text(card + " .draw-secret code")
+		sum := sha256.Sum256([]byte(secret))
+		if hex.EncodeToString(sum[:]) != commitment {
+			t.Errorf("%s: the secret shown %q does not hash to the commitment %s", who, secret, commitment)
+		}
+		switch want := map[string]string{"won": "You won the draw ✓", "lost": "Not drawn this time"}[got.Value]; {
+		case want == "":
+			t.Fatalf("%s: result %q", who, got.Value)
+		case text(card+" .draw-result") != want:
+			t.Errorf("%s: the result reads %q, want %q", who, text(card+" .draw-result"), want)
+		case got.Value == "won":
+			do(who+"'s order", visible(card+` .grab.yours:disabled`), visible(card+` .v-msg[data-status="paid"]`))
+			if code := text(card + " .v-code .code-big"); len(code) != 10 {
+				t.Errorf("%s: the won order shows code %q", who, code)
+			}
+		}
+		return got.Value
 	}
-	if code := text(card + " .v-code .code-big"); len(code) != 10 {
-		t.Errorf("the won order shows code %q", code)
-	}
-	shot("draw-won-phone.png")
+	second := result("the second buyer")
+	shot("draw-" + second + "-phone.png")
 
 	// The first buyer, back on this device: the page kept the ticket.
 	do("desktop-sized", chromedp.EmulateViewport(1200, 900))
@@ -145,17 +163,25 @@ func TestDrawInBrowser(t *testing.T) {
 	if _, err := chromedp.Run(tctx, chromedp.Evaluate[bool](session)); err != nil {
 		t.Fatal(err)
 	}
-	do("the first buyer's result", chromedp.Reload(), visible("#logout"), visible(card+`[data-draw-result="won"]`), visible(card+` .grab.yours:disabled`))
-	shot("draw-won-desktop.png")
+	do("reload as the first buyer", chromedp.Reload(), visible("#logout"))
+	first := result("the first buyer")
+	shot("draw-" + first + "-desktop.png")
+	if first == second {
+		t.Errorf("both buyers read %q for one unit", first)
+	}
 	r := sendJSON(t, "GET", fmt.Sprintf("%s/api/v1/vouchers/%d/draw", s.base, id), "", nil)
 	entries, _ := r.body["entries"].([]any)
 	if r.status != 200 || len(entries) != 2 {
 		t.Fatalf("the draw: %d %s, want 2 entries", r.status, r.raw)
 	}
+	won := 0
 	for _, e := range entries {
-		if e.(map[string]any)["won"] != true {
-			t.Errorf("entry %v did not win, with stock for all", e)
+		if e.(map[string]any)["won"] == true {
+			won++
 		}
+	}
+	if won != 1 {
+		t.Errorf("%d entries won one unit: %s", won, r.raw)
 	}
 
 	// What a proof of work costs the page: 10 solves of 16 bits, each for
