@@ -15,7 +15,11 @@
 #                                  streams, written by concurrent batches against its one stock row), stop the
 #                                  instances, drain with one SECKILL_ROLE=worker instance, and print the
 #                                  drain rate, MariaDB's row-lock waits and time over the drain,
-#                                  the Redis commands and CPU per order written (masters + lock Redis)
+#                                  the Redis commands and CPU per order written (masters + lock Redis),
+#                                  and, last, drain's CPU per order written by server (from /proc) and
+#                                  their sum: worker_us=... redis_us=... lock_redis_us=... mariadb_us=...
+#                                  then total_us_per_order=N
+#   loadtest/capacity.sh total F   those two last lines from drain's --json file F
 #   loadtest/capacity.sh refusals  1 master: CAPACITY_ORDERS purchases by as many buyers at a stock of
 #                                  1% of them, and the Redis commands and CPU per purchase (mostly
 #                                  sold_out refusals)
@@ -351,7 +355,7 @@ tail_cost() {
 }
 
 worker() {
-  local out=$work/runs/worker vid accepted
+  local out=$work/runs/worker vid accepted drain_pid
   mkdir -p "$out"
   say "3x1 cluster: $orders accepted purchases, then one worker drains them"
   redis_up 3 1
@@ -362,13 +366,24 @@ worker() {
   vid=$(jq .voucher_id "$out/fill.json")
   apis_down
   "$lt" redisstat --redis "$cluster_url" --redis "$SECKILL_LOCK_NODES" --out "$out/drain-before.json"
-  SECKILL_ROLE=worker SECKILL_REDIS_URL="$cluster_url" SECKILL_SHARDS=3 SECKILL_ADDR="127.0.0.1:$worker_port" \
-    start worker "$base/bin/api" serve
   rowlocks >"$out/rowlocks-before.txt"
   # What was accepted: with buckets a few buyers at the very end may be
   # answered 503 busy (units in transit) instead.
   accepted=$(jq '.outcomes["202 accepted"] // 0' "$out/fill.json")
-  "$lt" drain --redis "$cluster_url" --shards 3 --voucher "$vid" --expect "$accepted" >"$out/drain.txt" 2>&1 || die "drain failed; see $out/drain.txt"
+  # The watch first, then the worker (counted from its start, start-up
+  # included), as loadtest/README.md runs drain: every order is written
+  # under the watch, and drain measures the CPU of the worker, the Redis
+  # nodes, the lock Redis and MariaDB over it (/proc).
+  "$lt" drain --redis "$cluster_url" --shards 3 --voucher "$vid" --expect "$accepted" --pids "service:$work/worker.pid" \
+    --json "$out/drain.json" >"$out/drain.txt" 2>&1 &
+  drain_pid=$!
+  if ! poll 60 grep -q 'start the worker now' "$out/drain.txt"; then
+    kill -TERM "$drain_pid" 2>/dev/null || true
+    die "drain did not begin its watch; see $out/drain.txt"
+  fi
+  SECKILL_ROLE=worker SECKILL_REDIS_URL="$cluster_url" SECKILL_SHARDS=3 SECKILL_ADDR="127.0.0.1:$worker_port" \
+    start worker "$base/bin/api" serve
+  wait "$drain_pid" || die "drain failed; see $out/drain.txt"
   rowlocks >"$out/rowlocks-after.txt"
   stop "$work/worker.pid"
   paste "$out/rowlocks-before.txt" "$out/rowlocks-after.txt" |
@@ -377,6 +392,23 @@ worker() {
     --json "$out/drain-redis.json" >"$out/drain-redis.txt"
   redis_down
   cat "$out/drain.txt" "$out/fill-redis.txt" "$out/drain-redis.txt"
+  cpu_total "$out/drain.json"
+}
+
+# cpu_total DRAIN_JSON: the CPU per order written that drain measured
+# (its --json), by server, on one line: worker_us (service), redis_us
+# (every node of the sale's Redis, redis or redis@PORT), lock_redis_us
+# (locks or locks@PORT), mariadb_us (database); then, the last line,
+# total_us_per_order, their sum. A server drain did not measure is an error.
+cpu_total() {
+  local parts
+  parts=$(jq -r '
+    def part($name): [.cpu_us_per_order[]? | select(.label | split("@")[0] == $name) | .us_per_order]
+      | if length == 0 then error("drain measured no \($name) process") else add end;
+    [part("service"), part("redis"), part("locks"), part("database")] | . + [add] | map(tostring) | join(" ")' "$1") ||
+    die "no CPU per order in $1"
+  # shellcheck disable=SC2086
+  LC_ALL=C printf 'worker_us=%.1f redis_us=%.1f lock_redis_us=%.1f mariadb_us=%.1f\ntotal_us_per_order=%.1f\n' $parts
 }
 
 # rowlocks prints MariaDB's row-lock counters (name, value), for the
@@ -463,6 +495,7 @@ case ${1:-} in
   buckets) lock; trap cleanup EXIT; base_up; header; buckets; summary ;;
   tail) lock; trap cleanup EXIT; base_up; tail_cost; summary ;;
   worker) lock; trap cleanup EXIT; base_up; worker ;;
+  total) cpu_total "${2:?usage: capacity.sh total DRAIN_JSON}" ;; # what worker ends with, from a drain's --json
   refusals) lock; trap cleanup EXIT; base_up; refusals ;;
   summary) summary ;;   # CAPACITY_RESULTS names another results file
   down)

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -115,7 +116,9 @@ func ceilingPort(t testing.TB) string {
 // (SECKILL_ROLE=api), 4,000 accepted purchases wait on the stream; drain
 // watches them while a worker started afterwards writes them: the worker,
 // found from its pid file at the end, is counted from its start, and each
-// server of the deployment used CPU per order written.
+// server of the deployment used CPU per order written. capacity.sh total,
+// which ends capacity.sh worker, reads drain's JSON into one line per
+// server's figure and, last, total_us_per_order=N, their sum.
 func TestDrainMeasuresCPU(t *testing.T) {
 	c := startCluster(t, "SECKILL_ROLE=api", "SECKILL_RATE_LIMIT=off",
 		"SECKILL_NGINX_PURCHASE_RATE=1000000r/s", "SECKILL_NGINX_PURCHASE_BURST=1000000")
@@ -177,6 +180,47 @@ func TestDrainMeasuresCPU(t *testing.T) {
 	if w := res.CPU[3]; !w.SinceStart || !slices.Equal(w.PIDs, []int{c.pid(t, "worker-1")}) {
 		t.Errorf("the worker %+v: want pid %d counted from its start", w, c.pid(t, "worker-1"))
 	}
+	checkCapacityTotal(t, results, map[string]float64{
+		"worker_us": res.CPU[3].PerOrder, "redis_us": res.CPU[0].PerOrder, "lock_redis_us": res.CPU[1].PerOrder, "mariadb_us": res.CPU[2].PerOrder,
+	})
+}
+
+// checkCapacityTotal runs capacity.sh total on a drain's JSON: its line
+// before last names each server's CPU per order written, as want has it
+// (to the printed tenth), and its last line is total_us_per_order=N with
+// N their sum (the parts are rounded apart, so within 0.05 per part).
+func checkCapacityTotal(t *testing.T, drainJSON string, want map[string]float64) {
+	t.Helper()
+	if _, err := exec.LookPath("jq"); err != nil {
+		t.Skip("no jq: capacity.sh total not run")
+	}
+	cmd := exec.Command("./capacity.sh", "total", drainJSON)
+	cmd.Env = append(os.Environ(), "CAPACITY_DIR="+t.TempDir())
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("capacity.sh total: %v\n%s", err, b)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	last, ok := strings.CutPrefix(lines[len(lines)-1], "total_us_per_order=")
+	total, err := strconv.ParseFloat(last, 64)
+	if !ok || err != nil || len(lines) < 2 {
+		t.Fatalf("capacity.sh total: want worker_us=... then total_us_per_order=N last, got:\n%s", b)
+	}
+	var sum float64
+	parts := strings.Fields(lines[len(lines)-2])
+	for _, p := range parts {
+		name, v, _ := strings.Cut(p, "=")
+		x, err := strconv.ParseFloat(v, 64)
+		w, known := want[name]
+		if err != nil || !known || math.Abs(x-w) > 0.051 {
+			t.Errorf("capacity.sh total: %s, want %s=%.1f", p, name, w)
+		}
+		sum += x
+	}
+	if len(parts) != len(want) || math.Abs(total-sum) > 0.051*float64(len(parts)+1) {
+		t.Errorf("capacity.sh total: total_us_per_order=%v, parts %v summing to %.1f; want %d parts and their sum", total, parts, sum, len(want))
+	}
+	t.Logf("capacity.sh total:\n%s", b)
 }
 
 // lineSignal closes seen once a write holds want (writes may be split
