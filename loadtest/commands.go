@@ -373,24 +373,9 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 				if m.name == "success" {
 					cfg.Vouchers = *vouchers
 				}
-				meter := meters[ti].around(&cfg)
-				res, err := load.Run(ctx, cfg)
-				if err != nil {
+				if err := results[mi*len(targets)+ti].run(ctx, cfg, m, t, meters[ti], stderr); err != nil {
 					return fmt.Errorf("%s, %s: %w", m.name, t.name, err)
 				}
-				s := res.Summary
-				fmt.Fprintf(stderr, "  %.0f/s  p50 %.2fms  p99 %.2fms  %v\n", s.RPS, s.Latency.P50, s.Latency.P99, s.Outcomes)
-				b := &results[mi*len(targets)+ti]
-				us, loadgen, err := meter.perUnit(s.Requests)
-				if err != nil {
-					return fmt.Errorf("%s, %s: %w", m.name, t.name, err)
-				}
-				b.CPU = addCPURun(b.CPU, meters[ti].procs, us)
-				b.LoadgenRuns = append(b.LoadgenRuns, loadgen)
-				b.Mode, b.Name, b.URL, b.Buckets = m.name, t.name, t.url, s.Buckets
-				b.Runs = append(b.Runs, s)
-				b.Errors += s.Requests - s.Outcomes["202 accepted"]
-				b.Unexpected += s.Requests - s.Outcomes[m.expect]
 			}
 		}
 	}
@@ -404,6 +389,29 @@ func bench(ctx context.Context, args []string, getenv func(string) string, stdou
 		printCPU(stdout, mode)
 	}
 	return writeJSON(*jsonPath, stdout, results)
+}
+
+// run runs one target in one mode once, measuring its processes with
+// meter, and adds the run to b.
+func (b *benchResult) run(ctx context.Context, cfg load.Config, m benchMode, t target, meter *cpuMeter, log io.Writer) error {
+	sampled := meter.around(&cfg)
+	res, err := load.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	s := res.Summary
+	fmt.Fprintf(log, "  %.0f/s  p50 %.2fms  p99 %.2fms  %v\n", s.RPS, s.Latency.P50, s.Latency.P99, s.Outcomes)
+	us, loadgen, err := sampled.perUnit(s.Requests)
+	if err != nil {
+		return err
+	}
+	b.CPU = addCPURun(b.CPU, meter.procs, us)
+	b.LoadgenRuns = append(b.LoadgenRuns, loadgen)
+	b.Mode, b.Name, b.URL, b.Buckets = m.name, t.name, t.url, s.Buckets
+	b.Runs = append(b.Runs, s)
+	b.Errors += s.Requests - s.Outcomes["202 accepted"]
+	b.Unexpected += s.Requests - s.Outcomes[m.expect]
+	return nil
 }
 
 // printMode fills one mode's medians and ratios and writes its table.
@@ -585,9 +593,69 @@ func resolvePIDs(specs []string) ([]procMem, error) {
 // and masters) and samples the memory of the --pid processes (the
 // instances).
 func stampede(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var counted redisFlag
-	var pidSpecs redisFlag
-	var check load.CheckConfig
+	o, err := parseStampede(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	procs, err := resolvePIDs(o.pidSpecs)
+	if err != nil {
+		return err
+	}
+	if len(procs) == 0 {
+		fmt.Fprintln(stderr, "no --pid and no .cluster/run/api-N.pid: memory is not measured")
+	}
+
+	out := stampedeResult{LoadAverage: []string{loadAverage()}}
+	before, owner, err := snapshotEach(ctx, o.counted)
+	if err != nil {
+		return err
+	}
+	var fired []nodeStat
+	var firedErr error
+	rss := sampleRSS(ctx, procs)
+	o.run.Fired = func() { fired, firedErr = snapshot(ctx, o.counted) }
+	res, err := load.Run(ctx, o.run)
+	rss.stop()
+	if err != nil {
+		return err
+	}
+	if firedErr != nil {
+		return firedErr
+	}
+	after, err := snapshot(ctx, o.counted)
+	if err != nil {
+		return err
+	}
+	for i := range procs {
+		procs[i].HWMKiB, _ = statusKiB(procs[i].PID, "VmHWM")
+	}
+	out.LoadAverage = append(out.LoadAverage, loadAverage())
+	out.Summary, out.Processes = res.Summary, procs
+	sale := out.count(commandsSeen{before: before, fired: fired, after: after, owner: owner, sale: o.check.RedisURL})
+	out.print(stdout, o.counted, sale)
+	if err := writeJSON(o.jsonPath, stdout, out); err != nil {
+		return err
+	}
+	if res.Summary.Check != nil && !res.Summary.Check.OK {
+		return errCheckFailed
+	}
+	return nil
+}
+
+// stampedeOptions is what stampede's flags ask for.
+type stampedeOptions struct {
+	run      load.Config
+	check    *load.CheckConfig // run.Check
+	counted  redisFlag         // the Redis URLs whose commands are counted
+	pidSpecs redisFlag         // the instances whose memory is sampled
+	jsonPath string
+}
+
+// parseStampede reads stampede's flags, with the defaults of --count-redis
+// and --pid taken from the environment.
+func parseStampede(args []string, getenv func(string) string, stderr io.Writer) (stampedeOptions, error) {
+	o := stampedeOptions{check: &load.CheckConfig{}}
+	check := o.check
 	fs := flag.NewFlagSet("stampede", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	url := fs.String("url", cmp.Or(getenv("SECKILL_URL"), "http://127.0.0.1:18080"), "target: nginx (SECKILL_URL)")
@@ -598,63 +666,79 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 	skew := fs.Float64("skew", 0, strings.ReplaceAll(skewDoc, "--user-base", "100000"))
 	conc := fs.Int("c", 256, "connections")
 	secret := fs.String("secret", getenv("SECKILL_TOKEN_SECRET"), "token secret (SECKILL_TOKEN_SECRET)")
-	fs.Var(&counted, "count-redis", "Redis URL whose commands are counted, repeated (default SECKILL_REDIS_URL and each of SECKILL_LOCK_NODES)")
-	fs.Var(&pidSpecs, "pid", "an instance's pid or pid file, repeated (default: the instances behind nginx, SECKILL_CLUSTER_DIR/run/api-N.pid, or .cluster/run/api-N.pid)")
+	fs.Var(&o.counted, "count-redis", "Redis URL whose commands are counted, repeated (default SECKILL_REDIS_URL and each of SECKILL_LOCK_NODES)")
+	fs.Var(&o.pidSpecs, "pid", "an instance's pid or pid file, repeated (default: the instances behind nginx, SECKILL_CLUSTER_DIR/run/api-N.pid, or .cluster/run/api-N.pid)")
 	fs.StringVar(&check.RedisURL, "redis", getenv("SECKILL_REDIS_URL"), "Redis of the deployment, for the check (SECKILL_REDIS_URL)")
 	fs.StringVar(&check.MySQLDSN, "mysql", getenv("SECKILL_MYSQL_DSN"), "MySQL of the deployment (SECKILL_MYSQL_DSN)")
 	fs.StringVar(&check.KeyPrefix, "key-prefix", cmp.Or(getenv("SECKILL_KEY_PREFIX"), "seckill"), "SECKILL_KEY_PREFIX of the deployment")
 	fs.IntVar(&check.Shards, "shards", envInt(getenv, "SECKILL_SHARDS", 1), "SECKILL_SHARDS of the deployment")
 	fs.DurationVar(&check.DrainTimeout, "drain-timeout", 2*time.Minute, "bound on the wait for the pipeline to drain")
-	jsonPath := fs.String("json", "", "also write the result as JSON to this file (- for stdout)")
+	fs.StringVar(&o.jsonPath, "json", "", "also write the result as JSON to this file (- for stdout)")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return o, err
 	}
 	if err := checkBuckets(*buckets, *skew); err != nil {
-		return err
+		return o, err
 	}
 	if check.RedisURL == "" || check.MySQLDSN == "" {
-		return fmt.Errorf("--redis and --mysql are needed for the check (SECKILL_REDIS_URL, SECKILL_MYSQL_DSN)")
+		return o, fmt.Errorf("--redis and --mysql are needed for the check (SECKILL_REDIS_URL, SECKILL_MYSQL_DSN)")
 	}
-	if len(counted) == 0 {
-		counted = redisFlag{check.RedisURL}
-		for u := range strings.SplitSeq(getenv("SECKILL_LOCK_NODES"), ",") {
-			if u = strings.TrimSpace(u); u != "" && u != check.RedisURL {
-				counted = append(counted, u)
-			}
+	if len(o.counted) == 0 {
+		o.counted = saleAndLocks(check.RedisURL, getenv("SECKILL_LOCK_NODES"))
+	}
+	if len(o.pidSpecs) == 0 {
+		o.pidSpecs, _ = filepath.Glob(filepath.Join(cmp.Or(getenv("SECKILL_CLUSTER_DIR"), ".cluster"), "run", "api-[0-9]*.pid"))
+	}
+	o.run = load.Config{
+		URL: *url, Stock: *stock, Users: *users, Presses: *presses, Concurrency: *conc, Buckets: *buckets, Skew: *skew,
+		Secret: *secret, AdminToken: getenv("SECKILL_ADMIN_TOKEN"), Log: stderr, Check: check,
+	}
+	return o, nil
+}
+
+// saleAndLocks is the sale's Redis URL and each lock Redis URL of
+// lockNodes (comma-separated) that is another.
+func saleAndLocks(sale, lockNodes string) redisFlag {
+	out := redisFlag{sale}
+	for u := range strings.SplitSeq(lockNodes, ",") {
+		if u = strings.TrimSpace(u); u != "" && u != sale {
+			out = append(out, u)
 		}
 	}
-	if len(pidSpecs) == 0 {
-		files, _ := filepath.Glob(filepath.Join(cmp.Or(getenv("SECKILL_CLUSTER_DIR"), ".cluster"), "run", "api-[0-9]*.pid"))
-		pidSpecs = files
-	}
-	procs, err := resolvePIDs(pidSpecs)
-	if err != nil {
-		return err
-	}
-	if len(procs) == 0 {
-		fmt.Fprintln(stderr, "no --pid and no .cluster/run/api-N.pid: memory is not measured")
-	}
+	return out
+}
 
-	out := stampedeResult{LoadAverage: []string{loadAverage()}}
-	// Each URL alone first, to know which masters are whose.
-	var before []nodeStat
-	owner := map[string]string{} // master address -> URL
-	for _, u := range counted {
+// snapshotEach snapshots each URL alone, to know which masters are whose
+// (master address -> URL).
+func snapshotEach(ctx context.Context, urls []string) ([]nodeStat, map[string]string, error) {
+	var all []nodeStat
+	owner := map[string]string{}
+	for _, u := range urls {
 		nodes, err := snapshot(ctx, []string{u})
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		for _, n := range nodes {
 			owner[n.Addr] = u
 		}
-		before = append(before, nodes...)
+		all = append(all, nodes...)
 	}
-	var fired []nodeStat
-	var firedErr error
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
+	return all, owner, nil
+}
+
+// rssSampler keeps each process's largest VmRSS, read every 100 ms until
+// stop.
+type rssSampler struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// sampleRSS starts sampling procs' VmRSS into their MaxRSSKiB.
+func sampleRSS(ctx context.Context, procs []procMem) rssSampler {
+	ctx, cancel := context.WithCancel(ctx)
+	s := rssSampler{cancel: cancel, done: make(chan struct{})}
 	go func() {
-		defer close(sampled)
+		defer close(s.done)
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -664,92 +748,92 @@ func stampede(ctx context.Context, args []string, getenv func(string) string, st
 				}
 			}
 			select {
-			case <-sampleCtx.Done():
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
 		}
 	}()
-	res, err := load.Run(ctx, load.Config{
-		URL: *url, Stock: *stock, Users: *users, Presses: *presses, Concurrency: *conc, Buckets: *buckets, Skew: *skew,
-		Secret: *secret, AdminToken: getenv("SECKILL_ADMIN_TOKEN"), Log: stderr, Check: &check,
-		Fired: func() { fired, firedErr = snapshot(ctx, counted) },
-	})
-	stopSampling()
-	<-sampled
-	if err != nil {
-		return err
-	}
-	if firedErr != nil {
-		return firedErr
-	}
-	after, err := snapshot(ctx, counted)
-	if err != nil {
-		return err
-	}
-	for i := range procs {
-		procs[i].HWMKiB, _ = statusKiB(procs[i].PID, "VmHWM")
-	}
-	out.LoadAverage = append(out.LoadAverage, loadAverage())
-	out.Summary, out.Processes = res.Summary, procs
-	sum := func(nodes []nodeStat) (int64, map[string]int64) {
-		var n int64
-		by := map[string]int64{}
-		for _, node := range nodes {
-			for name, c := range node.Commands {
-				n += c.Calls
-				by[name] += c.Calls
-			}
+	return s
+}
+
+// stop ends the sampling and waits for its last read.
+func (s rssSampler) stop() {
+	s.cancel()
+	<-s.done
+}
+
+// commandsSeen is what the counted Redis servers reported before the
+// firing, when it ended and after the drain and the check; owner maps a
+// master's address to its URL, sale is the sale's Redis URL.
+type commandsSeen struct {
+	before, fired, after []nodeStat
+	owner                map[string]string
+	sale                 string
+}
+
+// commandCalls is the calls of nodes, in all and by command.
+func commandCalls(nodes []nodeStat) (int64, map[string]int64) {
+	var n int64
+	by := map[string]int64{}
+	for _, node := range nodes {
+		for name, c := range node.Commands {
+			n += c.Calls
+			by[name] += c.Calls
 		}
-		return n, by
 	}
-	firing := diffStats(before, fired)
-	out.CommandsFiring, _ = sum(firing)
-	sale := slices.DeleteFunc(firing, func(n nodeStat) bool { return owner[n.Addr] != check.RedisURL })
+	return n, by
+}
+
+// count fills the commands' figures of r and returns the sale's masters
+// while firing, with their script shares.
+func (r *stampedeResult) count(c commandsSeen) []nodeStat {
+	firing := diffStats(c.before, c.fired)
+	r.CommandsFiring, _ = commandCalls(firing)
+	sale := slices.DeleteFunc(firing, func(n nodeStat) bool { return c.owner[n.Addr] != c.sale })
 	withScriptShares(sale)
 	for _, n := range sale {
-		out.ScriptsByMaster = append(out.ScriptsByMaster, masterScripts{n.Addr, n.ScriptCalls, n.ScriptShare})
+		r.ScriptsByMaster = append(r.ScriptsByMaster, masterScripts{n.Addr, n.ScriptCalls, n.ScriptShare})
 	}
-	diff := diffStats(before, after)
-	out.Commands, out.ByCommand = sum(diff)
-	out.ByRedis = map[string]int64{}
+	diff := diffStats(c.before, c.after)
+	r.Commands, r.ByCommand = commandCalls(diff)
+	r.ByRedis = map[string]int64{}
 	for _, node := range diff {
-		n, _ := sum([]nodeStat{node})
-		out.ByRedis[owner[node.Addr]] += n
+		n, _ := commandCalls([]nodeStat{node})
+		r.ByRedis[c.owner[node.Addr]] += n
 	}
-	requests := float64(res.Summary.Requests)
-	out.PerRequestFiring = float64(out.CommandsFiring) / requests
-	out.PerRequest = float64(out.Commands) / requests
+	requests := float64(r.Summary.Requests)
+	r.PerRequestFiring = float64(r.CommandsFiring) / requests
+	r.PerRequest = float64(r.Commands) / requests
+	return sale
+}
 
-	res.Summary.Print(stdout)
-	fmt.Fprintf(stdout, "  redis        %d commands while firing (%.4f per request); %d with the drain and the check's reads (%.4f per request), on %s\n",
-		out.CommandsFiring, out.PerRequestFiring, out.Commands, out.PerRequest, strings.Join(counted, " "))
-	names := slices.Sorted(maps.Keys(out.ByCommand))
-	slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(out.ByCommand[b], out.ByCommand[a]) })
+// print writes the summary, the commands of the counted Redis servers, the
+// sale's masters' script shares, the memory and the load.
+func (r stampedeResult) print(w io.Writer, counted []string, sale []nodeStat) {
+	requests := float64(r.Summary.Requests)
+	r.Summary.Print(w)
+	fmt.Fprintf(w, "  redis        %d commands while firing (%.4f per request); %d with the drain and the check's reads (%.4f per request), on %s\n",
+		r.CommandsFiring, r.PerRequestFiring, r.Commands, r.PerRequest, strings.Join(counted, " "))
+	names := slices.Sorted(maps.Keys(r.ByCommand))
+	slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(r.ByCommand[b], r.ByCommand[a]) })
 	var parts []string
 	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %d", n, out.ByCommand[n]))
+		parts = append(parts, fmt.Sprintf("%s %d", n, r.ByCommand[n]))
 	}
-	fmt.Fprintf(stdout, "               by command: %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "               by command: %s\n", strings.Join(parts, ", "))
 	parts = parts[:0]
 	for _, u := range counted {
-		parts = append(parts, fmt.Sprintf("%s %d (%.4f per request)", u, out.ByRedis[u], float64(out.ByRedis[u])/requests))
+		parts = append(parts, fmt.Sprintf("%s %d (%.4f per request)", u, r.ByRedis[u], float64(r.ByRedis[u])/requests))
 	}
-	fmt.Fprintf(stdout, "               by Redis, with the drain: %s\n", strings.Join(parts, "; "))
+	fmt.Fprintf(w, "               by Redis, with the drain: %s\n", strings.Join(parts, "; "))
 	if len(sale) > 0 {
-		fmt.Fprintf(stdout, "  while firing, ")
-		printShares(stdout, sale)
+		fmt.Fprintf(w, "  while firing, ")
+		printShares(w, sale)
 	}
-	for _, p := range procs {
-		fmt.Fprintf(stdout, "  memory       pid %d (%s): max sampled RSS %.1f MiB, VmHWM %.1f MiB (peak since it started)\n",
+	for _, p := range r.Processes {
+		fmt.Fprintf(w, "  memory       pid %d (%s): max sampled RSS %.1f MiB, VmHWM %.1f MiB (peak since it started)\n",
 			p.PID, p.Source, float64(p.MaxRSSKiB)/1024, float64(p.HWMKiB)/1024)
 	}
-	fmt.Fprintf(stdout, "  load average %s before, %s after\n", out.LoadAverage[0], out.LoadAverage[1])
-	if err := writeJSON(*jsonPath, stdout, out); err != nil {
-		return err
-	}
-	if res.Summary.Check != nil && !res.Summary.Check.OK {
-		return errCheckFailed
-	}
-	return nil
+	fmt.Fprintf(w, "  load average %s before, %s after\n", r.LoadAverage[0], r.LoadAverage[1])
 }
