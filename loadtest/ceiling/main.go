@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/auth"
 	"seckill/internal/redisconn"
@@ -87,54 +88,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 	}
-	script := lua.Purchase()
-	var vouchers, orders atomic.Int64
+	var orders atomic.Int64
+	sale := &redisSale{rdb: rdb, keys: keys, state: state, script: lua.Purchase(), orders: &orders}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "up"}) })
-	r.POST("/api/v1/vouchers", func(c *gin.Context) {
-		var req struct {
-			Stock int `json:"stock"`
-		}
-		if err := json.NewDecoder(c.Request.Body).Decode(&req); err != nil || req.Stock <= 0 {
-			c.JSON(http.StatusBadRequest, gin.H{"code": "bad_request", "message": "want {\"stock\": n}"})
-			return
-		}
-		v := voucher.Voucher{ID: vouchers.Add(1), Stock: req.Stock, TotalStock: req.Stock,
-			BeginAt: time.Now().Add(-time.Minute), EndAt: time.Now().Add(24 * time.Hour)}
-		if _, err := state.Load(c.Request.Context(), v, nil); err != nil {
-			c.JSON(http.StatusServiceUnavailable, gin.H{"code": "unavailable", "message": err.Error()})
-			return
-		}
-		c.JSON(http.StatusCreated, gin.H{"voucher": gin.H{"id": v.ID}, "redis_ready": true})
-	})
-	r.POST("/api/v1/vouchers/:id/orders", func(c *gin.Context) {
-		vid, _ := strconv.ParseInt(c.Param("id"), 10, 64)
-		user, err := strconv.ParseInt(c.GetHeader("X-Loadtest-User"), 10, 64)
-		if err != nil || user <= 0 {
-			user = orders.Load() + 1
-		}
-		n := orders.Add(1)
-		shard := keys.Shard(vid)
-		res, err := script.Run(c.Request.Context(), rdb,
-			[]string{keys.Ready(shard), keys.State(vid), keys.Buyers(vid), keys.Stream(shard), keys.Pending(shard)},
-			vid, user, n).Slice()
-		if err != nil || len(res) != 2 {
-			c.JSON(http.StatusServiceUnavailable, gin.H{"code": "unavailable", "message": "purchase script failed"})
-			return
-		}
-		switch res[0] {
-		case int64(0), int64(1):
-			c.JSON(http.StatusAccepted, gin.H{"order_id": strconv.FormatInt(n, 10), "status": "pending"})
-		case int64(2):
-			c.JSON(http.StatusConflict, gin.H{"code": "already_purchased", "message": "you already hold an order for this voucher", "order_id": fmt.Sprint(res[1])})
-		case int64(3):
-			c.JSON(http.StatusConflict, gin.H{"code": "sold_out", "message": "sold out"})
-		default:
-			c.JSON(http.StatusConflict, gin.H{"code": fmt.Sprint("code_", res[0]), "message": "refused"})
-		}
-	})
+	r.POST("/api/v1/vouchers", sale.createVoucher)
+	r.POST("/api/v1/vouchers/:id/orders", sale.purchase)
 	var signer *auth.Signer
 	if *secret != "" {
 		if signer, err = auth.NewSigner([]byte(*secret)); err != nil {
@@ -150,17 +111,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
 	log.Info("ceiling server listening", "addr", ln.Addr().String(), "key_prefix", *prefix, "bare_token_check", signer != nil, "shards", keys.Shards(), "redis_cluster", redisconn.IsCluster(rdb))
 	if *pprofAddr != "" {
-		pln, err := net.Listen("tcp", *pprofAddr)
+		psrv, err := servePprof(*pprofAddr)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("--pprof: %w", err)
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = psrv.Serve(pln) }()
 		defer psrv.Close()
 	}
+	return serve(ctx, srv, ln)
+}
+
+// servePprof serves net/http/pprof's CPU profile on addr.
+func servePprof(addr string) (*http.Server, error) {
+	pln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = psrv.Serve(pln) }()
+	return psrv, nil
+}
+
+// serve serves srv on ln until ctx ends, then shuts it down within 5s.
+func serve(ctx context.Context, srv *http.Server, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -177,6 +152,64 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	return nil
+}
+
+// redisSale serves the service's voucher and purchase routes on Redis
+// with the service's purchase script and nothing around it.
+type redisSale struct {
+	rdb      redis.UniversalClient
+	keys     voucher.Keys
+	state    *voucher.State
+	script   *redis.Script
+	vouchers atomic.Int64
+	orders   *atomic.Int64
+}
+
+// createVoucher loads a voucher of the stock asked into Redis.
+func (s *redisSale) createVoucher(c *gin.Context) {
+	var req struct {
+		Stock int `json:"stock"`
+	}
+	if err := json.NewDecoder(c.Request.Body).Decode(&req); err != nil || req.Stock <= 0 {
+		c.JSON(http.StatusBadRequest, gin.H{"code": "bad_request", "message": "want {\"stock\": n}"})
+		return
+	}
+	v := voucher.Voucher{ID: s.vouchers.Add(1), Stock: req.Stock, TotalStock: req.Stock,
+		BeginAt: time.Now().Add(-time.Minute), EndAt: time.Now().Add(24 * time.Hour)}
+	if _, err := s.state.Load(c.Request.Context(), v, nil); err != nil {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"code": "unavailable", "message": err.Error()})
+		return
+	}
+	c.JSON(http.StatusCreated, gin.H{"voucher": gin.H{"id": v.ID}, "redis_ready": true})
+}
+
+// purchase runs the purchase script for the buyer X-Loadtest-User names
+// (else a new one) and answers as the service does.
+func (s *redisSale) purchase(c *gin.Context) {
+	vid, _ := strconv.ParseInt(c.Param("id"), 10, 64)
+	user, err := strconv.ParseInt(c.GetHeader("X-Loadtest-User"), 10, 64)
+	if err != nil || user <= 0 {
+		user = s.orders.Load() + 1
+	}
+	n := s.orders.Add(1)
+	shard := s.keys.Shard(vid)
+	res, err := s.script.Run(c.Request.Context(), s.rdb,
+		[]string{s.keys.Ready(shard), s.keys.State(vid), s.keys.Buyers(vid), s.keys.Stream(shard), s.keys.Pending(shard)},
+		vid, user, n).Slice()
+	if err != nil || len(res) != 2 {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"code": "unavailable", "message": "purchase script failed"})
+		return
+	}
+	switch res[0] {
+	case int64(0), int64(1):
+		c.JSON(http.StatusAccepted, gin.H{"order_id": strconv.FormatInt(n, 10), "status": "pending"})
+	case int64(2):
+		c.JSON(http.StatusConflict, gin.H{"code": "already_purchased", "message": "you already hold an order for this voucher", "order_id": fmt.Sprint(res[1])})
+	case int64(3):
+		c.JSON(http.StatusConflict, gin.H{"code": "sold_out", "message": "sold out"})
+	default:
+		c.JSON(http.StatusConflict, gin.H{"code": fmt.Sprint("code_", res[0]), "message": "refused"})
+	}
 }
 
 // envInt reads an integer setting from the environment, def when unset or
