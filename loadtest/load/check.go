@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
 	"seckill/internal/db"
 	"seckill/internal/verify"
+	"seckill/internal/voucher"
 )
 
 // CheckConfig says where the pipeline's state is read after a run.
@@ -70,96 +73,128 @@ func check(ctx context.Context, cc CheckConfig, cfg Config, vid int64, res Resul
 	}
 	defer rdb.Close()
 
-	in := verify.Input{VoucherID: vid, Accepted: map[int64]int64{}, Group: cc.Group}
-	unsure := map[int64]bool{}
-	var problems []string
-	pressed, definite := 0, 0
-	for i, b := range res.buyers {
-		user := res.ids[i]
-		if !b.pressed {
-			continue
-		}
-		pressed++
-		switch {
-		case b.accepted != 0:
-			definite++
-			in.Accepted[b.accepted] = user
-			if b.held != 0 && b.held != b.accepted {
-				problems = append(problems, fmt.Sprintf("user %d was accepted with order %d but told it holds order %d", user, b.accepted, b.held))
-			}
-		case b.held != 0:
-			// An earlier purchase whose answer was lost took this order;
-			// the buyer was told its id, so it must land like any other.
-			definite++
-			in.Accepted[b.held] = user
-		case b.indeterminate:
-			unsure[user] = true
-		default:
-			in.Refused = append(in.Refused, user)
-		}
-	}
-
+	a := readAnswers(res, vid, cc.Group)
 	start := time.Now()
-	deadline := start.Add(cc.DrainTimeout)
-	lastLog := start
-	var rep verify.Report
-	for {
-		if err := allowUnsure(ctx, g, vid, unsure, in.Accepted); err != nil {
-			return Report{}, err
-		}
-		if rep, err = verify.Check(ctx, g, rdb, keys, in); err != nil {
-			return Report{}, err
-		}
-		if rep.OK() || time.Now().After(deadline) {
-			break
-		}
-		if time.Since(lastLog) >= time.Second {
-			fmt.Fprintf(cfg.Log, "draining: %d orders in MySQL (%d live), %d pending, %d in the stream\n", rep.Orders, rep.Live, rep.Pending, rep.StreamLength)
-			lastLog = time.Now()
-		}
-		if !sleepUntil(ctx, time.Now().Add(100*time.Millisecond)) {
-			return Report{}, ctx.Err()
-		}
+	rep, err := waitConsistent(ctx, g, rdb, keys, cc.DrainTimeout, a, cfg.Log)
+	if err != nil {
+		return Report{}, err
 	}
 	out := Report{
 		Orders: rep.Orders, Live: rep.Live, ByState: rep.ByState, NeedsRefund: rep.NeedsRefund,
 		DeadLetters: rep.DeadLetters, DBStock: rep.DBStock, RedisStock: rep.RedisStock,
-		Pending: rep.Pending, StreamLength: rep.StreamLength, Unsure: len(unsure),
+		Pending: rep.Pending, StreamLength: rep.StreamLength, Unsure: len(a.unsure),
 		DrainSeconds: time.Since(start).Seconds(), Violations: rep.Violations,
 	}
 	if !rep.OK() {
 		out.Violations = append(out.Violations, fmt.Sprintf("the pipeline did not drain to a consistent state within %s", cc.DrainTimeout))
 	}
 	out.Violations = append(out.Violations, res.problems...)
-	out.Violations = append(out.Violations, problems...)
+	out.Violations = append(out.Violations, a.problems...)
 	if rep.DeadLetters > 0 {
 		out.Violations = append(out.Violations, fmt.Sprintf("%d dead letters: a clean sale makes none", rep.DeadLetters))
 	}
-
-	// orders = min(stock, distinct buyers), when every answer was definite.
-	// With unsure answers: a sold-out sale still sells exactly its stock.
-	stock := rep.TotalStock
-	want := min(stock, pressed)
-	soldOut := res.Summary.Outcomes["409 sold_out"] > 0
-	switch {
-	case len(unsure) == 0:
-		out.ExpectOrders = fmt.Sprint(want)
-		if rep.Orders != want {
-			out.Violations = append(out.Violations, fmt.Sprintf("%d orders, want min(stock %d, buyers %d) = %d", rep.Orders, stock, pressed, want))
-		}
-	case soldOut:
-		out.ExpectOrders = fmt.Sprint(stock)
-		if rep.Orders != stock {
-			out.Violations = append(out.Violations, fmt.Sprintf("sold out, but %d orders for a stock of %d", rep.Orders, stock))
-		}
-	default:
-		out.ExpectOrders = fmt.Sprintf("%d..%d", definite, want)
-		if rep.Orders < definite || rep.Orders > want {
-			out.Violations = append(out.Violations, fmt.Sprintf("%d orders, want between %d (definitely accepted) and %d", rep.Orders, definite, want))
-		}
+	var bad string
+	out.ExpectOrders, bad = a.expectOrders(rep, res.Summary.Outcomes["409 sold_out"] > 0)
+	if bad != "" {
+		out.Violations = append(out.Violations, bad)
 	}
 	out.OK = len(out.Violations) == 0
 	return out, nil
+}
+
+// answers is what the buyers were told: the orders accepted (id -> buyer)
+// and the buyers refused, for verify; those told nothing definite; the
+// answers that disagree with each other.
+type answers struct {
+	in                verify.Input
+	unsure            map[int64]bool
+	problems          []string
+	pressed, definite int // buyers who pressed; those of them with a definite order
+}
+
+// readAnswers sorts the buyers of a run by what they were told.
+func readAnswers(res Result, vid int64, group string) answers {
+	a := answers{in: verify.Input{VoucherID: vid, Accepted: map[int64]int64{}, Group: group}, unsure: map[int64]bool{}}
+	for i, b := range res.buyers {
+		user := res.ids[i]
+		if !b.pressed {
+			continue
+		}
+		a.pressed++
+		switch {
+		case b.accepted != 0:
+			a.definite++
+			a.in.Accepted[b.accepted] = user
+			if b.held != 0 && b.held != b.accepted {
+				a.problems = append(a.problems, fmt.Sprintf("user %d was accepted with order %d but told it holds order %d", user, b.accepted, b.held))
+			}
+		case b.held != 0:
+			// An earlier purchase whose answer was lost took this order;
+			// the buyer was told its id, so it must land like any other.
+			a.definite++
+			a.in.Accepted[b.held] = user
+		case b.indeterminate:
+			a.unsure[user] = true
+		default:
+			a.in.Refused = append(a.in.Refused, user)
+		}
+	}
+	return a
+}
+
+// waitConsistent checks the invariants every 100ms, logging the drain
+// every second, until they hold or timeout passes; it returns the last
+// report.
+func waitConsistent(ctx context.Context, g *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, timeout time.Duration, a answers, log io.Writer) (verify.Report, error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	lastLog := start
+	for {
+		if err := allowUnsure(ctx, g, a.in.VoucherID, a.unsure, a.in.Accepted); err != nil {
+			return verify.Report{}, err
+		}
+		rep, err := verify.Check(ctx, g, rdb, keys, a.in)
+		if err != nil {
+			return verify.Report{}, err
+		}
+		if rep.OK() || time.Now().After(deadline) {
+			return rep, nil
+		}
+		if time.Since(lastLog) >= time.Second {
+			fmt.Fprintf(log, "draining: %d orders in MySQL (%d live), %d pending, %d in the stream\n", rep.Orders, rep.Live, rep.Pending, rep.StreamLength)
+			lastLog = time.Now()
+		}
+		if !sleepUntil(ctx, time.Now().Add(100*time.Millisecond)) {
+			return verify.Report{}, ctx.Err()
+		}
+	}
+}
+
+// expectOrders is the orders the sale should have written, and what is
+// wrong with rep's count ("" when nothing): min(stock, distinct buyers)
+// when every answer was definite; with unsure answers, a sold-out sale
+// still sells exactly its stock, another between the definite orders and
+// that minimum.
+func (a answers) expectOrders(rep verify.Report, soldOut bool) (string, string) {
+	stock := rep.TotalStock
+	want := min(stock, a.pressed)
+	switch {
+	case len(a.unsure) == 0:
+		if rep.Orders != want {
+			return fmt.Sprint(want), fmt.Sprintf("%d orders, want min(stock %d, buyers %d) = %d", rep.Orders, stock, a.pressed, want)
+		}
+		return fmt.Sprint(want), ""
+	case soldOut:
+		if rep.Orders != stock {
+			return fmt.Sprint(stock), fmt.Sprintf("sold out, but %d orders for a stock of %d", rep.Orders, stock)
+		}
+		return fmt.Sprint(stock), ""
+	default:
+		if rep.Orders < a.definite || rep.Orders > want {
+			return fmt.Sprintf("%d..%d", a.definite, want), fmt.Sprintf("%d orders, want between %d (definitely accepted) and %d", rep.Orders, a.definite, want)
+		}
+		return fmt.Sprintf("%d..%d", a.definite, want), ""
+	}
 }
 
 // allowUnsure adds to accepted the orders MySQL holds for buyers whose
