@@ -109,72 +109,113 @@ type tally struct {
 // and returns the figures of this phase.
 func (f *firer) fire(ctx context.Context, sched []int32, midway func(), midwayAt int) (Summary, error) {
 	cfg := f.cfg
-	deadline := time.Now().Add(cfg.Duration)
-	var next atomic.Int64
-	var cnt counters
+	p := &phase{f: f, sched: sched, midway: midway, midwayAt: midwayAt, deadline: time.Now().Add(cfg.Duration)}
 	tallies := make([]tally, cfg.Concurrency)
-	urls := make([]string, len(f.vouchers))
+	p.urls = make([]string, len(f.vouchers))
 	for i, v := range f.vouchers {
-		urls[i] = cfg.URL + "/api/v1/vouchers/" + itoa(v) + "/orders"
+		p.urls[i] = cfg.URL + "/api/v1/vouchers/" + itoa(v) + "/orders"
 	}
 
-	start := time.Now()
-	stopProgress := f.progress(&cnt, len(sched), start)
+	p.start = time.Now()
+	stopProgress := f.progress(&p.cnt, len(sched), p.start)
 	var wg sync.WaitGroup
 	for w := range cfg.Concurrency {
 		tallies[w] = tally{latencies: make([]time.Duration, 0, len(sched)/cfg.Concurrency+1), outcomes: map[string]int{}}
 		wg.Add(1)
 		go func(t *tally) {
 			defer wg.Done()
-			for ctx.Err() == nil && time.Now().Before(deadline) {
-				i := next.Add(1) - 1
-				if i >= int64(len(sched)) {
-					return
-				}
-				if i == int64(midwayAt) && midway != nil {
-					go midway()
-				}
-				at := time.Now()
-				if cfg.Rate > 0 {
-					// Open loop: the purchase is due at its slot, and its
-					// latency counts from there even if we are late.
-					at = start.Add(time.Duration(float64(i) / cfg.Rate * float64(time.Second)))
-					if !sleepUntil(ctx, at) {
-						return
-					}
-				}
-				cnt.sent.Add(1)
-				u := sched[i]
-				status, code, order, err := f.purchase(ctx, urls[int(u)%len(urls)], f.tokens[u], f.ids[u])
-				now := time.Now()
-				t.latencies = append(t.latencies, now.Sub(at))
-				key, k := classify(status, code, err)
-				if k == accepted || code == "sold_out" {
-					t.answers = append(t.answers, answer{at: now.Sub(start), latency: now.Sub(at), soldOut: k != accepted})
-				}
-				t.outcomes[key]++
-				f.record(u, k, code, order)
-				cnt.done.Add(1)
-				switch {
-				case k == accepted:
-					cnt.accepted.Add(1)
-				case code == "sold_out":
-					cnt.soldOut.Add(1)
-				case err != nil:
-					cnt.errs.Add(1)
-				default:
-					cnt.other.Add(1)
-				}
-			}
+			p.work(ctx, t)
 		}(&tallies[w])
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed := time.Since(p.start)
 	stopProgress()
 	if err := ctx.Err(); err != nil {
 		return Summary{}, err
 	}
+	sum := p.summary(tallies, elapsed)
+	if sum.Requests < len(sched) {
+		fmt.Fprintf(cfg.Log, "stopped after %s: %d of %d purchases sent\n", cfg.Duration, sum.Requests, len(sched))
+	}
+	return sum, nil
+}
 
+// phase is one fire: the schedule its workers take purchases from in
+// turn, its clock and the counters the progress line reads.
+type phase struct {
+	f               *firer
+	sched           []int32
+	urls            []string // the purchase URL of each voucher
+	start, deadline time.Time
+	next            atomic.Int64 // the next schedule entry to send
+	cnt             counters
+	midway          func() // run once, when entry midwayAt is taken
+	midwayAt        int
+}
+
+// work is one worker: it sends the next purchase of the schedule until
+// none is left, the deadline passed or ctx ended.
+func (p *phase) work(ctx context.Context, t *tally) {
+	for ctx.Err() == nil && time.Now().Before(p.deadline) {
+		i := p.next.Add(1) - 1
+		if i >= int64(len(p.sched)) {
+			return
+		}
+		if i == int64(p.midwayAt) && p.midway != nil {
+			go p.midway()
+		}
+		if !p.send(ctx, t, i) {
+			return
+		}
+	}
+}
+
+// send makes purchase i of the schedule and keeps its answer; false when
+// ctx ended while it waited for its slot.
+func (p *phase) send(ctx context.Context, t *tally, i int64) bool {
+	cfg := p.f.cfg
+	at := time.Now()
+	if cfg.Rate > 0 {
+		// Open loop: the purchase is due at its slot, and its
+		// latency counts from there even if we are late.
+		at = p.start.Add(time.Duration(float64(i) / cfg.Rate * float64(time.Second)))
+		if !sleepUntil(ctx, at) {
+			return false
+		}
+	}
+	p.cnt.sent.Add(1)
+	u := p.sched[i]
+	status, code, order, err := p.f.purchase(ctx, p.urls[int(u)%len(p.urls)], p.f.tokens[u], p.f.ids[u])
+	now := time.Now()
+	t.latencies = append(t.latencies, now.Sub(at))
+	key, k := classify(status, code, err)
+	if k == accepted || code == "sold_out" {
+		t.answers = append(t.answers, answer{at: now.Sub(p.start), latency: now.Sub(at), soldOut: k != accepted})
+	}
+	t.outcomes[key]++
+	p.f.record(u, k, code, order)
+	p.cnt.count(k, code, err)
+	return true
+}
+
+// count adds one answer to the progress line's counters.
+func (c *counters) count(k kind, code string, err error) {
+	c.done.Add(1)
+	switch {
+	case k == accepted:
+		c.accepted.Add(1)
+	case code == "sold_out":
+		c.soldOut.Add(1)
+	case err != nil:
+		c.errs.Add(1)
+	default:
+		c.other.Add(1)
+	}
+}
+
+// summary merges the workers' tallies into the phase's figures.
+func (p *phase) summary(tallies []tally, elapsed time.Duration) Summary {
+	cfg := p.f.cfg
 	sum := Summary{Concurrency: cfg.Concurrency, Rate: cfg.Rate, Outcomes: map[string]int{}, Seconds: elapsed.Seconds()}
 	var all []time.Duration
 	var answers []answer
@@ -186,13 +227,10 @@ func (f *firer) fire(ctx context.Context, sched []int32, midway func(), midwayAt
 		}
 	}
 	sum.Requests = len(all)
-	if sum.Requests < len(sched) {
-		fmt.Fprintf(cfg.Log, "stopped after %s: %d of %d purchases sent\n", cfg.Duration, sum.Requests, len(sched))
-	}
 	sum.RPS = float64(sum.Requests) / elapsed.Seconds()
 	sum.Latency = latencyOf(all)
 	sum.Tail = tailOf(answers)
-	return sum, nil
+	return sum
 }
 
 // purchase sends one purchase and reads the answer's code and order id.

@@ -87,6 +87,7 @@ type Config struct {
 	Check *CheckConfig
 }
 
+// defaults fills the settings left zero and checks them all.
 func (c *Config) defaults() error {
 	c.Stock = cmp.Or(c.Stock, 500)
 	c.Users = cmp.Or(c.Users, 2000)
@@ -104,6 +105,12 @@ func (c *Config) defaults() error {
 		c.Log = io.Discard
 	}
 	c.URL = strings.TrimRight(c.URL, "/")
+	c.Buckets = cmp.Or(c.Buckets, "1")
+	return c.validate()
+}
+
+// validate checks the settings once defaults has filled them.
+func (c *Config) validate() error {
 	switch {
 	case c.URL == "":
 		return errors.New("no target URL")
@@ -115,19 +122,27 @@ func (c *Config) defaults() error {
 	if c.Vouchers > 1 && (c.VoucherID != 0 || c.Check != nil) {
 		return errors.New("several vouchers are created fresh and not checked: no VoucherID, no Check")
 	}
-	c.Buckets = cmp.Or(c.Buckets, "1")
-	nb, err := ParseBuckets(c.Buckets)
+	if err := checkSkew(c.Buckets, c.Skew); err != nil {
+		return err
+	}
+	if len(c.Tokens) == 0 && c.Secret == "" {
+		return errors.New("no token secret to mint buyer tokens (SECKILL_TOKEN_SECRET)")
+	}
+	return nil
+}
+
+// checkSkew checks the buckets setting and that a skew, from 0 to 1, has
+// a number of buckets to pick its buyers' homes in.
+func checkSkew(buckets string, skew float64) error {
+	nb, err := ParseBuckets(buckets)
 	if err != nil {
 		return err
 	}
 	switch {
-	case c.Skew < 0 || c.Skew > 1:
+	case skew < 0 || skew > 1:
 		return errors.New("skew must be from 0 to 1")
-	case c.Skew > 0 && nb == 0:
+	case skew > 0 && nb == 0:
 		return errors.New("skew needs a number of buckets, not auto: it picks buyers by their home bucket")
-	}
-	if len(c.Tokens) == 0 && c.Secret == "" {
-		return errors.New("no token secret to mint buyer tokens (SECKILL_TOKEN_SECRET)")
 	}
 	return nil
 }
@@ -168,21 +183,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	client := newClient(cfg.Concurrency, cfg.Timeout)
 	defer client.CloseIdleConnections()
 
-	vids := []int64{cfg.VoucherID}
-	bucketsMade := 0 // what the first creation answer names
-	if cfg.VoucherID == 0 {
-		vids = vids[:0]
-		for range max(cfg.Vouchers, 1) {
-			vid, made, err := CreateVoucher(ctx, client, cfg, cfg.Stock)
-			if err != nil {
-				return Result{}, err
-			}
-			fmt.Fprintf(cfg.Log, "created voucher %d with stock %d in %s\n", vid, cfg.Stock, bucketsText(cfg.Buckets, made))
-			vids = append(vids, vid)
-			if bucketsMade == 0 {
-				bucketsMade = made
-			}
-		}
+	vids, bucketsMade, err := vouchers(ctx, client, cfg)
+	if err != nil {
+		return Result{}, err
 	}
 	vid := vids[0]
 
@@ -207,11 +210,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	sum.Target, sum.VoucherID, sum.Stock, sum.Users = cfg.URL, vid, cfg.Stock, users
 	sum.Buckets, sum.BucketsMade, sum.Skew = cfg.Buckets, bucketsMade, cfg.Skew
 	if cfg.Skew > 0 {
-		for _, id := range ids {
-			if voucher.Home(id, nb) == 0 {
-				sum.HomeZero++
-			}
-		}
+		sum.HomeZero = homeZero(ids, nb)
 	}
 	if len(vids) > 1 {
 		sum.VoucherIDs = vids
@@ -228,6 +227,39 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.Summary.Check = &rep
 	}
 	return res, nil
+}
+
+// vouchers is cfg.VoucherID, or the cfg.Vouchers vouchers (at least one)
+// it creates, and the buckets the first creation answer names.
+func vouchers(ctx context.Context, client *http.Client, cfg Config) ([]int64, int, error) {
+	if cfg.VoucherID != 0 {
+		return []int64{cfg.VoucherID}, 0, nil
+	}
+	var vids []int64
+	bucketsMade := 0
+	for range max(cfg.Vouchers, 1) {
+		vid, made, err := CreateVoucher(ctx, client, cfg, cfg.Stock)
+		if err != nil {
+			return nil, 0, err
+		}
+		fmt.Fprintf(cfg.Log, "created voucher %d with stock %d in %s\n", vid, cfg.Stock, bucketsText(cfg.Buckets, made))
+		vids = append(vids, vid)
+		if bucketsMade == 0 {
+			bucketsMade = made
+		}
+	}
+	return vids, bucketsMade, nil
+}
+
+// homeZero counts the buyers ids at home in bucket 0 of nb.
+func homeZero(ids []int64, nb int) int {
+	n := 0
+	for _, id := range ids {
+		if voucher.Home(id, nb) == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // buyerTokens returns the tokens of the buyers ids: from cfg.Tokens (the
