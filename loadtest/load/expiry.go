@@ -271,6 +271,38 @@ type expiryRun struct {
 // burst is one burst of one kind: the voucher, the purchases, the drain,
 // the expiries, the check.
 func (e expiryRun) burst(ctx context.Context, round int, kind string) (Burst, error) {
+	b, lc, err := e.newBurst(ctx, round, kind)
+	if err != nil {
+		return b, err
+	}
+	drained := e.watchDrain(ctx, b.VoucherID, e.cfg.Units)
+	res, stop, err := e.fire(ctx, &b, lc, drained)
+	if err != nil {
+		return b, err
+	}
+	// The worker stops once its orders are settled, or on the way out.
+	defer func() {
+		if stop != nil {
+			_ = stop(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := e.settle(ctx, &b, drained); err != nil {
+		return b, err
+	}
+	if err := e.checkBurst(ctx, &b, lc, res); err != nil {
+		return b, err
+	}
+	s := stop
+	stop = nil
+	if err := s(ctx); err != nil {
+		return b, fmt.Errorf("stop the worker: %w", err)
+	}
+	return b, nil
+}
+
+// newBurst creates the burst's voucher, priced for a priced burst, and
+// the run that buys it.
+func (e expiryRun) newBurst(ctx context.Context, round int, kind string) (Burst, Config, error) {
 	cfg := e.cfg
 	b := Burst{Round: round, Kind: kind, LoadAverage: cfg.LoadAverage()}
 	if kind == BurstPriced {
@@ -281,69 +313,87 @@ func (e expiryRun) burst(ctx context.Context, round int, kind string) (Burst, er
 		Concurrency: cfg.Concurrency, Tokens: e.tokens, UserBase: 100_000, Seed: uint64(round), Progress: -1, Log: cfg.Log,
 	}
 	if err := lc.defaults(); err != nil {
-		return b, err
+		return b, lc, err
 	}
 	vid, _, err := createVoucher(ctx, e.client, lc, "expiry load test", cfg.Units, b.Price)
 	if err != nil {
-		return b, err
+		return b, lc, err
 	}
 	b.VoucherID, lc.VoucherID = vid, vid
+	return b, lc, nil
+}
 
-	drained := e.watchDrain(ctx, vid, cfg.Units)
+// fire sends the burst's purchases, the drain's watch begun before them
+// when the deployment's workers write as they arrive; every purchase must
+// be accepted. With cfg.Worker, it then starts the worker once the watch
+// has begun, and returns how to stop it.
+func (e expiryRun) fire(ctx context.Context, b *Burst, lc Config, drained *drainWatcher) (Result, func(context.Context) error, error) {
+	cfg := e.cfg
 	if cfg.Worker == nil {
 		// The deployment's workers write as the purchases arrive: the
 		// watch begins before the first purchase.
 		if err := drained.started(ctx); err != nil {
-			return b, err
+			return Result{}, nil, err
 		}
 	}
 	res, err := Run(ctx, lc)
 	if err != nil {
 		drained.cancel()
-		return b, err
+		return res, nil, err
 	}
 	b.FireSeconds, b.FireRPS = res.Summary.Seconds, res.Summary.RPS
 	b.Accepted = res.Summary.Outcomes["202 accepted"]
 	if b.Accepted != cfg.Units {
 		drained.cancel()
-		return b, fmt.Errorf("%d of %d purchases accepted (%v): a burst measures a voucher sold to every buyer", b.Accepted, cfg.Units, res.Summary.Outcomes)
+		return res, nil, fmt.Errorf("%d of %d purchases accepted (%v): a burst measures a voucher sold to every buyer", b.Accepted, cfg.Units, res.Summary.Outcomes)
 	}
-	stop := func(context.Context) error { return nil }
-	if cfg.Worker != nil {
-		if err := drained.started(ctx); err != nil {
-			return b, err
-		}
-		if stop, err = cfg.Worker.Start(ctx); err != nil {
-			drained.cancel()
-			return b, fmt.Errorf("start a worker: %w", err)
-		}
+	if cfg.Worker == nil {
+		return res, func(context.Context) error { return nil }, nil
 	}
-	// The worker stops once its orders are settled, or on the way out.
-	defer func() {
-		if stop != nil {
-			_ = stop(context.WithoutCancel(ctx))
-		}
-	}()
+	if err := drained.started(ctx); err != nil {
+		return res, nil, err
+	}
+	stop, err := cfg.Worker.Start(ctx)
+	if err != nil {
+		drained.cancel()
+		return res, nil, fmt.Errorf("start a worker: %w", err)
+	}
+	return res, stop, nil
+}
+
+// settle waits for the drain and, for a priced voucher, until every
+// order expired with its unit back.
+func (e expiryRun) settle(ctx context.Context, b *Burst, drained *drainWatcher) error {
+	var err error
 	if b.Drain, err = drained.result(); err != nil {
-		return b, fmt.Errorf("drain: %w", err)
+		return fmt.Errorf("drain: %w", err)
 	}
-	fmt.Fprintf(cfg.Log, "  drained %d orders in %.3fs: %.0f orders/s\n", b.Drain.Orders, b.Drain.Seconds, b.Drain.Rate)
-	if kind == BurstPriced {
-		if err := e.waitExpired(ctx, vid, b.Accepted); err != nil {
-			return b, err
-		}
-		st, err := e.expiryStats(ctx, vid)
-		if err != nil {
-			return b, err
-		}
-		b.Expiry = &st
-		fmt.Fprintf(cfg.Log, "  every unit back: after its deadline p50 %.3fs p99 %.3fs max %.3fs; deadlines spread over %.3fs\n",
-			st.BackLate.P50, st.BackLate.P99, st.BackLate.Max, st.DeadlineSpread)
+	fmt.Fprintf(e.cfg.Log, "  drained %d orders in %.3fs: %.0f orders/s\n", b.Drain.Orders, b.Drain.Seconds, b.Drain.Rate)
+	if b.Kind != BurstPriced {
+		return nil
 	}
-	if b.Check, err = check(ctx, cfg.Check, lc, vid, res); err != nil {
-		return b, fmt.Errorf("check: %w", err)
+	if err := e.waitExpired(ctx, b.VoucherID, b.Accepted); err != nil {
+		return err
 	}
-	if kind == BurstPriced && b.Check.RedisStock != int64(cfg.Units) {
+	st, err := e.expiryStats(ctx, b.VoucherID)
+	if err != nil {
+		return err
+	}
+	b.Expiry = &st
+	fmt.Fprintf(e.cfg.Log, "  every unit back: after its deadline p50 %.3fs p99 %.3fs max %.3fs; deadlines spread over %.3fs\n",
+		st.BackLate.P50, st.BackLate.P99, st.BackLate.Max, st.DeadlineSpread)
+	return nil
+}
+
+// checkBurst checks the invariants after the burst, and for a priced
+// voucher that every unit is back on sale in Redis.
+func (e expiryRun) checkBurst(ctx context.Context, b *Burst, lc Config, res Result) error {
+	cfg := e.cfg
+	var err error
+	if b.Check, err = check(ctx, cfg.Check, lc, b.VoucherID, res); err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	if b.Kind == BurstPriced && b.Check.RedisStock != int64(cfg.Units) {
 		b.Check.Violations = append(b.Check.Violations, fmt.Sprintf("Redis stock %d after every order expired, want all %d units back", b.Check.RedisStock, cfg.Units))
 		b.Check.OK = false
 	}
@@ -352,12 +402,7 @@ func (e expiryRun) burst(ctx context.Context, round int, kind string) (Burst, er
 	} else {
 		fmt.Fprintf(cfg.Log, "  check FAILED: %s\n", strings.Join(b.Check.Violations, "; "))
 	}
-	s := stop
-	stop = nil
-	if err := s(ctx); err != nil {
-		return b, fmt.Errorf("stop the worker: %w", err)
-	}
-	return b, nil
+	return nil
 }
 
 // drainWatcher is a Drain running beside the burst.
