@@ -135,6 +135,8 @@ base_up() {
 
 # redis_up MASTERS REPLICAS: a fresh Redis Cluster. 1 or 2 masters are made
 # by hand (CLUSTER ADDSLOTSRANGE, CLUSTER MEET), 3 with redis-cli --cluster create.
+# Every node says cluster-require-full-coverage no, as cluster-up.sh's: the
+# instances refuse to start on one that says yes (SECKILL_FULL_COVERAGE).
 redis_up() {
   local masters=$1 replicas=$2 n=$(($1 * (1 + $2))) i p
   used_ports=("${node_ports[@]:0:$n}")
@@ -144,7 +146,8 @@ redis_up() {
     mkdir -p "$work/nodes/$i"
     start "node-$i" redis-server --port "$p" --bind 127.0.0.1 --dir "$work/nodes/$i" --daemonize no \
       --cluster-enabled yes --cluster-config-file nodes.conf --cluster-port $((p + 10)) --cluster-node-timeout 5000 \
-      --appendonly yes --appendfsync always --maxmemory-policy noeviction --save ""
+      --appendonly yes --appendfsync always --maxmemory-policy noeviction --save "" \
+      --cluster-require-full-coverage no
   done
   for p in "${used_ports[@]}"; do poll 20 redis-cli -p "$p" ping || die "redis on $p did not start"; done
   case $masters in
