@@ -882,9 +882,13 @@ func TestClusterStalledRebuildTakenOver(t *testing.T) {
 	if rep.Live != stock {
 		t.Fatalf("%d units sold of %d; answers by home %s", rep.Live, stock, w.answers())
 	}
-	if log := a.log.String(); !strings.Contains(log, "shard rebuild outlived its lease") {
-		t.Errorf("instance a never found its rebuild taken over; its log:\n%s", tailLines(log, 30))
-	}
+	// a finds its rebuild taken over when its resumed steps fail: on a
+	// connection to the restarted master that can take a read timeout or
+	// two, so it may come after the sale settled (it did once, in a full
+	// run that settled in 12s). Its log is printed when the test fails.
+	testenv.WaitFor(t, 30*time.Second, "instance a to find its rebuild taken over (shard rebuild outlived its lease)", func() bool {
+		return strings.Contains(a.log.String(), "shard rebuild outlived its lease")
+	})
 	t.Logf("answers by home bucket %s; checked I1-I7: %s", w.answers(), rep)
 }
 
