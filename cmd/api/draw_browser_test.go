@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 
 	"seckill/internal/auth"
@@ -114,6 +116,10 @@ func TestDrawInBrowser(t *testing.T) {
 	do("log out", chromedp.Click(chromedp.ID("logout")), visible("#login-panel"))
 	login(buyer2)
 	join("the second buyer")
+	uid2, err := chromedp.Run(tctx, chromedp.Evaluate[int64](`JSON.parse(localStorage.getItem("seckill.session")).user_id`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if w, err := chromedp.Run(tctx, chromedp.Evaluate[[]float64](`[document.documentElement.clientWidth, document.documentElement.scrollWidth]`)); err != nil || w[1] > w[0] {
 		t.Errorf("the phone-sized page scrolls sideways: %v (%v)", w, err)
 	}
@@ -158,11 +164,15 @@ func TestDrawInBrowser(t *testing.T) {
 	// (A session as the login would keep it: a second code for the same
 	// phone waits a minute.)
 	do("log out", chromedp.Click(chromedp.ID("logout")), visible("#login-panel"))
-	session := fmt.Sprintf(`(localStorage.setItem("seckill.session", JSON.stringify({token: %q, role: %q, user_id: %d, expires_at: %q, phone: %q})), true)`,
-		token(t, uid, auth.RoleUser), auth.RoleUser, uid, time.Now().Add(time.Hour).UTC().Format(time.RFC3339), buyer)
-	if _, err := chromedp.Run(tctx, chromedp.Evaluate[bool](session)); err != nil {
-		t.Fatal(err)
+	sessionAs := func(uid int64, phone string) {
+		t.Helper()
+		session := fmt.Sprintf(`(localStorage.setItem("seckill.session", JSON.stringify({token: %q, role: %q, user_id: %d, expires_at: %q, phone: %q})), true)`,
+			token(t, uid, auth.RoleUser), auth.RoleUser, uid, time.Now().Add(time.Hour).UTC().Format(time.RFC3339), phone)
+		if _, err := chromedp.Run(tctx, chromedp.Evaluate[bool](session)); err != nil {
+			t.Fatal(err)
+		}
 	}
+	sessionAs(uid, buyer)
 	do("reload as the first buyer", chromedp.Reload(), visible("#logout"))
 	first := result("the first buyer")
 	shot("draw-" + first + "-desktop.png")
@@ -183,6 +193,30 @@ func TestDrawInBrowser(t *testing.T) {
 	if won != 1 {
 		t.Errorf("%d entries won one unit: %s", won, r.raw)
 	}
+
+	// The winner on a page that entered and was closed before the close,
+	// opened again after the draw: it hears that the draw is done before it
+	// has the sale's cards (the list of vouchers answers once the page has
+	// kept the result, or after 2 s), and still follows the won order on its card.
+	winner, phone := uid, buyer
+	if first != "won" {
+		winner, phone = uid2, buyer2
+	}
+	sessionAs(winner, phone)
+	forget := fmt.Sprintf(`(() => { const k = "seckill.draws.%d", o = JSON.parse(localStorage.getItem(k)); delete o[%d].result; localStorage.setItem(k, JSON.stringify(o)); return true; })()`, winner, id)
+	if _, err := chromedp.Run(tctx, chromedp.Evaluate[bool](forget)); err != nil {
+		t.Fatal(err)
+	}
+	release := holdRequests(t, tctx, "*/api/v1/vouchers?limit=*")
+	do("reload as the winner", chromedp.Reload(), visible("#logout"))
+	kept := fmt.Sprintf(`!!(JSON.parse(localStorage.getItem("seckill.draws.%d") || "{}")[%d] || {}).result`, winner, id)
+	for until := time.Now().Add(2 * time.Second); time.Now().Before(until); {
+		if ok, err := chromedp.Run(tctx, chromedp.Evaluate[bool](kept)); err != nil || ok {
+			break
+		}
+	}
+	release()
+	do("the winner's order on its card", visible(card+`[data-draw-result="won"] .grab.yours:disabled`), visible(card+` .v-msg[data-status="paid"]`))
 
 	// What a proof of work costs the page: 10 solves of 16 bits, each for
 	// another buyer, each checked here.
@@ -217,4 +251,36 @@ func TestDrawInBrowser(t *testing.T) {
 	t.Logf("proof of work of %d bits in the page: median %.0f ms over %d solves (min %.0f, max %.0f); %.0f hashes/ms, so %.0f ms for the 2^%d tries of an average solve",
 		powBits, (times[4]+times[5])/2, len(times), times[0], times[len(times)-1], tries/total, float64(int(1)<<powBits)/(tries/total), powBits)
 
+}
+
+// holdRequests keeps the tab's requests whose URL matches pattern from
+// leaving until release is called; those made after release go at once.
+func holdRequests(t *testing.T, ctx context.Context, pattern string) (release func()) {
+	t.Helper()
+	paused := make(chan fetch.RequestID, 1024)
+	released := make(chan struct{})
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- e.RequestID
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-released
+		for {
+			select {
+			case id := <-paused:
+				if _, err := chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id}); err != nil && ctx.Err() == nil {
+					t.Errorf("let a held request go: %v", err)
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern}}}); err != nil {
+		t.Fatal(err)
+	}
+	return sync.OnceFunc(func() { close(released) })
 }

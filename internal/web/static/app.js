@@ -579,6 +579,9 @@
       if (state.session !== s || !e) { state.following.delete(id); return; }
       var wait = Date.parse(e.closes) - now();
       if (wait > 0) { setTimeout(poll, Math.min(wait + 100, 5000)); return; }
+      // A winner's order is followed on its card: ask once the cards are
+      // there (a page just loaded may hear of the draw before the sale).
+      if (!state.loaded) { setTimeout(poll, 100); return; }
       call("GET", "vouchers/" + id + "/draw").then(function (r) {
         if (state.session !== s) { state.following.delete(id); return; }
         if (r.status === 200 && r.body.draw && r.body.draw.status === "done") {
@@ -604,11 +607,11 @@
     if (!mine) { return; }
     e.result = mine.won ? "won" : "lost";
     saveDraws();
+    if (mine.won) { hold(id, mine.ticket, "pending"); }
     if (c) {
       if (mine.won) {
         say(c.msg, "You won the draw: confirming your order…", "ok");
         c.msg.dataset.code = "won";
-        hold(id, mine.ticket, "pending");
         followOrder(c, mine.ticket);
       } else {
         say(c.msg, "Not drawn this time: sold out.", "bad");
