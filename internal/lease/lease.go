@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,6 +44,10 @@ type Lease struct {
 	stop       chan struct{}
 	stopOnce   sync.Once
 	done       chan struct{}
+	// base and held say when the last renewal (or the taking) was sent:
+	// held is its offset from base, on the monotonic clock.
+	base time.Time
+	held atomic.Int64
 }
 
 // NewToken names one holder.
@@ -77,7 +82,8 @@ func Keep(ctx context.Context, rdb redis.Scripter, key, token string, ttl time.D
 	ttl = max(ttl, Min)
 	lctx, cancel := context.WithCancelCause(ctx)
 	l := &Lease{rdb: rdb, key: key, token: token, ttl: ttl, ctx: lctx, cancel: cancel,
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), base: time.Now()}
+	l.held.Store(int64(sent.Sub(l.base)))
 	go l.watch(sent)
 	return l
 }
@@ -90,8 +96,25 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // Token is the holder's token.
 func (l *Lease) Token() string { return l.token }
 
-// Err is nil while the lease is held, else why it is not.
-func (l *Lease) Err() error { return context.Cause(l.ctx) }
+// Err is nil while the lease is held, else why it is not. A lease whose
+// time ran out is lost here at once, before its watchdog ticks: a process
+// resumed from a pause (SIGSTOP, a stalled VM) runs its work before its
+// timers, and must not take a step that failed then for an ordinary one.
+func (l *Lease) Err() error {
+	if err := context.Cause(l.ctx); err != nil {
+		return err
+	}
+	return l.expired()
+}
+
+// expired is ErrLost once the lease's time has run out since the last
+// renewal (or the taking) was sent, else nil.
+func (l *Lease) expired() error {
+	if time.Since(l.base)-time.Duration(l.held.Load()) < l.ttl {
+		return nil
+	}
+	return fmt.Errorf("%s: not renewed within %s: %w", l.key, l.ttl, ErrLost)
+}
 
 // watch renews the lease every ttl/3. held is when the last renewal (or
 // the taking) was sent: the lease lives at least ttl past it, and is
@@ -121,6 +144,7 @@ func (l *Lease) watch(held time.Time) {
 			return
 		case ok:
 			held = sent
+			l.held.Store(int64(sent.Sub(l.base)))
 		}
 		// Not renewed (Redis did not answer): tried again next tick,
 		// until the deadline.
@@ -167,6 +191,9 @@ func (l *Lease) renew(deadline time.Time) (ok bool, err error) {
 func (l *Lease) Stop() {
 	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.done
+	if err := l.expired(); err != nil {
+		l.cancel(err) // Err keeps saying it was lost, not stopped
+	}
 	l.cancel(context.Canceled)
 }
 

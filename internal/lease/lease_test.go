@@ -102,3 +102,26 @@ func TestKeepUnreachable(t *testing.T) {
 	}
 	l.Stop()
 }
+
+// TestErrLostBeforeTheWatchdog: a holder whose lease ran out while it was
+// paused (here: kept from a taking sent two lives ago, the key still
+// holding its token) knows it is lost at once, before its watchdog's first
+// tick, and still after Stop: a step that failed then is taken for a
+// lease outlived, not for an ordinary failure.
+func TestErrLostBeforeTheWatchdog(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	key, token := testenv.Prefix(t)+":lease", NewToken()
+	ctx := context.Background()
+	if err := rdb.Set(ctx, key, token, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := Keep(ctx, rdb, key, token, Min, time.Now().Add(-2*Min))
+	if err := l.Err(); !errors.Is(err, ErrLost) {
+		t.Errorf("Err of a lease that ran out = %v, want ErrLost", err)
+	}
+	l.Stop()
+	if err := l.Err(); !errors.Is(err, ErrLost) {
+		t.Errorf("Err after Stop = %v, want ErrLost", err)
+	}
+}
