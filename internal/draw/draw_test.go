@@ -3,6 +3,7 @@ package draw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -379,4 +380,81 @@ func TestEntryWaitsForReplicas(t *testing.T) {
 		t.Fatalf("pressed again: %+v %v %v; want the ticket of the first press, 800", e, handled, err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "the entry on the replica", func() bool { return onReplica(8) == "800" })
+}
+
+// TestJudgeTable enumerates judge's table, one row per answer of the
+// purchase script as the Reserver gives it (wrapped as it wraps them).
+func TestJudgeTable(t *testing.T) {
+	const ticket = 7
+	for _, c := range []struct {
+		answer string
+		err    error
+		want   verdict
+	}{
+		{"accepted", nil, drawn},
+		{"purchased with this ticket", &voucher.PurchasedError{OrderID: ticket}, drawn},
+		{"purchased with another order", &voucher.PurchasedError{OrderID: ticket + 1}, notDrawn},
+		{"sold out", voucher.ErrSoldOut, notDrawn},
+		{"sale ended", voucher.ErrEnded, notDrawn},
+		{"in transit", fmt.Errorf("bucket 1: %w", voucher.ErrInTransit), askAgain},
+		{"shard not ready", voucher.ErrNotReady, askAgain},
+		{"no state", voucher.ErrNoState, askAgain},
+		{"not started", &voucher.NotStartedError{Until: time.Second}, askAgain},
+		{"not replicated", fmt.Errorf("order 7: %w", voucher.ErrNotReplicated), askAgain},
+		{"wrong type", fmt.Errorf("purchase script: key %q: %w", "k", voucher.ErrWrongType), stopDraw},
+		{"redis unreachable", fmt.Errorf("purchase: %w", errors.New("dial tcp: connection refused")), askAgain},
+	} {
+		if got := judge(c.err, ticket); got != c.want {
+			t.Errorf("%s: judged %d, want %d", c.answer, got, c.want)
+		}
+	}
+}
+
+// TestDrawStopsOnWhatNeedsAnOperator: a buyers key of the wrong type
+// (written by hand) cannot be bought through: the draw stops at once with
+// that answer, for Run to log, instead of asking again for ever under its
+// renewed lease; nothing is recorded done. A pause that outlasts GiveUp
+// (the voucher's state gone) stops it too; once the state is back, the
+// next pass draws it.
+func TestDrawStopsOnWhatNeedsAnOperator(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newEnv(t, "sqlite", 10, time.Now().Add(-time.Second))
+	e.enterAll(t, 1, 5)
+	if err := e.rdb.Set(ctx, e.keys.Buyers(e.v.ID), "by hand", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	patient := NewDrawer(e.db, e.rdb, e.keys, voucher.NewReserver(e.rdb, e.keys), DrawerConfig{Retry: time.Millisecond, GiveUp: time.Hour}, quietLog)
+	if err := patient.Draw(ctx, e.voucher(t)); !errors.Is(err, voucher.ErrWrongType) {
+		t.Fatalf("Draw with a buyers key of the wrong type = %v, want ErrWrongType at once", err)
+	}
+	if err := e.rdb.Del(ctx, e.keys.Buyers(e.v.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	state, err := e.rdb.Dump(ctx, e.keys.State(e.v.ID)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Del(ctx, e.keys.State(e.v.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := NewDrawer(e.db, e.rdb, e.keys, voucher.NewReserver(e.rdb, e.keys), DrawerConfig{Retry: time.Millisecond, GiveUp: 200 * time.Millisecond}, quietLog)
+	if err := d.Draw(ctx, e.voucher(t)); !errors.Is(err, voucher.ErrNoState) {
+		t.Fatalf("Draw without the voucher's state = %v, want ErrNoState after GiveUp", err)
+	}
+	if v := e.voucher(t); v.DrawDoneAt != nil {
+		t.Fatal("a draw that stopped was recorded done")
+	}
+	if err := e.rdb.Restore(ctx, e.keys.State(e.v.ID), 0, state).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Results(ctx, e.db, e.v.ID)
+	if err != nil || r.Draw.Status != "done" || len(r.Entries) != 5 || Check(r) != nil {
+		t.Fatalf("the draw once its state was back: %+v (%v, check %v)", r, err, Check(r))
+	}
 }

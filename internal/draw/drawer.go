@@ -42,6 +42,10 @@ type DrawerConfig struct {
 	// Retry is the wait before a purchase that paused is tried again
 	// (default 50ms).
 	Retry time.Duration
+	// GiveUp is how long one entry's purchase is tried again before the
+	// draw stops with its last answer, to be drawn again by the next pass
+	// (default 10s).
+	GiveUp time.Duration
 }
 
 // Drawer draws the fair vouchers whose draw closed, on every instance, one
@@ -66,6 +70,7 @@ func NewDrawer(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, reserv
 	cfg.Every = cmp.Or(cfg.Every, 500*time.Millisecond)
 	cfg.Lease = max(cmp.Or(cfg.Lease, 10*time.Second), lease.Min)
 	cfg.Retry = cmp.Or(cfg.Retry, 50*time.Millisecond)
+	cfg.GiveUp = cmp.Or(cfg.GiveUp, 10*time.Second)
 	return &Drawer{db: db, store: voucher.NewStore(db), rdb: rdb, keys: keys, reserver: reserver, cfg: cfg, log: log}
 }
 
@@ -129,7 +134,7 @@ func (d *Drawer) Draw(ctx context.Context, v voucher.Voucher) error {
 	Order(v.DrawSecret, entries)
 	won := 0
 	for i := range entries {
-		if entries[i].Won, err = d.buy(l.Context(), v.ID, entries[i]); err != nil {
+		if entries[i].Won, err = d.buy(l, v.ID, entries[i]); err != nil {
 			return fmt.Errorf("draw voucher %d: entry %d of %d: %w", v.ID, i, len(entries), err)
 		}
 		if entries[i].Won {
@@ -165,22 +170,29 @@ func (d *Drawer) entries(ctx context.Context, v int64) ([]Entry, error) {
 }
 
 // buy buys one entry through the purchase script, its ticket as the order
-// id, until the answer is final: won (accepted now or before), or lost
-// (sold out, the sale ended, or the buyer holds another order). A pause
-// (units moving between buckets, a failover, a replica late, the clocks
-// of the instance and Redis apart at the close) is tried again.
-func (d *Drawer) buy(ctx context.Context, v int64, e Entry) (bool, error) {
+// id, until judge calls the answer final. A pause is asked again for at
+// most GiveUp; then, or on an answer that needs an operator, the draw
+// stops with it (Run logs it) and the next pass draws again from the
+// start. No purchase is sent once the lease is known lost: a drawer
+// resumed from a pause past its lease stops at once.
+func (d *Drawer) buy(l *lease.Lease, v int64, e Entry) (bool, error) {
+	ctx := l.Context()
+	until := time.Now().Add(d.cfg.GiveUp)
 	for {
+		if err := l.Err(); err != nil {
+			return false, err
+		}
 		_, err := d.reserver.Reserve(ctx, v, e.UserID, e.Ticket)
-		var held *voucher.PurchasedError
-		switch {
-		case err == nil:
+		switch judge(err, e.Ticket) {
+		case drawn:
 			return true, nil
-		case errors.As(err, &held):
-			return held.OrderID == e.Ticket, nil
-		case errors.Is(err, voucher.ErrInTransit):
-		case errors.Is(err, voucher.ErrSoldOut), errors.Is(err, voucher.ErrEnded):
+		case notDrawn:
 			return false, nil
+		case stopDraw:
+			return false, err
+		}
+		if time.Now().After(until) {
+			return false, fmt.Errorf("no final answer within %s: %w", d.cfg.GiveUp, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -188,6 +200,48 @@ func (d *Drawer) buy(ctx context.Context, v int64, e Entry) (bool, error) {
 		case <-time.After(d.cfg.Retry):
 		}
 	}
+}
+
+// verdict is what a draw makes of one answer to an entry's purchase.
+type verdict int
+
+const (
+	drawn    verdict = iota // bought now, or before (a draw drawn again)
+	notDrawn                // no unit for it
+	askAgain                // a pause: asked again
+	stopDraw                // needs an operator: the draw stops with it
+)
+
+// judge is the draw's table of the purchase script's answers, the one
+// the code follows (TestJudgeTable enumerates it):
+//
+//	answer                                   verdict    why
+//	accepted                                 drawn
+//	purchased, with this entry's ticket      drawn      bought by a draw cut short
+//	purchased, with another order            notDrawn   the buyer holds another order
+//	sold out, sale ended                     notDrawn
+//	units in transit between buckets         askAgain   they arrive within the apply window
+//	shard not ready, no state for it yet     askAgain   a rebuild or a load under way
+//	sale not started                         askAgain   the clocks of instance and Redis apart at the close
+//	not confirmed by replicas                askAgain   it may have been taken: the same ticket answers it
+//	a key of the wrong type                  stopDraw   no try can succeed until an operator removes it
+//	anything else (Redis unreachable, ...)   askAgain   the answer may be lost: the same ticket makes a try again safe
+func judge(err error, ticket int64) verdict {
+	var held *voucher.PurchasedError
+	switch {
+	case err == nil:
+		return drawn
+	case errors.As(err, &held):
+		if held.OrderID == ticket {
+			return drawn
+		}
+		return notDrawn
+	case errors.Is(err, voucher.ErrSoldOut), errors.Is(err, voucher.ErrEnded):
+		return notDrawn
+	case errors.Is(err, voucher.ErrWrongType):
+		return stopDraw
+	}
+	return askAgain
 }
 
 // record writes the draw's result and marks it done, in one transaction;
