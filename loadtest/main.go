@@ -10,6 +10,7 @@
 //	go run ./loadtest redisstat [flags] snapshot or compare Redis CPU and command counts per master
 //	go run ./loadtest stampede [flags]  a whole sale through nginx: Redis commands per request, instance memory, the check
 //	go run ./loadtest expiry [flags]    unpaid units back on sale after their deadline; drain rate with expiries and without
+//	go run ./loadtest grow [flags]      how the costs of a sale grow with its buyers and its orders table
 package main
 
 import (
@@ -49,6 +50,7 @@ var commands = []struct{ name, doc string }{
 	{"redisstat", "Redis CPU and command counts per master, or their change"},
 	{"stampede", "a whole sale: Redis commands per request, instance memory, the check"},
 	{"expiry", "unpaid units back on sale after their deadline; drain rate with expiries and without"},
+	{"grow", "how the costs of a sale grow with its buyers and its orders table"},
 }
 
 // usage lists the commands.
@@ -103,6 +105,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return stampede(ctx, rest, getenv, stdout, stderr)
 	case "expiry":
 		return expiry(ctx, rest, getenv, stdout, stderr)
+	case "grow":
+		return growCmd(ctx, rest, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprintln(stdout, usage())
 		return nil
