@@ -43,6 +43,17 @@ type Replicas struct {
 	mu    sync.Mutex
 	alone map[string]lone // master address -> the node found alone there
 	count atomic.Int64
+	// voting is the vote under way per master address and node: the
+	// writes that find the vote stale at once wait for one vote instead of
+	// each asking every master. waiters counts those waiting (tests).
+	voting  map[string]*vote
+	waiters atomic.Int64
+}
+
+// vote is one vote under way; ok is its answer once done is closed.
+type vote struct {
+	done chan struct{}
+	ok   bool
 }
 
 // lone is a master found with no replica: its node id, when a write was
@@ -93,7 +104,9 @@ func ClusterPeers(rdb redis.UniversalClient) Peers {
 
 // NewReplicas returns a Replicas with no master known alone, whose votes
 // ask peers.
-func NewReplicas(peers Peers) *Replicas { return &Replicas{peers: peers, alone: map[string]lone{}} }
+func NewReplicas(peers Peers) *Replicas {
+	return &Replicas{peers: peers, alone: map[string]lone{}, voting: map[string]*vote{}}
+}
 
 // Confirmation is how a write stands after Confirm.
 type Confirmation struct {
@@ -133,13 +146,35 @@ func (r *Replicas) Confirm(ctx context.Context, conn *redis.Conn, addr string, w
 
 // agreed holds the vote: whether a majority of the masters, the one at
 // addr (node id) among them, see that node as a master with slots, not
-// failing, that no node replicates.
+// failing, that no node replicates. Concurrent callers for the same node
+// share one vote; one whose context ends first takes no for an answer.
 func (r *Replicas) agreed(ctx context.Context, addr, id string) bool {
 	if r.peers == nil {
 		return false
 	}
+	key := addr + " " + id
+	r.mu.Lock()
+	if v, ok := r.voting[key]; ok {
+		r.mu.Unlock()
+		r.waiters.Add(1)
+		defer r.waiters.Add(-1)
+		select {
+		case <-v.done:
+			return v.ok
+		case <-ctx.Done():
+			return false
+		}
+	}
+	v := &vote{done: make(chan struct{})}
+	r.voting[key] = v
+	r.mu.Unlock()
 	views, masters := r.peers(ctx, addr)
-	return Agreed(id, views, masters)
+	v.ok = Agreed(id, views, masters)
+	r.mu.Lock()
+	delete(r.voting, key)
+	r.mu.Unlock()
+	close(v.done)
+	return v.ok
 }
 
 // Agreed counts the votes that node id has no replica: its own (it asked
