@@ -23,6 +23,11 @@
 // with the service's own middleware (internal/auth) and takes the buyer
 // from it, as the service does; without, from X-Loadtest-User. It is the
 // HTTP stack's own ceiling: what Gin answers when nothing is asked of Redis.
+//
+// Under /gin it serves the same two routes with nothing behind them: no
+// token, no stock, no buyers; a purchase answers 202 with a new order id.
+// It is a bare Gin answer, the floor /bare is measured against
+// (loadtest/README.md, "wrk and bench").
 package main
 
 import (
@@ -103,6 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 	}
 	bareRoutes(r.Group("/bare"), signer, &orders)
+	ginRoutes(r.Group("/gin"), &orders)
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -283,5 +289,17 @@ func bareRoutes(g *gin.RouterGroup, signer *auth.Signer, orders *atomic.Int64) {
 			return
 		}
 		c.JSON(http.StatusAccepted, gin.H{"order_id": order, "status": "pending"})
+	})
+}
+
+// ginRoutes serves the voucher and purchase routes with nothing behind
+// them (see the package comment): every purchase is accepted.
+func ginRoutes(g *gin.RouterGroup, orders *atomic.Int64) {
+	var ids atomic.Int64
+	g.POST("/api/v1/vouchers", func(c *gin.Context) {
+		c.JSON(http.StatusCreated, gin.H{"voucher": gin.H{"id": ids.Add(1)}, "redis_ready": true})
+	})
+	g.POST("/api/v1/vouchers/:id/orders", func(c *gin.Context) {
+		c.JSON(http.StatusAccepted, gin.H{"order_id": strconv.FormatInt(orders.Add(1), 10), "status": "pending"})
 	})
 }

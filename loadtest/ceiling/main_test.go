@@ -158,7 +158,8 @@ func purchase(t *testing.T, url, token string, user int64) (int, map[string]any)
 // bench modes expect (202, 409 sold_out, 409 already_purchased naming the
 // buyer's order) come from the script route and from the bare route; the
 // bare route refuses a purchase without a valid token (401) and takes the
-// buyer from the token, not from X-Loadtest-User.
+// buyer from the token, not from X-Loadtest-User. The gin route accepts
+// every purchase.
 func TestCeilingAnswersLikeTheService(t *testing.T) {
 	t.Parallel()
 	const secret = "0123456789abcdef0123456789abcdef"
@@ -223,5 +224,19 @@ func TestCeilingAnswersLikeTheService(t *testing.T) {
 		if status, again := purchase(t, orders, mint(7), 1234); status != http.StatusConflict || again["code"] != "already_purchased" {
 			t.Fatalf("bare purchase by user 7's token with X-Loadtest-User 1234: %d %v; want already_purchased", status, again)
 		}
+	}
+
+	// /gin accepts every purchase, each with an order id of its own.
+	status, created := post(t, base+"/gin/api/v1/vouchers", 0, map[string]int{"stock": 1})
+	if status != http.StatusCreated || created["voucher"] == nil {
+		t.Fatalf("gin: create voucher: %d %v", status, created)
+	}
+	seen := map[any]bool{}
+	for _, user := range []int64{7, 7, 8} {
+		status, got := purchase(t, base+"/gin/api/v1/vouchers/1/orders", "", user)
+		if status != http.StatusAccepted || got["order_id"] == nil || seen[got["order_id"]] {
+			t.Fatalf("gin purchase by %d: %d %v; want 202 with a new order id", user, status, got)
+		}
+		seen[got["order_id"]] = true
 	}
 }
