@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,8 +52,8 @@ type Signer struct {
 	secret []byte
 	parser *jwt.Parser
 	// check validates claims exactly as parser does; head is the header
-	// segment every token of Mint starts with; macs holds HMAC-SHA256
-	// states keyed with secret. Together they are the fast path of verify.
+	// segment every token of Mint starts with; macs holds macStates keyed
+	// with secret. Together they are the fast path of verify.
 	check *jwt.Validator
 	head  string
 	macs  sync.Pool
@@ -77,21 +78,31 @@ func WithClock(now func() time.Time) SignerOption {
 	return func(s *Signer) { s.now = now }
 }
 
-// maxSeen bounds the verified-token cache (about 300 bytes an entry).
+// maxSeen bounds the verified-token cache (about 250 bytes an entry).
 const maxSeen = 1 << 16
 
 // seenShards spreads the verified-token cache over locks.
 const seenShards = 32
 
-// seenSet is the verified-token cache. A token is keyed by its signature,
-// the text after its last dot: HMAC output, spread evenly, and a quarter
-// of the token to hash. The entry holds the whole token, and a token is
-// answered from the cache only when it is that token, byte for byte: a
-// verified token's signature pasted onto another header or payload is
-// verified in full, and refused. (A sync.Map keyed by the whole token
-// cost more than the check it saves when most tokens are new, as in a
-// sale's first presses: hashing the token twice, and three allocations
-// per entry.)
+// maxSeenLen is the longest token the cache keeps; a longer one (no token
+// of Mint is) is verified every time.
+const maxSeenLen = 512
+
+// seenSet is the verified-token cache. A token is keyed by the start of
+// its signature, the text after its last dot: HMAC output, spread evenly.
+// The entry holds the whole token, and a token is answered from the cache
+// only when it is that token, byte for byte: a verified token's signature
+// pasted onto another header or payload is verified in full, and refused;
+// two tokens whose signatures start alike only take each other's place.
+//
+// Nothing in its entries is a pointer: the tokens' bytes are copied into a
+// slab per shard and the entries say where, so the garbage collector neither scans
+// the cache nor keeps the requests' header strings alive. In a sale where
+// nearly every buyer is new (the first presses), a cache of strings and
+// times was 65,536 live request headers and their entries, scanned at
+// every collection: with the check itself, about 20 µs of CPU per new
+// buyer where a bare Gin answer costs 28 (loadtest/README.md, "wrk and
+// bench").
 type seenSet struct {
 	n      atomic.Int64
 	shards [seenShards]seenShard
@@ -99,37 +110,90 @@ type seenSet struct {
 
 type seenShard struct {
 	sync.Mutex
-	m map[string]verified
+	m    map[seenKey]verified
+	text [][]byte // the tokens of m, one after another, in chunks of seenChunk
 }
 
+// seenChunk is the size of a slab chunk: a token never spans two, and a
+// full chunk is never copied into a larger one (that was as many bytes
+// again of garbage per new token).
+const seenChunk = 16 << 10
+
+// seenKey is the cache's key for a token: the start of its signature.
+type seenKey [16]byte
+
+// verified is a cached token: where its text is in the shard's slab (at
+// counts bytes from the start of the first chunk), the
+// identity it carries and its expiry (time.Unix(expSec, expNsec)).
 type verified struct {
-	token string
-	id    Identity
-	exp   time.Time
+	at, n   uint32
+	uid     int64
+	expSec  int64
+	expNsec int32
+	admin   bool
+}
+
+// tokenOf returns the text of e.
+func (sh *seenShard) tokenOf(e verified) []byte {
+	chunk, off := e.at/seenChunk, e.at%seenChunk
+	return sh.text[chunk][off : off+e.n]
+}
+
+func (v verified) identity() Identity {
+	if v.admin {
+		return Identity{UserID: v.uid, Role: RoleAdmin}
+	}
+	return Identity{UserID: v.uid, Role: RoleUser}
 }
 
 func newSeenSet() *seenSet {
 	set := &seenSet{}
 	for i := range set.shards {
-		set.shards[i].m = map[string]verified{}
+		set.shards[i].m = map[seenKey]verified{}
 	}
 	return set
 }
 
-func (set *seenSet) shard(key string) *seenShard {
-	var h uint
-	if len(key) >= 2 {
-		h = uint(key[0])*31 + uint(key[1])
-	}
-	return &set.shards[h%seenShards]
+func (set *seenSet) shard(key *seenKey) *seenShard {
+	return &set.shards[(uint(key[0])*31+uint(key[1]))%seenShards]
 }
 
-// seenKey is the cache's key for token: its signature.
-func seenKey(token string) string {
-	if i := strings.LastIndexByte(token, '.'); i >= 0 {
-		return token[i+1:]
+// keyOf returns the cache's key for token.
+func keyOf(token string) seenKey {
+	var k seenKey
+	copy(k[:], token[strings.LastIndexByte(token, '.')+1:])
+	return k
+}
+
+// lookup returns the identity of token when the shard holds it, verified
+// and not expired at now; an expired entry is dropped.
+func (sh *seenShard) lookup(key *seenKey, token string, now time.Time) (Identity, bool) {
+	sh.Lock()
+	defer sh.Unlock()
+	e, ok := sh.m[*key]
+	if !ok || string(sh.tokenOf(e)) != token {
+		return Identity{}, false
 	}
-	return token
+	if !now.Before(time.Unix(e.expSec, int64(e.expNsec))) {
+		delete(sh.m, *key)
+		return Identity{}, false
+	}
+	return e.identity(), true
+}
+
+// store keeps a verified token: its text at the end of the slab.
+func (sh *seenShard) store(key *seenKey, token string, id Identity, exp time.Time) {
+	sh.Lock()
+	defer sh.Unlock()
+	last := len(sh.text) - 1
+	if last < 0 || len(sh.text[last])+len(token) > seenChunk {
+		sh.text = append(sh.text, make([]byte, 0, seenChunk))
+		last++
+	}
+	at := last*seenChunk + len(sh.text[last])
+	sh.text[last] = append(sh.text[last], token...)
+	sh.m[*key] = verified{at: uint32(at), n: uint32(len(token)), uid: id.UserID,
+		expSec: exp.Unix(), expNsec: int32(exp.Nanosecond()), admin: id.Role == RoleAdmin}
 }
 
 // NewSigner returns a Signer; the secret must be at least MinSecretLen bytes.
@@ -149,7 +213,7 @@ func NewSigner(secret []byte, options ...SignerOption) (*Signer, error) {
 		jwt.WithTimeFunc(s.now),
 	}
 	s.parser, s.check = jwt.NewParser(opts...), jwt.NewValidator(opts...)
-	s.macs.New = func() any { return hmac.New(sha256.New, s.secret) }
+	s.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, s.secret)} }
 	// The header Mint writes: the library's, encoded as the library does.
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{}).SignedString(secret)
 	if err != nil {
@@ -194,18 +258,14 @@ func (s *Signer) Mint(id Identity, ttl time.Duration) (string, error) {
 
 // Parse verifies a token and returns the identity it carries.
 func (s *Signer) Parse(token string) (Identity, error) {
-	key := seenKey(token)
-	set := s.cache()
-	sh := set.shard(key)
-	sh.Lock()
-	e, ok := sh.m[key]
-	if ok && e.token == token && !s.now().Before(e.exp) {
-		delete(sh.m, key)
-		ok = false
+	if len(token) > maxSeenLen {
+		id, _, err := s.verify(token)
+		return id, err
 	}
-	sh.Unlock()
-	if ok && e.token == token {
-		return e.id, nil
+	key := keyOf(token)
+	set := s.cache()
+	if id, ok := set.shard(&key).lookup(&key, token, s.now()); ok {
+		return id, nil
 	}
 	id, exp, err := s.verify(token)
 	if err != nil {
@@ -215,11 +275,8 @@ func (s *Signer) Parse(token string) (Identity, error) {
 		set = newSeenSet()
 		set.n.Store(1)
 		s.seen.Store(set)
-		sh = set.shard(key)
 	}
-	sh.Lock()
-	sh.m[key] = verified{token: token, id: id, exp: exp}
-	sh.Unlock()
+	set.shard(&key).store(&key, token, id, exp)
 	return id, nil
 }
 
@@ -256,41 +313,56 @@ func (s *Signer) verify(token string) (Identity, time.Time, error) {
 	return identityOf(c)
 }
 
+// macState is an HMAC-SHA256 keyed with the secret, and the scratch
+// space verifyShort uses beside it: the token's text, its decoded
+// signature, the MAC it computes and the decoded claims.
+type macState struct {
+	mac  hash.Hash
+	text []byte
+	raw  [2 * sha256.Size]byte
+	sum  [sha256.Size]byte
+	body []byte
+}
+
 // verifyShort checks the signature and claims of a token whose header is
 // s.head; rest is what follows the header's dot.
 func (s *Signer) verifyShort(token, rest string, c *claims) error {
-	payload, sig, ok := strings.Cut(rest, ".")
+	_, sig, ok := strings.Cut(rest, ".")
 	if !ok || strings.Contains(sig, ".") {
 		return jwt.ErrTokenMalformed
 	}
+	// One copy of the token into pooled scratch space: the conversions of
+	// its parts to bytes were three allocations per new token.
+	st := s.macs.Get().(*macState)
+	defer s.macs.Put(st)
+	st.text = append(st.text[:0], token...)
+	signed, sigB := st.text[:len(token)-len(sig)-1], st.text[len(token)-len(sig):]
+	payloadB := st.text[len(token)-len(rest) : len(token)-len(sig)-1]
 	// The decoder skips line breaks, as the library's does: decode, then
 	// compare, rather than judge by the text's length.
-	var buf [2 * sha256.Size]byte
 	var raw []byte
 	var err error
-	if base64.RawURLEncoding.DecodedLen(len(sig)) <= len(buf) {
+	if base64.RawURLEncoding.DecodedLen(len(sigB)) <= len(st.raw) {
 		var n int
-		n, err = base64.RawURLEncoding.Decode(buf[:], []byte(sig))
-		raw = buf[:n]
+		n, err = base64.RawURLEncoding.Decode(st.raw[:], sigB)
+		raw = st.raw[:n]
 	} else {
 		raw, err = base64.RawURLEncoding.DecodeString(sig)
 	}
 	if err != nil {
 		return jwt.ErrTokenMalformed
 	}
-	mac := s.macs.Get().(hash.Hash)
-	mac.Reset()
-	mac.Write([]byte(token[:len(token)-len(sig)-1]))
-	var sum [sha256.Size]byte
-	good := hmac.Equal(mac.Sum(sum[:0]), raw)
-	s.macs.Put(mac)
-	if !good {
+	st.mac.Reset()
+	st.mac.Write(signed)
+	if !hmac.Equal(st.mac.Sum(st.sum[:0]), raw) {
 		return jwt.ErrTokenSignatureInvalid
 	}
-	body, err := base64.RawURLEncoding.DecodeString(payload)
+	st.body = slices.Grow(st.body[:0], base64.RawURLEncoding.DecodedLen(len(payloadB)))
+	n, err := base64.RawURLEncoding.Decode(st.body[:cap(st.body)], payloadB)
 	if err != nil {
 		return jwt.ErrTokenMalformed
 	}
+	body := st.body[:n]
 	if !mintedClaims(body, c) {
 		if err := json.Unmarshal(body, c); err != nil {
 			return jwt.ErrTokenMalformed

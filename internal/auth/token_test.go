@@ -3,8 +3,10 @@ package auth
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -304,4 +306,106 @@ func BenchmarkParse(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestSeenCacheHoldsNoPointers: the verified-token cache's keys and
+// entries hold no pointer, so the garbage collector skips its maps and no
+// request's header string is kept alive by it.
+func TestSeenCacheHoldsNoPointers(t *testing.T) {
+	t.Parallel()
+	var walk func(reflect.Type) bool
+	walk = func(typ reflect.Type) bool {
+		switch typ.Kind() {
+		case reflect.Struct:
+			for i := range typ.NumField() {
+				if walk(typ.Field(i).Type) {
+					return true
+				}
+			}
+			return false
+		case reflect.Array:
+			return walk(typ.Elem())
+		case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+			return false
+		}
+		return true
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[seenKey](), reflect.TypeFor[verified]()} {
+		if walk(typ) {
+			t.Errorf("%v holds a pointer", typ)
+		}
+	}
+}
+
+// TestSeenShardComparesWholeTokens: two tokens under one key (signatures
+// that start alike) take each other's place and are never answered for
+// each other; an expired entry is dropped; tokens fill several chunks.
+func TestSeenShardComparesWholeTokens(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_900_000_000, 0)
+	sh := &seenShard{m: map[seenKey]verified{}}
+	a, b := "h.p.SIGNATURE-START-0123456789-a", "h.q.SIGNATURE-START-0123456789-b"
+	key := keyOf(a)
+	if keyOf(b) != key {
+		t.Fatal("the two tokens should share a key")
+	}
+	sh.store(&key, a, Identity{UserID: 1, Role: RoleUser}, now.Add(time.Minute))
+	if id, ok := sh.lookup(&key, b, now); ok {
+		t.Fatalf("token b answered with a's entry: %+v", id)
+	}
+	if id, ok := sh.lookup(&key, a, now); !ok || id != (Identity{UserID: 1, Role: RoleUser}) {
+		t.Fatalf("token a: %+v, %v", id, ok)
+	}
+	sh.store(&key, b, Identity{UserID: 2, Role: RoleAdmin}, now.Add(time.Minute))
+	if _, ok := sh.lookup(&key, a, now); ok {
+		t.Fatal("token a answered after b took its place")
+	}
+	if id, ok := sh.lookup(&key, b, now); !ok || id != (Identity{UserID: 2, Role: RoleAdmin}) {
+		t.Fatalf("token b: %+v, %v", id, ok)
+	}
+	if _, ok := sh.lookup(&key, b, now.Add(time.Minute)); ok {
+		t.Fatal("token b answered at its expiry")
+	}
+	if _, ok := sh.m[key]; ok {
+		t.Fatal("an expired entry was kept")
+	}
+	// Enough tokens for several chunks: each is read back whole.
+	toks := map[seenKey]string{}
+	for i := range 4 * seenChunk / 60 {
+		tok := fmt.Sprintf("h.p.%016d%s", i, strings.Repeat("x", i%80))
+		k := keyOf(tok)
+		toks[k] = tok
+		sh.store(&k, tok, Identity{UserID: int64(i + 1), Role: RoleUser}, now.Add(time.Hour))
+	}
+	if len(sh.text) < 3 {
+		t.Fatalf("%d chunks, want at least 3", len(sh.text))
+	}
+	for k, tok := range toks {
+		if _, ok := sh.lookup(&k, tok, now); !ok {
+			t.Fatalf("%q not found", tok)
+		}
+	}
+}
+
+// TestLongTokenVerifiedEachTime: a token longer than the cache keeps is
+// verified at every use, and refused when tampered with.
+func TestLongTokenVerifiedEachTime(t *testing.T) {
+	t.Parallel()
+	s := mustSigner(t, secret)
+	long, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"role": RoleUser, "iss": issuer, "sub": "11", "exp": time.Now().Add(time.Minute).Unix(),
+		"pad": strings.Repeat("p", maxSeenLen),
+	}).SignedString(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if id, err := s.Parse(long); err != nil || id != (Identity{UserID: 11, Role: RoleUser}) {
+			t.Fatalf("long token: %+v, %v", id, err)
+		}
+	}
+	if _, err := s.Parse(long[:len(long)-2] + "AA"); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("long token with another signature: %v", err)
+	}
 }
