@@ -240,3 +240,57 @@ func TestCeilingAnswersLikeTheService(t *testing.T) {
 		seen[got["order_id"]] = true
 	}
 }
+
+// TestBareOnePerBuyer: presses released at once on a /bare voucher give
+// one buyer one order (every other press of theirs names it) and sell no
+// more than the stock.
+func TestBareOnePerBuyer(t *testing.T) {
+	t.Parallel()
+	base := startCeiling(t, testenv.RedisURL(t), testenv.Prefix(t), 1) + "/bare"
+	const stock = 40
+	status, created := post(t, base+"/api/v1/vouchers", 0, map[string]int{"stock": stock})
+	if status != http.StatusCreated {
+		t.Fatalf("create voucher: %d %v", status, created)
+	}
+	orders := fmt.Sprintf("%s/api/v1/vouchers/%d/orders", base, int64(created["voucher"].(map[string]any)["id"].(float64)))
+	type answer struct {
+		user   int64
+		status int
+		body   map[string]any
+	}
+	start := make(chan struct{})
+	answers := make(chan answer, 200)
+	for i := range 200 {
+		user := int64(7)
+		if i%2 == 1 {
+			user = int64(100 + i)
+		}
+		go func() {
+			<-start
+			status, body := purchase(t, orders, "", user)
+			answers <- answer{user, status, body}
+		}()
+	}
+	close(start)
+	accepted, sevens := 0, map[any]int{}
+	for range 200 {
+		a := <-answers
+		if a.status == http.StatusAccepted {
+			accepted++
+		}
+		if a.user == 7 {
+			switch {
+			case a.status == http.StatusAccepted || a.body["code"] == "already_purchased":
+				sevens[a.body["order_id"]]++
+			case a.body["code"] != "sold_out":
+				t.Errorf("user 7: %d %v", a.status, a.body)
+			}
+		}
+	}
+	if accepted > stock {
+		t.Errorf("%d accepted, stock %d", accepted, stock)
+	}
+	if len(sevens) > 1 {
+		t.Errorf("user 7 was named orders %v, want one", sevens)
+	}
+}
