@@ -78,3 +78,47 @@ func TestBenchCreatesBuckets(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchBuyersNewInEveryRun: no token of one bench run (one voucher)
+// reaches the target again in another run, of any round or mode, so every
+// measured purchase of --mode success is a buyer the server has never
+// seen (a server caches the tokens it verified).
+func TestBenchBuyersNewInEveryRun(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	vouchers := 0
+	runOf := map[string]string{} // token -> the voucher it first bought
+	var reused []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.URL.Path == "/api/v1/vouchers" {
+			vouchers++
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"voucher":{"id":%d},"redis_ready":true}`, vouchers)
+			return
+		}
+		tok := r.Header.Get("Authorization")
+		if first, ok := runOf[tok]; ok && first != r.URL.Path {
+			reused = append(reused, tok)
+		}
+		runOf[tok] = r.URL.Path
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprint(w, `{"order_id":"1","status":"pending"}`)
+	}))
+	defer srv.Close()
+	err := run(context.Background(), []string{"loadtest", "bench", "--mode", "success,sold-out", "--stock", "5", "--rounds", "2", "--requests", "40", "--warmup", "5",
+		"-c", "2", "--target", "a=" + srv.URL, "--pids", "a=none", "--secret", bucketsSecret},
+		func(string) string { return "" }, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if vouchers != 4 || len(runOf) == 0 {
+		t.Fatalf("%d vouchers, %d tokens; want 4 runs", vouchers, len(runOf))
+	}
+	if len(reused) > 0 {
+		t.Errorf("%d tokens came back in a later run, e.g. %.40s...", len(reused), reused[0])
+	}
+}
