@@ -99,10 +99,8 @@ const maxSeenLen = 512
 // slab per shard and the entries say where, so the garbage collector neither scans
 // the cache nor keeps the requests' header strings alive. In a sale where
 // nearly every buyer is new (the first presses), a cache of strings and
-// times was 65,536 live request headers and their entries, scanned at
-// every collection: with the check itself, about 20 µs of CPU per new
-// buyer where a bare Gin answer costs 28 (loadtest/README.md, "wrk and
-// bench").
+// times held up to 65,536 request headers and their entries, marked at
+// every collection (loadtest/README.md, "wrk and bench").
 type seenSet struct {
 	n      atomic.Int64
 	shards [seenShards]seenShard
