@@ -96,11 +96,12 @@ const maxSeenLen = 512
 // two tokens whose signatures start alike only take each other's place.
 //
 // Nothing in its entries is a pointer: the tokens' bytes are copied into a
-// slab per shard and the entries say where, so the garbage collector neither scans
-// the cache nor keeps the requests' header strings alive. In a sale where
-// nearly every buyer is new (the first presses), a cache of strings and
-// times held up to 65,536 request headers and their entries, marked at
-// every collection (loadtest/README.md, "wrk and bench").
+// slab per shard and the entries say where, so the garbage collector
+// neither scans the cache nor keeps the requests' header strings alive.
+// In a sale where nearly every buyer is new (the first presses), a cache
+// of strings and times held up to 65,536 request headers and their
+// entries, marked at every collection (loadtest/README.md, "wrk and
+// bench").
 type seenSet struct {
 	n      atomic.Int64
 	shards [seenShards]seenShard
@@ -121,8 +122,8 @@ const seenChunk = 16 << 10
 type seenKey [16]byte
 
 // verified is a cached token: where its text is in the shard's slab (at
-// counts bytes from the start of the first chunk), the
-// identity it carries and its expiry (time.Unix(expSec, expNsec)).
+// counts bytes from the start of the first chunk), the identity it
+// carries and its expiry (time.Unix(expSec, expNsec)).
 type verified struct {
 	at, n   uint32
 	uid     int64
@@ -322,6 +323,18 @@ type macState struct {
 	body []byte
 }
 
+// maxScratch bounds the scratch space a pooled macState keeps: a huge
+// token is checked, but its copy is not held on to.
+const maxScratch = 4 << 10
+
+// putMAC returns st to the pool, without scratch space grown past maxScratch.
+func (s *Signer) putMAC(st *macState) {
+	if cap(st.text) > maxScratch || cap(st.body) > maxScratch {
+		st.text, st.body = nil, nil
+	}
+	s.macs.Put(st)
+}
+
 // verifyShort checks the signature and claims of a token whose header is
 // s.head; rest is what follows the header's dot.
 func (s *Signer) verifyShort(token, rest string, c *claims) error {
@@ -332,7 +345,7 @@ func (s *Signer) verifyShort(token, rest string, c *claims) error {
 	// One copy of the token into pooled scratch space: the conversions of
 	// its parts to bytes were three allocations per new token.
 	st := s.macs.Get().(*macState)
-	defer s.macs.Put(st)
+	defer s.putMAC(st)
 	st.text = append(st.text[:0], token...)
 	signed, sigB := st.text[:len(token)-len(sig)-1], st.text[len(token)-len(sig):]
 	payloadB := st.text[len(token)-len(rest) : len(token)-len(sig)-1]

@@ -409,3 +409,19 @@ func TestLongTokenVerifiedEachTime(t *testing.T) {
 		t.Fatalf("long token with another signature: %v", err)
 	}
 }
+
+// TestHugeTokenScratchNotKept: a huge token with Mint's header is refused,
+// and the pooled scratch space it grew is not kept.
+func TestHugeTokenScratchNotKept(t *testing.T) {
+	t.Parallel()
+	s := mustSigner(t, secret)
+	huge := s.head + "." + strings.Repeat("A", 64<<10) + ".sig"
+	if _, err := s.Parse(huge); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("huge token: %v", err)
+	}
+	st := &macState{text: make([]byte, 0, 64<<10)}
+	s.putMAC(st)
+	if st.text != nil || st.body != nil {
+		t.Fatalf("scratch of %d bytes kept", cap(st.text))
+	}
+}
