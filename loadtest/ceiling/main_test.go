@@ -253,10 +253,29 @@ func TestBareOnePerBuyer(t *testing.T) {
 		t.Fatalf("create voucher: %d %v", status, created)
 	}
 	orders := fmt.Sprintf("%s/api/v1/vouchers/%d/orders", base, int64(created["voucher"].(map[string]any)["id"].(float64)))
+	// No connection outlives its request: a connection dialled and left
+	// unused in a client's pool would hold the server's shutdown.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	type answer struct {
-		user   int64
-		status int
-		body   map[string]any
+		user int64
+		code int
+		body map[string]any
+		err  error
+	}
+	buy := func(user int64) answer {
+		req, err := http.NewRequest(http.MethodPost, orders, nil)
+		if err != nil {
+			return answer{user: user, err: err}
+		}
+		req.Header.Set("X-Loadtest-User", fmt.Sprint(user))
+		resp, err := client.Do(req)
+		if err != nil {
+			return answer{user: user, err: err}
+		}
+		defer resp.Body.Close()
+		a := answer{user: user, code: resp.StatusCode}
+		a.err = json.NewDecoder(resp.Body).Decode(&a.body)
+		return a
 	}
 	start := make(chan struct{})
 	answers := make(chan answer, 200)
@@ -267,23 +286,25 @@ func TestBareOnePerBuyer(t *testing.T) {
 		}
 		go func() {
 			<-start
-			status, body := purchase(t, orders, "", user)
-			answers <- answer{user, status, body}
+			answers <- buy(user)
 		}()
 	}
 	close(start)
 	accepted, sevens := 0, map[any]int{}
 	for range 200 {
 		a := <-answers
-		if a.status == http.StatusAccepted {
+		if a.err != nil {
+			t.Fatalf("user %d: %v", a.user, a.err)
+		}
+		if a.code == http.StatusAccepted {
 			accepted++
 		}
 		if a.user == 7 {
 			switch {
-			case a.status == http.StatusAccepted || a.body["code"] == "already_purchased":
+			case a.code == http.StatusAccepted || a.body["code"] == "already_purchased":
 				sevens[a.body["order_id"]]++
 			case a.body["code"] != "sold_out":
-				t.Errorf("user 7: %d %v", a.status, a.body)
+				t.Errorf("user 7: %d %v", a.code, a.body)
 			}
 		}
 	}
@@ -292,5 +313,37 @@ func TestBareOnePerBuyer(t *testing.T) {
 	}
 	if len(sevens) > 1 {
 		t.Errorf("user 7 was named orders %v, want one", sevens)
+	}
+}
+
+// TestBareHoldOnce: of 500 buyers' records released at once for one user,
+// one wins and every other is told the winner's order.
+func TestBareHoldOnce(t *testing.T) {
+	t.Parallel()
+	v := &bareVoucher{}
+	start := make(chan struct{})
+	type result struct {
+		order int64
+		won   bool
+	}
+	results := make(chan result, 500)
+	for i := range 500 {
+		go func() {
+			<-start
+			order, won := v.hold(7, int64(i+1))
+			results <- result{order, won}
+		}()
+	}
+	close(start)
+	winners, orders := 0, map[int64]bool{}
+	for range 500 {
+		r := <-results
+		if r.won {
+			winners++
+		}
+		orders[r.order] = true
+	}
+	if held, ok := v.held(7); winners != 1 || len(orders) != 1 || !ok || !orders[held] {
+		t.Fatalf("%d winners, %d orders named, held %d %v; want one order for all", winners, len(orders), held, ok)
 	}
 }
