@@ -66,8 +66,8 @@ func (w *Writer) lock(ctx context.Context, items []item) (unlock func(), err err
 		return nil, err
 	}
 	conflicts := 0
-	for j, m := range held {
-		if m != nil {
+	for j, ok := range held.held {
+		if ok {
 			continue
 		}
 		conflicts++

@@ -3,15 +3,14 @@ package order
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/go-redsync/redsync/v4"
-	rsredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/redis/go-redis/v9"
+
+	"seckill/lua"
 )
 
 // Locks is the per-buyer lock the worker holds while it writes a buyer's
@@ -19,94 +18,234 @@ import (
 // of the database's unique key, which stays the real guarantee (a lock can
 // expire under a pause). With several independent Redis nodes it is a
 // Redlock: a lock is held when a majority granted it.
+//
+// Each lock is what redsync's Mutex holds (its algorithm, v4): a string
+// key with the value of the order it is taken for ("order:<id>", as with
+// redsync.WithValue), an expiry in milliseconds, set only where the key is
+// absent; a majority of the nodes within the expiry less the time taken and
+// redsync's drift allowance; released and extended only where the key still
+// holds the value. So a redsync Mutex of the same name excludes these locks
+// and is excluded by them, and redsync's Unlock and Extend of a Mutex with
+// the lock's value work on them. What differs is how they travel: a batch
+// takes, extends and releases all its locks in one script call per node
+// (lua/lock_take.lua, lock_extend.lua, lock_release.lua), where redsync
+// sends one command per lock and node. On a Redis Cluster (the sale's
+// Redis, when SECKILL_LOCK_NODES is empty) the keys lie in many slots: there
+// the script runs once per key, the calls of a batch in one pipeline.
 type Locks struct {
-	rs  *redsync.Redsync
-	ttl time.Duration
-	log *slog.Logger
+	nodes  []redis.UniversalClient
+	ttl    time.Duration
+	quorum int
+	log    *slog.Logger
+	take   *redis.Script
+	extend *redis.Script
+	free   *redis.Script
 }
 
 // NewLocks returns the locks on the given nodes (one, or several
 // independent ones). ttl bounds how long a crashed holder blocks a buyer;
 // the watchdog extends it while a write runs.
 func NewLocks(nodes []redis.UniversalClient, ttl time.Duration, log *slog.Logger) *Locks {
-	pools := make([]rsredis.Pool, len(nodes))
-	for i, n := range nodes {
-		pools[i] = newPipePool(n)
+	return &Locks{
+		nodes: nodes, ttl: cmp.Or(ttl, 10*time.Second), quorum: len(nodes)/2 + 1, log: log,
+		take: lua.LockTake(), extend: lua.LockExtend(), free: lua.LockRelease(),
 	}
-	return &Locks{rs: redsync.New(pools...), ttl: cmp.Or(ttl, 10*time.Second), log: log}
 }
 
-// errLockTaken means another worker holds the lock.
-var errLockTaken = errors.New("lock held elsewhere")
+// driftFactor is redsync's allowance for clock drift: a lock taken counts
+// as held for its expiry less the time the taking took and less this share
+// of the expiry.
+const driftFactor = 0.01
+
+// maxLockKeys bounds the keys of one script call, so one call holds a node
+// up briefly however large the batch.
+const maxLockKeys = 512
+
+// lockSet is a batch's locks: key i with value i, held[i] when the batch
+// holds it.
+type lockSet struct {
+	keys   []string
+	values []string
+	held   []bool
+}
+
+// nodeAnswer is one node's answer for every key of a call: granted[i]
+// when it holds key i with its value now; err when it could not be asked.
+type nodeAnswer struct {
+	granted []bool
+	err     error
+}
 
 // tryAll tries each lock once, without waiting, all at once. The value of
 // lock i is values[i]: the order it is taken for, so a lock left behind by
 // an earlier try of the same order (a batch that failed before its
-// release) is taken over instead of waited out. held[i] is nil when key i
-// is held for another order. An error means a node failed and no
-// conclusion can be drawn; whatever was taken is released.
-func (l *Locks) tryAll(ctx context.Context, keys, values []string) ([]*redsync.Mutex, error) {
-	held := make([]*redsync.Mutex, len(keys))
-	errs := make([]error, len(keys))
-	sem := make(chan struct{}, 128)
-	var wg sync.WaitGroup
-	for i, k := range keys {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			v := values[i]
-			mutex := func() *redsync.Mutex {
-				return l.rs.NewMutex(k, redsync.WithExpiry(l.ttl), redsync.WithTries(1), redsync.WithFailFast(true),
-					redsync.WithValue(v), redsync.WithGenValueFunc(func() (string, error) { return v, nil }))
-			}
-			m := mutex()
-			err := m.TryLockContext(ctx)
-			if err != nil && taken(err) {
-				// Ours from an earlier try? Extending succeeds only where
-				// the value is this order's. (redsync's clean-up after a
-				// failed try deletes the keys holding our value, so a
-				// second try then succeeds instead.) The second try uses
-				// a Mutex of its own: with fail-fast, calls of the first
-				// may still be running on the slower nodes.
-				if ok, _ := m.ExtendContext(ctx); ok {
-					err = nil
-				} else {
-					m = mutex()
-					err = m.TryLockContext(ctx)
-				}
-			}
+// release) is taken over instead of waited out. A lock is held when a
+// majority of the nodes granted it in time; one that is not, where some
+// node answered that another order holds it, is a conflict (held[i]
+// false), and the nodes that granted it release it, as redsync does. An
+// error means a node failed and no conclusion can be drawn for some lock;
+// whatever was taken is released.
+func (l *Locks) tryAll(ctx context.Context, keys, values []string) (*lockSet, error) {
+	set := &lockSet{keys: keys, values: values, held: make([]bool, len(keys))}
+	start := time.Now()
+	answers := l.onNodes(ctx, l.take, true, keys, values)
+	inTime := time.Since(start) < l.ttl-time.Duration(float64(l.ttl)*driftFactor)
+	var failed error
+	back := &lockSet{}
+	for i := range keys {
+		granted, refused := 0, 0
+		for _, a := range answers {
 			switch {
-			case err == nil:
-				held[i] = m
-			case taken(err):
-				errs[i] = errLockTaken
+			case a.err != nil:
+				failed = cmp.Or(failed, a.err)
+			case a.granted[i]:
+				granted++
 			default:
-				errs[i] = err
+				refused++
 			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, errLockTaken) {
-			l.release(ctx, held)
-			return nil, fmt.Errorf("take buyer locks: %w", err)
+		}
+		switch {
+		case granted >= l.quorum && inTime:
+			set.held[i] = true
+			continue
+		case refused == 0 && granted < l.quorum:
+			// Only failed nodes stand between this lock and a majority.
+			l.release(context.WithoutCancel(ctx), allOf(keys, values))
+			return nil, fmt.Errorf("take buyer locks: %w", failed)
+		}
+		if granted > 0 {
+			back.add(keys[i], values[i])
 		}
 	}
-	return held, nil
+	if len(back.keys) > 0 {
+		l.release(context.WithoutCancel(ctx), back)
+	}
+	return set, nil
 }
 
-// taken reports a refusal because someone holds the lock, as opposed to a
-// node that could not be asked.
-func taken(err error) bool {
-	var t *redsync.ErrTaken
-	var nt *redsync.ErrNodeTaken
-	return errors.As(err, &t) || errors.As(err, &nt) || errors.Is(err, redsync.ErrFailed)
+// allOf is a lockSet holding every key, for a release of whatever a failed
+// try may have taken.
+func allOf(keys, values []string) *lockSet {
+	s := &lockSet{keys: keys, values: values, held: make([]bool, len(keys))}
+	for i := range s.held {
+		s.held[i] = true
+	}
+	return s
 }
 
-// watch extends the held locks every ttl/3 until stop is called.
-func (l *Locks) watch(ctx context.Context, held []*redsync.Mutex) (stop func()) {
+// add appends a held lock to the set.
+func (s *lockSet) add(key, value string) {
+	s.keys = append(s.keys, key)
+	s.values = append(s.values, value)
+	s.held = append(s.held, true)
+}
+
+// heldOnly is the set's held locks alone, in their order.
+func (s *lockSet) heldOnly() *lockSet {
+	out := &lockSet{}
+	for i, h := range s.held {
+		if h {
+			out.add(s.keys[i], s.values[i])
+		}
+	}
+	return out
+}
+
+// onNodes runs script on every node at once over keys, and returns each
+// node's answer. withTTL: the script takes the expiry before the values.
+func (l *Locks) onNodes(ctx context.Context, script *redis.Script, withTTL bool, keys, values []string) []nodeAnswer {
+	answers := make([]nodeAnswer, len(l.nodes))
+	if len(l.nodes) == 1 {
+		answers[0] = l.onNode(ctx, l.nodes[0], script, withTTL, keys, values)
+		return answers
+	}
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		wg.Go(func() { answers[i] = l.onNode(ctx, n, script, withTTL, keys, values) })
+	}
+	wg.Wait()
+	return answers
+}
+
+// onNode runs script on one node over keys: one call for them all (at most
+// maxLockKeys a call), or on a Redis Cluster one call per key; the calls
+// in one pipeline. The script goes by its hash (EVALSHA); calls the node
+// refused for not knowing it (a restarted or flushed node) are sent again
+// with its text: they ran nothing.
+func (l *Locks) onNode(ctx context.Context, node redis.UniversalClient, script *redis.Script, withTTL bool, keys, values []string) nodeAnswer {
+	per := maxLockKeys
+	if _, ok := node.(*redis.ClusterClient); ok {
+		per = 1
+	}
+	type call struct {
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	calls := make([]call, 0, (len(keys)+per-1)/per)
+	for lo := 0; lo < len(keys); lo += per {
+		hi := min(lo+per, len(keys))
+		args := make([]any, 0, hi-lo+1)
+		if withTTL {
+			args = append(args, l.ttl.Milliseconds())
+		}
+		for _, v := range values[lo:hi] {
+			args = append(args, v)
+		}
+		calls = append(calls, call{keys: keys[lo:hi], args: args})
+	}
+	pipe := node.Pipeline()
+	for i := range calls {
+		calls[i].cmd = script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+	}
+	_, _ = pipe.Exec(ctx) // each call's answer is read below
+	var again redis.Pipeliner
+	for i := range calls {
+		if redis.HasErrorPrefix(calls[i].cmd.Err(), "NOSCRIPT") {
+			if again == nil {
+				again = node.Pipeline()
+			}
+			calls[i].cmd = script.Eval(ctx, again, calls[i].keys, calls[i].args...)
+		}
+	}
+	if again != nil {
+		_, _ = again.Exec(ctx)
+	}
+	granted := make([]bool, 0, len(keys))
+	for _, c := range calls {
+		g, err := lockAnswers(c.cmd, len(c.keys))
+		if err != nil {
+			return nodeAnswer{err: err}
+		}
+		granted = append(granted, g...)
+	}
+	return nodeAnswer{granted: granted}
+}
+
+// lockAnswers decodes the answer of lock_take.lua, lock_extend.lua or
+// lock_release.lua, the one place that does: one 1 or 0 per key.
+func lockAnswers(c *redis.Cmd, n int) ([]bool, error) {
+	res, err := c.Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != n {
+		return nil, fmt.Errorf("lock script answered %d entries for %d keys", len(res), n)
+	}
+	out := make([]bool, n)
+	for i, r := range res {
+		out[i] = r == 1
+	}
+	return out, nil
+}
+
+// watch extends the held locks every ttl/3 until stop is called, all of
+// them in one call per node, as they were taken.
+func (l *Locks) watch(ctx context.Context, set *lockSet) (stop func()) {
+	held := set.heldOnly()
+	if len(held.keys) == 0 {
+		return func() {}
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -119,43 +258,51 @@ func (l *Locks) watch(ctx context.Context, held []*redsync.Mutex) (stop func()) 
 				return
 			case <-t.C:
 			}
-			// All at once, as they were taken: one by one, a batch of
-			// hundreds would wait a round trip each and the last could
-			// expire before its turn.
-			var wg sync.WaitGroup
-			for _, m := range held {
-				if m == nil {
-					continue
-				}
-				wg.Go(func() {
-					if ok, err := m.ExtendContext(wctx); !ok && wctx.Err() == nil {
-						// The write goes on: the database's keys keep it
-						// correct without the lock.
-						l.log.Warn("buyer lock could not be extended", "lock", m.Name(), "err", err)
-					}
-				})
-			}
-			wg.Wait()
+			l.extendAll(wctx, held)
 		}
 	}()
 	return func() { cancel(); <-done }
 }
 
-// release unlocks what is held. A lock that expired and was taken by
-// someone else is left alone: redsync deletes only its own value.
-func (l *Locks) release(ctx context.Context, held []*redsync.Mutex) {
-	var wg sync.WaitGroup
-	for _, m := range held {
-		if m == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := m.UnlockContext(ctx); err != nil && !errors.Is(err, redsync.ErrLockAlreadyExpired) {
-				l.log.Debug("buyer lock not released; it expires", "lock", m.Name(), "err", err)
+// extendAll renews every lock of held once; a lock a majority did not
+// renew is logged, and the write goes on: the database's keys keep it
+// correct without the lock.
+func (l *Locks) extendAll(ctx context.Context, held *lockSet) {
+	answers := l.onNodes(ctx, l.extend, true, held.keys, held.values)
+	lost, first := 0, ""
+	var failed error
+	for i, k := range held.keys {
+		n := 0
+		for _, a := range answers {
+			if a.err != nil {
+				failed = cmp.Or(failed, a.err)
+				continue
 			}
-		}()
+			if a.granted[i] {
+				n++
+			}
+		}
+		if n < l.quorum {
+			lost++
+			first = cmp.Or(first, k)
+		}
 	}
-	wg.Wait()
+	if lost > 0 && ctx.Err() == nil {
+		l.log.Warn("buyer locks could not be extended", "locks", lost, "first", first, "err", failed)
+	}
+}
+
+// release unlocks what is held. A lock that expired and was taken by
+// someone else is left alone: only keys still holding their value are
+// deleted. A lock not released expires.
+func (l *Locks) release(ctx context.Context, set *lockSet) {
+	held := set.heldOnly()
+	if len(held.keys) == 0 {
+		return
+	}
+	for _, a := range l.onNodes(ctx, l.free, false, held.keys, held.values) {
+		if a.err != nil {
+			l.log.Debug("buyer locks not released; they expire", "locks", len(held.keys), "err", a.err)
+		}
+	}
 }

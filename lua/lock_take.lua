@@ -1,0 +1,37 @@
+-- lock_take.lua: take a batch's buyer locks on one lock node in one call,
+-- each as redsync's Mutex takes one: a string key holding the lock's value
+-- with an expiry in milliseconds, set only where the key is absent (SET NX
+-- PX). A key that already holds this lock's value (an earlier try of the
+-- same order left it) is taken over: its expiry is renewed, as redsync's
+-- Extend does. redsync's Unlock and Extend of a Mutex with the same value
+-- work on what this sets.
+--
+-- KEYS[i]   a buyer lock: <prefix>:lock:buyer:<voucher id>:<user id>
+-- ARGV[1]   expiry in milliseconds (a positive integer)
+-- ARGV[1+i] the value of lock i: "order:<order id>"
+--
+-- Returns an array with one entry per key: 1 when lock i holds its value
+-- now (set by this call, or taken over), 0 when it holds something else
+-- (another order's lock, or a key of another type, which no lock is: fail
+-- closed, as held).
+--
+-- Everything is checked before the first write: a wrong argument count or
+-- expiry is an error with nothing written.
+local ttl = tonumber(ARGV[1])
+if #ARGV ~= #KEYS + 1 or ttl == nil or ttl < 1 or ttl % 1 ~= 0 then
+  return redis.error_reply('lock_take: want an expiry in ms and one value per key')
+end
+local out = {}
+for i, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k).ok
+  if t == 'none' then
+    redis.call('SET', k, ARGV[i + 1], 'PX', ttl, 'NX')
+    out[i] = 1
+  elseif t == 'string' and redis.call('GET', k) == ARGV[i + 1] then
+    redis.call('PEXPIRE', k, ttl)
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
