@@ -9,7 +9,8 @@
 --
 -- Returns an array with one entry per key: 1 when lock i holds its value
 -- and its expiry was renewed, 0 otherwise (gone, or another value). A key
--- of another type is 0, never an error half-way.
+-- of another type is 0 (GET fails, pcall catches it), never an error
+-- half-way.
 local ttl = tonumber(ARGV[1])
 if #ARGV ~= #KEYS + 1 or ttl == nil or ttl < 1 or ttl % 1 ~= 0 then
   return redis.error_reply('lock_extend: want an expiry in ms and one value per key')
@@ -17,7 +18,7 @@ end
 local out = {}
 for i, k in ipairs(KEYS) do
   out[i] = 0
-  if redis.call('TYPE', k).ok == 'string' and redis.call('GET', k) == ARGV[i + 1] then
+  if redis.pcall('GET', k) == ARGV[i + 1] then
     redis.call('PEXPIRE', k, ttl)
     out[i] = 1
   end

@@ -15,19 +15,21 @@
 -- (another order's lock, or a key of another type, which no lock is: fail
 -- closed, as held).
 --
--- Everything is checked before the first write: a wrong argument count or
--- expiry is an error with nothing written.
+-- The arguments are checked before the first write: a wrong count or
+-- expiry is an error with nothing written. A key of another type makes SET
+-- ... GET fail without writing; pcall turns that into 0, never an error
+-- half-way. One command per lock in the common case (absent: set).
 local ttl = tonumber(ARGV[1])
 if #ARGV ~= #KEYS + 1 or ttl == nil or ttl < 1 or ttl % 1 ~= 0 then
   return redis.error_reply('lock_take: want an expiry in ms and one value per key')
 end
 local out = {}
 for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k).ok
-  if t == 'none' then
-    redis.call('SET', k, ARGV[i + 1], 'PX', ttl, 'NX')
+  -- SET NX GET answers the value the key held (not set), or nil (set).
+  local old = redis.pcall('SET', k, ARGV[i + 1], 'PX', ttl, 'NX', 'GET')
+  if old == false then
     out[i] = 1
-  elseif t == 'string' and redis.call('GET', k) == ARGV[i + 1] then
+  elseif old == ARGV[i + 1] then
     redis.call('PEXPIRE', k, ttl)
     out[i] = 1
   else
