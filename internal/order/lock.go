@@ -3,6 +3,7 @@ package order
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -40,6 +41,9 @@ type Locks struct {
 	take   *redis.Script
 	extend *redis.Script
 	free   *redis.Script
+	// late counts the goroutines still waiting for nodes a take did not
+	// wait for (giveBackLate).
+	late sync.WaitGroup
 }
 
 // NewLocks returns the locks on the given nodes (one, or several
@@ -88,7 +92,8 @@ type nodeAnswer struct {
 func (l *Locks) tryAll(ctx context.Context, keys, values []string) (*lockSet, error) {
 	set := &lockSet{keys: keys, values: values, held: make([]bool, len(keys))}
 	start := time.Now()
-	answers := l.onNodes(ctx, l.take, true, keys, values)
+	answers, late := l.onNodes(ctx, l.take, true, keys, values)
+	defer l.giveBackLate(late, set)
 	inTime := time.Since(start) < l.ttl-time.Duration(float64(l.ttl)*driftFactor)
 	var failed error
 	back := &lockSet{}
@@ -152,19 +157,103 @@ func (s *lockSet) heldOnly() *lockSet {
 }
 
 // onNodes runs script on every node at once over keys, and returns each
-// node's answer. withTTL: the script takes the expiry before the values.
-func (l *Locks) onNodes(ctx context.Context, script *redis.Script, withTTL bool, keys, values []string) []nodeAnswer {
+// node's answer once they decide every key (decided), as redsync's fail-fast
+// returns: a dead or slow node then holds up no batch while a majority
+// answers. A node that has not answered by then reads errNoAnswer; its call
+// goes on, ends by the client's timeouts, and its answer comes on late.
+// withTTL: the script takes the expiry before the values.
+func (l *Locks) onNodes(ctx context.Context, script *redis.Script, withTTL bool, keys, values []string) ([]nodeAnswer, lateAnswers) {
 	answers := make([]nodeAnswer, len(l.nodes))
 	if len(l.nodes) == 1 {
 		answers[0] = l.onNode(ctx, l.nodes[0], script, withTTL, keys, values)
-		return answers
+		return answers, lateAnswers{}
 	}
-	var wg sync.WaitGroup
+	ch := make(chan nodeResult, len(l.nodes))
 	for i, n := range l.nodes {
-		wg.Go(func() { answers[i] = l.onNode(ctx, n, script, withTTL, keys, values) })
+		go func() { ch <- nodeResult{i, l.onNode(ctx, n, script, withTTL, keys, values)} }()
 	}
-	wg.Wait()
-	return answers
+	for i := range answers {
+		answers[i].err = errNoAnswer
+	}
+	got := 0
+	for got < len(l.nodes) {
+		r := <-ch
+		got++
+		answers[r.node] = r.a
+		if l.decided(answers, len(keys)) {
+			break
+		}
+	}
+	return answers, lateAnswers{ch: ch, n: len(l.nodes) - got}
+}
+
+// nodeResult is one node's answer.
+type nodeResult struct {
+	node int
+	a    nodeAnswer
+}
+
+// lateAnswers are the answers onNodes did not wait for: n of them will
+// come on ch, which is buffered for them (left unread, they cost nothing).
+type lateAnswers struct {
+	ch chan nodeResult
+	n  int
+}
+
+// giveBackLate waits, in the background, for the nodes a take did not wait
+// for, and releases on each the locks it granted that the batch does not
+// hold: without it a late grant would stay until it expires, and a few
+// such on different nodes could keep a key from any majority. (A late
+// grant of a lock the batch holds is released with the batch's; should
+// that release reach the node first, the lock stays there until it
+// expires, with the order's own value: its retry takes it over.)
+func (l *Locks) giveBackLate(late lateAnswers, set *lockSet) {
+	if late.n == 0 {
+		return
+	}
+	l.late.Add(1)
+	go func() {
+		defer l.late.Done()
+		for range late.n {
+			r := <-late.ch
+			if r.a.err != nil {
+				continue
+			}
+			back := &lockSet{}
+			for i, g := range r.a.granted {
+				if g && !set.held[i] {
+					back.add(set.keys[i], set.values[i])
+				}
+			}
+			if len(back.keys) > 0 {
+				l.onNode(context.Background(), l.nodes[r.node], l.free, false, back.keys, back.values)
+			}
+		}
+	}()
+}
+
+// errNoAnswer stands for the answer of a node not waited for.
+var errNoAnswer = errors.New("lock node not waited for: the others decided")
+
+// decided reports whether the answers so far settle every key: a majority
+// granted it, or so many refused that no majority can.
+func (l *Locks) decided(answers []nodeAnswer, keys int) bool {
+	for i := range keys {
+		granted, refused := 0, 0
+		for _, a := range answers {
+			switch {
+			case a.err != nil:
+			case a.granted[i]:
+				granted++
+			default:
+				refused++
+			}
+		}
+		if granted < l.quorum && refused < len(l.nodes)-l.quorum+1 {
+			return false
+		}
+	}
+	return true
 }
 
 // onNode runs script on one node over keys: one call for them all (at most
@@ -268,7 +357,7 @@ func (l *Locks) watch(ctx context.Context, set *lockSet) (stop func()) {
 // renew is logged, and the write goes on: the database's keys keep it
 // correct without the lock.
 func (l *Locks) extendAll(ctx context.Context, held *lockSet) {
-	answers := l.onNodes(ctx, l.extend, true, held.keys, held.values)
+	answers, _ := l.onNodes(ctx, l.extend, true, held.keys, held.values) // late answers change nothing
 	lost, first := 0, ""
 	var failed error
 	for i, k := range held.keys {
@@ -300,7 +389,8 @@ func (l *Locks) release(ctx context.Context, set *lockSet) {
 	if len(held.keys) == 0 {
 		return
 	}
-	for _, a := range l.onNodes(ctx, l.free, false, held.keys, held.values) {
+	answers, _ := l.onNodes(ctx, l.free, false, held.keys, held.values) // late answers change nothing
+	for _, a := range answers {
 		if a.err != nil {
 			l.log.Debug("buyer locks not released; they expire", "locks", len(held.keys), "err", a.err)
 		}

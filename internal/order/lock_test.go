@@ -54,14 +54,19 @@ func TestLocksQuorumWithOneNodeDown(t *testing.T) {
 			t.Fatalf("%s: second holder got the lock (%v, %v)", stage, b, err)
 		}
 		l.release(ctx, a)
-		for i, n := range nodes {
-			if i == 1 && stage != "three nodes" {
-				continue // killed
+		// A release returns once a majority released; the last node's
+		// may still be on its way.
+		testenv.WaitFor(t, 5*time.Second, stage+": lock released on every live node", func() bool {
+			for i, n := range nodes {
+				if i == 1 && stage != "three nodes" {
+					continue // killed
+				}
+				if x, err := n.Exists(ctx, k).Result(); err != nil || x != 0 {
+					return false
+				}
 			}
-			if x, err := n.Exists(ctx, k).Result(); err != nil || x != 0 {
-				t.Fatalf("%s: lock still on node %d after release (%d, %v)", stage, i, x, err)
-			}
-		}
+			return true
+		})
 		c, err := l.tryAll(ctx, []string{k}, []string{"order:3"})
 		if err != nil || !c.held[0] {
 			t.Fatalf("%s: lock not free after release: %v", stage, err)
@@ -95,6 +100,45 @@ func TestLocksQuorumWithOneNodeDown(t *testing.T) {
 	}
 }
 
+// TestLocksPausedNodeHoldsUpNothing: on three nodes, one paused
+// (SIGSTOP), a batch's locks are taken and released as soon as the two
+// others answer, not after the paused node's read timeout (5s here).
+func TestLocksPausedNodeHoldsUpNothing(t *testing.T) {
+	t.Parallel()
+	var nodes []redis.UniversalClient
+	var servers []*testenv.RedisServer
+	for range 3 {
+		s := testenv.StartRedis(t, testenv.RedisOptions{})
+		servers = append(servers, s)
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, ReadTimeout: 5 * time.Second, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		nodes = append(nodes, c)
+	}
+	l := NewLocks(nodes, 10*time.Second, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	var keys, values []string
+	for i := range 50 {
+		keys = append(keys, fmt.Sprintf("k%d", i))
+		values = append(values, fmt.Sprintf("order:%d", i))
+	}
+	servers[2].Pause(t)
+	t.Cleanup(func() { servers[2].Resume(t) })
+	began := time.Now()
+	set, err := l.tryAll(ctx, keys, values)
+	if err != nil || slices.Contains(set.held, false) {
+		t.Fatalf("take with one node paused: %v %v", set, err)
+	}
+	l.release(ctx, set)
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("take and release took %v: they waited for the paused node", took)
+	}
+	for i, n := range nodes[:2] {
+		if x, err := n.Exists(ctx, keys...).Result(); err != nil || x != 0 {
+			t.Fatalf("node %d: %d locks left after release (%v)", i, x, err)
+		}
+	}
+}
+
 // TestLocksPartialGrantReleased: on three nodes, a lock only one node
 // granted (two hold another order's) is a conflict, and that node lets it
 // go; the other order's locks stay. In the same batch a key of another
@@ -121,20 +165,26 @@ func TestLocksPartialGrantReleased(t *testing.T) {
 	if want := []bool{false, false, true}; !slices.Equal(set.held, want) {
 		t.Fatalf("held %v, want %v", set.held, want)
 	}
-	if x, err := nodes[2].Exists(ctx, "k").Result(); err != nil || x != 0 {
-		t.Fatalf("the node that granted k alone still holds it (%d, %v)", x, err)
-	}
+	// The give-back returns once the nodes decided it; the node that
+	// granted k may answer last.
+	testenv.WaitFor(t, 5*time.Second, "the node that granted k alone lets it go", func() bool {
+		x, err := nodes[2].Exists(ctx, "k").Result()
+		return err == nil && x == 0
+	})
 	for i, n := range nodes[:2] {
 		if v, err := n.Get(ctx, "k").Result(); err != nil || v != "order:2" {
 			t.Fatalf("node %d: k = %q (%v), want order:2's lock kept", i, v, err)
 		}
 	}
 	l.release(ctx, set)
-	for i, n := range nodes {
-		if x, err := n.Exists(ctx, "free").Result(); err != nil || x != 0 {
-			t.Fatalf("node %d: free still held after release (%d, %v)", i, x, err)
+	testenv.WaitFor(t, 5*time.Second, "free released on every node", func() bool {
+		for _, n := range nodes {
+			if x, err := n.Exists(ctx, "free").Result(); err != nil || x != 0 {
+				return false
+			}
 		}
-	}
+		return true
+	})
 }
 
 // TestLocksAsRedsyncHoldsThem: a batch's locks are what redsync's Mutex
@@ -265,6 +315,8 @@ func TestLocksStampede(t *testing.T) {
 			if total == 0 {
 				t.Fatal("no batch took any lock")
 			}
+			// Grants the takes did not wait for are given back, or held.
+			l.late.Wait()
 			for _, n := range nodes {
 				if err := n.ScriptFlush(ctx).Err(); err != nil {
 					t.Fatal(err)
@@ -273,13 +325,16 @@ func TestLocksStampede(t *testing.T) {
 			for _, s := range sets {
 				l.release(ctx, s)
 			}
-			for k := range keys {
-				for i, n := range nodes {
-					if x, err := n.Exists(ctx, fmt.Sprintf("k%d", k)).Result(); err != nil || x != 0 {
-						t.Fatalf("node %d: k%d left after release (%d, %v)", i, k, x, err)
+			testenv.WaitFor(t, 10*time.Second, "every lock released on every node", func() bool {
+				for k := range keys {
+					for _, n := range nodes {
+						if x, err := n.Exists(ctx, fmt.Sprintf("k%d", k)).Result(); err != nil || x != 0 {
+							return false
+						}
 					}
 				}
-			}
+				return true
+			})
 		})
 	}
 }
