@@ -3,8 +3,8 @@
 -- with an expiry in milliseconds, set only where the key is absent (SET NX
 -- PX). A key that already holds this lock's value (an earlier try of the
 -- same order left it) is taken over: its expiry is renewed, as redsync's
--- Extend does. redsync's Unlock and Extend of a Mutex with the same value
--- work on what this sets.
+-- Extend does. The worker then holds each lock as a redsync Mutex with the
+-- same value: redsync's Unlock releases it and its Extend renews it.
 --
 -- KEYS[i]   a buyer lock: <prefix>:lock:buyer:<voucher id>:<user id>
 -- ARGV[1]   expiry in milliseconds (a positive integer)

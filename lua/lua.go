@@ -53,10 +53,6 @@ var (
 	drawEnterSrc string
 	//go:embed lock_take.lua
 	lockTakeSrc string
-	//go:embed lock_extend.lua
-	lockExtendSrc string
-	//go:embed lock_release.lua
-	lockReleaseSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -131,11 +127,5 @@ func RenewLease() *redis.Script { return redis.NewScript(renewLeaseSrc) }
 func DrawEnter() *redis.Script { return redis.NewScript(drawEnterSrc) }
 
 // LockTake takes a batch's buyer locks on one lock node, each as redsync's
-// Mutex takes one.
+// Mutex takes one; redsync releases and extends them.
 func LockTake() *redis.Script { return redis.NewScript(lockTakeSrc) }
-
-// LockExtend renews a batch's buyer locks that still hold their values.
-func LockExtend() *redis.Script { return redis.NewScript(lockExtendSrc) }
-
-// LockRelease deletes a batch's buyer locks that still hold their values.
-func LockRelease() *redis.Script { return redis.NewScript(lockReleaseSrc) }

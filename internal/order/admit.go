@@ -66,8 +66,8 @@ func (w *Writer) lock(ctx context.Context, items []item) (unlock func(), err err
 		return nil, err
 	}
 	conflicts := 0
-	for j, ok := range held.held {
-		if ok {
+	for j, m := range held {
+		if m != nil {
 			continue
 		}
 		conflicts++

@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -18,6 +19,15 @@ import (
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
 )
+
+// heldOf reads which locks of a take are held.
+func heldOf(held []*redsync.Mutex) []bool {
+	out := make([]bool, len(held))
+	for i, m := range held {
+		out[i] = m != nil
+	}
+	return out
+}
 
 // lockNodes starts n independent lock nodes.
 func lockNodes(t *testing.T, n int) ([]redis.UniversalClient, []*testenv.RedisServer) {
@@ -46,11 +56,11 @@ func TestLocksQuorumWithOneNodeDown(t *testing.T) {
 	check := func(stage string) {
 		k := "k-" + stage
 		a, err := l.tryAll(ctx, []string{k}, []string{"order:1"})
-		if err != nil || !a.held[0] {
+		if err != nil || a[0] == nil {
 			t.Fatalf("%s: first lock: %v %v", stage, a, err)
 		}
 		b, err := l.tryAll(ctx, []string{k}, []string{"order:2"})
-		if err != nil || b.held[0] {
+		if err != nil || b[0] != nil {
 			t.Fatalf("%s: second holder got the lock (%v, %v)", stage, b, err)
 		}
 		l.release(ctx, a)
@@ -68,7 +78,7 @@ func TestLocksQuorumWithOneNodeDown(t *testing.T) {
 			return true
 		})
 		c, err := l.tryAll(ctx, []string{k}, []string{"order:3"})
-		if err != nil || !c.held[0] {
+		if err != nil || c[0] == nil {
 			t.Fatalf("%s: lock not free after release: %v", stage, err)
 		}
 		l.release(ctx, c)
@@ -77,21 +87,21 @@ func TestLocksQuorumWithOneNodeDown(t *testing.T) {
 	// A lock left behind by an earlier try of the same order is taken
 	// over; another order still waits.
 	stale, err := l.tryAll(ctx, []string{"s"}, []string{"order:9"})
-	if err != nil || !stale.held[0] {
+	if err != nil || stale[0] == nil {
 		t.Fatalf("stale lock: %v", err)
 	}
 	again, err := l.tryAll(ctx, []string{"s"}, []string{"order:9"})
-	if err != nil || !again.held[0] {
+	if err != nil || again[0] == nil {
 		t.Fatalf("the same order could not take over its own lock: %v", err)
 	}
-	if other, err := l.tryAll(ctx, []string{"s"}, []string{"order:10"}); err != nil || other.held[0] {
+	if other, err := l.tryAll(ctx, []string{"s"}, []string{"order:10"}); err != nil || other[0] != nil {
 		t.Fatalf("another order took a held lock: %v", err)
 	}
 	servers[1].Kill(t)
 	check("one node killed")
 	servers[2].Kill(t)
 	if set, err := l.tryAll(ctx, []string{"k-two", "s"}, []string{"order:11", "order:9"}); err == nil {
-		t.Fatalf("two nodes of three killed: took %v, want an error", set.held)
+		t.Fatalf("two nodes of three killed: took %v, want an error", heldOf(set))
 	}
 	for _, k := range []string{"k-two", "s"} {
 		if x, err := nodes[0].Exists(ctx, k).Result(); err != nil || x != 0 {
@@ -125,7 +135,7 @@ func TestLocksPausedNodeHoldsUpNothing(t *testing.T) {
 	t.Cleanup(func() { servers[2].Resume(t) })
 	began := time.Now()
 	set, err := l.tryAll(ctx, keys, values)
-	if err != nil || slices.Contains(set.held, false) {
+	if err != nil || slices.Contains(set, nil) {
 		t.Fatalf("take with one node paused: %v %v", set, err)
 	}
 	l.release(ctx, set)
@@ -162,8 +172,8 @@ func TestLocksPartialGrantReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []bool{false, false, true}; !slices.Equal(set.held, want) {
-		t.Fatalf("held %v, want %v", set.held, want)
+	if want := []bool{false, false, true}; !slices.Equal(heldOf(set), want) {
+		t.Fatalf("held %v, want %v", heldOf(set), want)
 	}
 	// The give-back returns once the nodes decided it; the node that
 	// granted k may answer last.
@@ -201,7 +211,7 @@ func TestLocksAsRedsyncHoldsThem(t *testing.T) {
 	rs := redsync.New(goredis.NewPool(node))
 	ctx := context.Background()
 	set, err := l.tryAll(ctx, []string{"k1", "k2"}, []string{"order:1", "order:2"})
-	if err != nil || !slices.Equal(set.held, []bool{true, true}) {
+	if err != nil || !slices.Equal(heldOf(set), []bool{true, true}) {
 		t.Fatalf("take: %v %v", set, err)
 	}
 	if v, err := node.Get(ctx, "k1").Result(); err != nil || v != "order:1" {
@@ -230,11 +240,11 @@ func TestLocksAsRedsyncHoldsThem(t *testing.T) {
 	if err := m.TryLock(); err != nil {
 		t.Fatal(err)
 	}
-	if other, err := l.tryAll(ctx, []string{"k3"}, []string{"order:4"}); err != nil || other.held[0] {
+	if other, err := l.tryAll(ctx, []string{"k3"}, []string{"order:4"}); err != nil || other[0] != nil {
 		t.Fatalf("order 4 took k3, which redsync holds for order 3 (%v)", err)
 	}
 	own, err := l.tryAll(ctx, []string{"k3"}, []string{"order:3"})
-	if err != nil || !own.held[0] {
+	if err != nil || own[0] == nil {
 		t.Fatalf("order 3 could not take over the lock redsync took for it (%v)", err)
 	}
 	l.release(ctx, set)
@@ -271,7 +281,7 @@ func TestLocksStampede(t *testing.T) {
 			l := NewLocks(nodes, time.Minute, slog.New(slog.DiscardHandler))
 			ctx := context.Background()
 			const callers, keys = 500, 20
-			sets := make([]*lockSet, callers)
+			sets := make([][]*redsync.Mutex, callers)
 			start := make(chan struct{})
 			var wg sync.WaitGroup
 			var failed atomic.Int64
@@ -298,9 +308,9 @@ func TestLocksStampede(t *testing.T) {
 			}
 			holders := map[string]int{}
 			for _, s := range sets {
-				for j, k := range s.keys {
-					if s.held[j] {
-						holders[k]++
+				for _, m := range s {
+					if m != nil {
+						holders[m.Name()]++
 					}
 				}
 			}
@@ -352,7 +362,7 @@ func TestLocksWatchExtends(t *testing.T) {
 		t.Fatal(err)
 	}
 	set, err := l.tryAll(ctx, []string{"k", "taken"}, []string{"order:1", "order:1"})
-	if err != nil || !slices.Equal(set.held, []bool{true, false}) {
+	if err != nil || !slices.Equal(heldOf(set), []bool{true, false}) {
 		t.Fatalf("take: %v %v", set, err)
 	}
 	stop := l.watch(ctx, set)
@@ -406,7 +416,7 @@ func TestWriterLockConflict(t *testing.T) {
 	// Redis reserved two units: stock 8, buyers 1 and 2.
 	stateEnv(t, e, v, 8, map[int64]int64{1: 901, 2: 902})
 	other, err := locks.tryAll(context.Background(), []string{lockKey(e.keys.Prefix(), v, 2)}, []string{"order:77"})
-	if err != nil || !other.held[0] {
+	if err != nil || other[0] == nil {
 		t.Fatalf("hold lock: %v", err)
 	}
 	defer locks.release(context.Background(), other)
@@ -459,5 +469,114 @@ func TestWriterDeliveryLimit(t *testing.T) {
 	}
 	if s, o, d := e.counts(t, v); s != 5 || o != 0 || d != 1 {
 		t.Fatalf("stock %d orders %d dead %d; want 5 0 1", s, o, d)
+	}
+}
+
+// redsync's scripts (redsync v4's scripts.go), by the SHA-1 of their text:
+// its Unlock's compare-and-delete and its Extend's compare-and-expire.
+const (
+	redsyncUnlockSHA = "e950836ed1e694540c503ef9972b8de518044d3b"
+	redsyncExtendSHA = "d75bb8b5bd13532ddedd17762e772346e39b321e"
+)
+
+// evalCounter counts the scripts a client sends as EVAL in pipelines, by
+// the SHA-1 of their text, and the pipelines that carry each.
+type evalCounter struct {
+	mu    sync.Mutex
+	evals map[string]int
+	pipes map[string]int
+}
+
+func (c *evalCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (c *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (c *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.mu.Lock()
+		seen := map[string]bool{}
+		for _, cmd := range cmds {
+			if a := cmd.Args(); len(a) > 1 && a[0] == "eval" {
+				src, _ := a[1].(string)
+				h := fmt.Sprintf("%x", sha1.Sum([]byte(src)))
+				c.evals[h]++
+				if !seen[h] {
+					seen[h] = true
+					c.pipes[h]++
+				}
+			}
+		}
+		c.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// count is how many times the script of SHA-1 h was sent, and in how many
+// pipelines.
+func (c *evalCounter) count(h string) (evals, pipes int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.evals[h], c.pipes[h]
+}
+
+// TestLocksReleaseAndExtendThroughRedsync: the locks a batch holds are
+// extended by the watchdog and released by redsync itself (its Extend and
+// Unlock scripts, one per lock, sharing pipelines): a held lock outlives
+// its expiry while watched, with its PTTL renewed; one whose value another
+// holder set meanwhile (it expired and was taken) is neither extended nor
+// released; the others are gone after the release.
+func TestLocksReleaseAndExtendThroughRedsync(t *testing.T) {
+	t.Parallel()
+	node := testenv.StartRedis(t, testenv.RedisOptions{}).Client(t)
+	c := &evalCounter{evals: map[string]int{}, pipes: map[string]int{}}
+	node.AddHook(c)
+	ttl := 900 * time.Millisecond
+	l := NewLocks([]redis.UniversalClient{node}, ttl, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	const n = 200
+	var keys, values []string
+	for i := range n {
+		keys = append(keys, fmt.Sprintf("k%d", i))
+		values = append(values, fmt.Sprintf("order:%d", i))
+	}
+	held, err := l.tryAll(ctx, keys, values)
+	if err != nil || slices.Contains(held, nil) {
+		t.Fatalf("take: %v %v", heldOf(held), err)
+	}
+	taken := time.Now()
+	// k0 expired under a pause and another order took it.
+	if err := node.Set(ctx, "k0", "order:other", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stop := l.watch(ctx, held)
+	testenv.WaitFor(t, 10*time.Second, "two expiries passed with the watch on", func() bool {
+		return time.Since(taken) > 2*ttl
+	})
+	for _, k := range keys[1:] {
+		if p, err := node.PTTL(ctx, k).Result(); err != nil || p <= 0 || p > ttl {
+			t.Fatalf("%s expires in %v (%v) two expiries after its take: not renewed to %v", k, p, err, ttl)
+		}
+	}
+	stop()
+	if e, _ := c.count(redsyncExtendSHA); e < 2*n {
+		t.Fatalf("redsync's Extend sent %d times for %d locks over two expiries", e, n)
+	}
+	if p, err := node.PTTL(ctx, "k0").Result(); err != nil || p <= ttl {
+		t.Fatalf("k0, another order's, expires in %v (%v): the watch extended it", p, err)
+	}
+
+	l.release(ctx, held)
+	unlocks, pipes := c.count(redsyncUnlockSHA)
+	if unlocks != n {
+		t.Fatalf("redsync's Unlock sent %d times for %d locks", unlocks, n)
+	}
+	if pipes >= unlocks {
+		t.Errorf("%d unlocks in %d pipelines: the releases did not share pipelines", unlocks, pipes)
+	} else {
+		t.Logf("%d unlocks in %d pipelines", unlocks, pipes)
+	}
+	if x, err := node.Exists(ctx, keys[1:]...).Result(); err != nil || x != 0 {
+		t.Fatalf("%d locks left after the release (%v)", x, err)
+	}
+	if v, err := node.Get(ctx, "k0").Result(); err != nil || v != "order:other" {
+		t.Fatalf("k0 = %q (%v) after the release, want another order's lock kept", v, err)
 	}
 }
