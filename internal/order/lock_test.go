@@ -153,6 +153,10 @@ func TestLocksPausedNodeHoldsUpNothing(t *testing.T) {
 // granted (two hold another order's) is a conflict, and that node lets it
 // go; the other order's locks stay. In the same batch a key of another
 // type counts as held elsewhere, and the batch's other locks are taken.
+// Keys y0..y2, each held elsewhere on node i alone, make the batch wait
+// for all three nodes (any two split on one of them), so k's grant is
+// given back before the take returns, not by the late path (which
+// TestLocksStampede covers).
 func TestLocksPartialGrantReleased(t *testing.T) {
 	t.Parallel()
 	nodes, _ := lockNodes(t, 3)
@@ -163,34 +167,43 @@ func TestLocksPartialGrantReleased(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, n := range nodes {
+	for i, n := range nodes {
 		if err := n.HSet(ctx, "h", "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
+		if err := n.Set(ctx, fmt.Sprintf("y%d", i), "order:9", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	set, err := l.tryAll(ctx, []string{"k", "h", "free"}, []string{"order:1", "order:3", "order:4"})
+	set, err := l.tryAll(ctx, []string{"k", "h", "free", "y0", "y1", "y2"},
+		[]string{"order:1", "order:3", "order:4", "order:5", "order:6", "order:7"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []bool{false, false, true}; !slices.Equal(heldOf(set), want) {
+	if want := []bool{false, false, true, true, true, true}; !slices.Equal(heldOf(set), want) {
 		t.Fatalf("held %v, want %v", heldOf(set), want)
 	}
-	// The give-back returns once the nodes decided it; the node that
-	// granted k may answer last.
-	testenv.WaitFor(t, 5*time.Second, "the node that granted k alone lets it go", func() bool {
-		x, err := nodes[2].Exists(ctx, "k").Result()
-		return err == nil && x == 0
-	})
+	if x, err := nodes[2].Exists(ctx, "k").Result(); err != nil || x != 0 {
+		t.Fatalf("node 2 still holds k for order 1 after the take (%d, %v): its grant not given back", x, err)
+	}
 	for i, n := range nodes[:2] {
 		if v, err := n.Get(ctx, "k").Result(); err != nil || v != "order:2" {
 			t.Fatalf("node %d: k = %q (%v), want order:2's lock kept", i, v, err)
 		}
 	}
 	l.release(ctx, set)
-	testenv.WaitFor(t, 5*time.Second, "free released on every node", func() bool {
-		for _, n := range nodes {
+	testenv.WaitFor(t, 5*time.Second, "the batch's locks released on every node", func() bool {
+		for i, n := range nodes {
 			if x, err := n.Exists(ctx, "free").Result(); err != nil || x != 0 {
 				return false
+			}
+			if v, err := n.Get(ctx, fmt.Sprintf("y%d", i)).Result(); err != nil || v != "order:9" {
+				t.Fatalf("node %d: y%d = %q (%v), want order 9's lock kept", i, i, v, err)
+			}
+			for j := range 3 {
+				if v, _ := n.Get(ctx, fmt.Sprintf("y%d", j)).Result(); v != "order:9" && v != "" {
+					return false
+				}
 			}
 		}
 		return true
