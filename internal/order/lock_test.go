@@ -3,7 +3,9 @@ package order
 import (
 	"context"
 	"crypto/sha1"
+	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
@@ -591,5 +594,78 @@ func TestLocksReleaseAndExtendThroughRedsync(t *testing.T) {
 	}
 	if v, err := node.Get(ctx, "k0").Result(); err != nil || v != "order:other" {
 		t.Fatalf("k0 = %q (%v) after the release, want another order's lock kept", v, err)
+	}
+}
+
+// holdFirstPipeline holds up the first pipeline a client sends until
+// release is closed; sent is closed once it is on its way.
+type holdFirstPipeline struct {
+	once    sync.Once
+	sent    chan struct{}
+	release chan struct{}
+}
+
+func (h *holdFirstPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdFirstPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdFirstPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		first := false
+		h.once.Do(func() { first = true })
+		if first {
+			close(h.sent)
+			<-h.release
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestPipePoolTakesBackUnsent: a command queued behind a pipeline on the
+// wire, whose caller gives up (its context ends) before it is sent, is
+// taken back and never reaches Redis, so it cannot land after the
+// caller's later commands of its key; one already sent is waited for.
+func TestPipePoolTakesBackUnsent(t *testing.T) {
+	t.Parallel()
+	node := testenv.StartRedis(t, testenv.RedisOptions{}).Client(t)
+	h := &holdFirstPipeline{sent: make(chan struct{}), release: make(chan struct{})}
+	node.AddHook(h)
+	p := newPipePool(node)
+	onWire, _ := p.Get(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := onWire.SetNX("k", "order:1", time.Minute)
+		first <- err
+	}()
+	<-h.sent
+	ctx, cancel := context.WithCancel(context.Background())
+	queued, _ := p.Get(ctx)
+	second := make(chan error, 1)
+	go func() {
+		_, err := queued.Eval(&rsredis.Script{KeyCount: 1, Src: `return redis.call("DEL", KEYS[1])`}, "k")
+		second <- err
+	}()
+	// The DEL waits in k's lane behind the pipeline on the wire.
+	testenv.WaitFor(t, 5*time.Second, "the DEL queued", func() bool {
+		l := &p.lanes[maphash.String(p.seed, "k")%pipeLanes]
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.queue) == 1
+	})
+	cancel()
+	var released sync.Once
+	t.Cleanup(func() { released.Do(func() { close(h.release) }) })
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the given-up DEL answered %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the given-up DEL is still waiting for the pipeline ahead of it")
+	}
+	released.Do(func() { close(h.release) })
+	if err := <-first; err != nil {
+		t.Fatalf("the SET on the wire: %v", err)
+	}
+	if v, err := node.Get(context.Background(), "k").Result(); err != nil || v != "order:1" {
+		t.Fatalf("k = %q (%v): the DEL given up before it was sent reached Redis", v, err)
 	}
 }
