@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"seckill/internal/apierr"
+	"seckill/internal/failing"
 	"seckill/internal/lease"
 	"seckill/internal/voucher"
 )
@@ -77,22 +78,14 @@ func NewDrawer(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, reserv
 func (d *Drawer) Run(ctx context.Context) error {
 	t := time.NewTicker(d.cfg.Every)
 	defer t.Stop()
-	failing := ""
+	rounds := failing.Log{Log: d.log, What: "draw"}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		err := d.Pass(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil && err.Error() != failing:
-			d.log.Warn("draw failed; retrying", "err", err)
-			failing = err.Error()
-		case err == nil && failing != "":
-			d.log.Info("draws work again")
-			failing = ""
-		}
+		rounds.Round(ctx, d.Pass(ctx))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/failing"
 	"seckill/internal/lease"
 )
 
@@ -663,10 +664,7 @@ func (w *Warmer) buyersAt(ctx context.Context, shard int, voucherID int64) (map[
 func (w *Warmer) Run(ctx context.Context) error {
 	t := time.NewTicker(w.every)
 	defer t.Stop()
-	// A failure is logged when it starts and whenever its cause changes
-	// (a master down, then a rebuild refused): the last line logged says
-	// why the shards are not warm now, without a line per round.
-	failing := ""
+	rounds := failing.Log{Log: w.log, What: "warming voucher state"}
 	for {
 		select {
 		case <-ctx.Done():
@@ -674,13 +672,6 @@ func (w *Warmer) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		_, err := w.Warm(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil && err.Error() != failing:
-			w.log.Warn("warming voucher state failed; retrying", "err", err)
-			failing = err.Error()
-		case err == nil && failing != "":
-			w.log.Info("warming voucher state works again")
-			failing = ""
-		}
+		rounds.Round(ctx, err)
 	}
 }
