@@ -309,19 +309,20 @@ func (s *fairSale) checkDraw(t *testing.T) (winners []int64, codes string) {
 	if out, err := verifyCmd(strings.Repeat("0", 64)); err == nil || !strings.Contains(out, `"ok": false`) {
 		t.Errorf("api draw verify with another commitment passed: %v\n%s", err, out)
 	}
-	var rep verify.Report
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var err error
-		rep, err = verify.Check(context.Background(), s.c.openDB(), s.rdb, s.c.keys, in)
-		if err == nil && rep.OK() {
-			break
+	var (
+		rep verify.Report
+		err error
+		db  = s.c.openDB()
+	)
+	defer func() {
+		if t.Failed() {
+			t.Logf("the last check of the invariants: %v\n%s", err, rep)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("invariants after the draw, not within a minute: %v\n%s", err, rep)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	}()
+	testenv.WaitFor(t, time.Minute, "the invariants after the draw", func() bool {
+		rep, err = verify.Check(context.Background(), db, s.rdb, s.c.keys, in)
+		return err == nil && rep.OK()
+	})
 	t.Logf("checked I1-I7: %s", rep)
 	return winners, codes
 }
