@@ -113,17 +113,12 @@ func TestTwoBucketsRebuiltAtOnce(t *testing.T) {
 	if _, err := b.Warm(ctx); err != nil {
 		t.Fatalf("the second rebuild, once the first shard is open: %v", err)
 	}
-	var sum int64
 	for bk := range 3 {
-		a, err := rdb.HGet(ctx, keys.StateAt(shard(bk), v.ID), voucher.FieldAlloc).Int64()
-		if err != nil {
-			t.Fatal(err)
-		}
 		if n, _ := rdb.Exists(ctx, keys.Ready(shard(bk))).Result(); n != 1 {
 			t.Fatalf("bucket %d not reopened", bk)
 		}
-		sum += a
 	}
+	sum := allocSum(t, rdb, keys, v, 3)
 	if sum != 30 {
 		t.Fatalf("alloc adds up to %d over the buckets, want 30", sum)
 	}
@@ -248,15 +243,7 @@ func TestStalledFirstLoadTakenOver(t *testing.T) {
 	if _, err := w.Warm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var sum int64
-	for bk := range 3 {
-		a, err := rdb.HGet(ctx, keys.StateAt(shard(bk), v.ID), voucher.FieldAlloc).Int64()
-		if err != nil {
-			t.Fatalf("bucket %d: %v", bk, err)
-		}
-		sum += a
-	}
-	if sum != 300 {
+	if sum := allocSum(t, rdb, keys, v, 3); sum != 300 {
 		t.Fatalf("alloc adds up to %d over the buckets, want 300", sum)
 	}
 }
@@ -466,15 +453,7 @@ func TestStalledBucketLoadTakenOver(t *testing.T) {
 	if _, err := w.Warm(ctx); err != nil {
 		t.Fatalf("the next round: %v", err)
 	}
-	var sum int64
-	for bk := range 3 {
-		a, err := rdb.HGet(ctx, keys.StateAt(shard(bk), v.ID), voucher.FieldAlloc).Int64()
-		if err != nil {
-			t.Fatalf("bucket %d: %v", bk, err)
-		}
-		sum += a
-	}
-	if sum != 30 {
+	if sum := allocSum(t, rdb, keys, v, 3); sum != 30 {
 		t.Fatalf("alloc adds up to %d over the buckets, want 30", sum)
 	}
 }
@@ -566,4 +545,18 @@ func allocsCover(t *testing.T, rdb *redis.Client, keys voucher.Keys, v voucher.V
 	if sum != int64(v.TotalStock) {
 		t.Errorf("allocs add up to %d, want %d", sum, v.TotalStock)
 	}
+}
+
+// allocSum adds up the alloc of voucher v's nb buckets.
+func allocSum(t *testing.T, rdb *redis.Client, keys voucher.Keys, v voucher.Voucher, nb int) int64 {
+	t.Helper()
+	var sum int64
+	for b := range nb {
+		a, err := rdb.HGet(context.Background(), keys.StateAt(keys.BucketShard(v.ID, b, nb), v.ID), voucher.FieldAlloc).Int64()
+		if err != nil {
+			t.Fatalf("bucket %d: %v", b, err)
+		}
+		sum += a
+	}
+	return sum
 }
