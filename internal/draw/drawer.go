@@ -95,9 +95,9 @@ func (d *Drawer) Run(ctx context.Context) error {
 // twice a second, whatever else is on sale.
 func (d *Drawer) Pass(ctx context.Context) error {
 	now := time.Now()
-	var vs []voucher.Voucher
-	if err := d.db.WithContext(ctx).Where("end_at > ? AND fair_window_ms > 0", now.UTC()).Order("id").Find(&vs).Error; err != nil {
-		return fmt.Errorf("list live fair vouchers: %w", err)
+	vs, err := voucher.NewStore(d.db).LiveFair(ctx, now)
+	if err != nil {
+		return err
 	}
 	var errs []error
 	for _, v := range vs {

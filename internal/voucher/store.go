@@ -97,8 +97,21 @@ func (s *Store) List(ctx context.Context, limit int, before int64) ([]Voucher, e
 // Live returns the vouchers whose sale has not ended at now: the ones whose
 // Redis state must exist.
 func (s *Store) Live(ctx context.Context, now time.Time) ([]Voucher, error) {
+	return s.live(ctx, now, "")
+}
+
+// LiveFair is Live's vouchers that open with a draw.
+func (s *Store) LiveFair(ctx context.Context, now time.Time) ([]Voucher, error) {
+	return s.live(ctx, now, "fair_window_ms > 0")
+}
+
+func (s *Store) live(ctx context.Context, now time.Time, and string) ([]Voucher, error) {
+	q := s.db.WithContext(ctx).Where("end_at > ?", now.UTC())
+	if and != "" {
+		q = q.Where(and)
+	}
 	var vs []Voucher
-	if err := s.db.WithContext(ctx).Where("end_at > ?", now.UTC()).Order("id").Find(&vs).Error; err != nil {
+	if err := q.Order("id").Find(&vs).Error; err != nil {
 		return nil, fmt.Errorf("list live vouchers: %w", err)
 	}
 	return vs, nil
