@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
 )
 
 // Replicas confirms writes with WAIT, and applies the policy for a master
@@ -43,17 +44,12 @@ type Replicas struct {
 	mu    sync.Mutex
 	alone map[string]lone // master address -> the node found alone there
 	count atomic.Int64
-	// voting is the vote under way per master address and node: the
+	// votes shares the vote under way per master address and node: the
 	// writes that find the vote stale at once wait for one vote instead of
-	// each asking every master. waiters counts those waiting (tests).
-	voting  map[string]*vote
-	waiters atomic.Int64
-}
-
-// vote is one vote under way; ok is its answer once done is closed.
-type vote struct {
-	done chan struct{}
-	ok   bool
+	// each asking every master. asking counts the writes that joined a
+	// vote and wait for it (tests).
+	votes  singleflight.Group
+	asking atomic.Int64
 }
 
 // lone is a master found with no replica: its node id, when a write was
@@ -66,6 +62,10 @@ type lone struct {
 // aloneFor is how long a master found with no replica is remembered, and
 // how long a vote holds.
 const aloneFor = time.Second
+
+// voteWait bounds a vote: masters that have not answered by then are left
+// out of it (a vote lost, as when they do not answer at all).
+const voteWait = 2 * time.Second
 
 // Peers reads the cluster as the masters other than the one at addr see
 // it (CLUSTER NODES of each; one that does not answer is left out), and
@@ -105,7 +105,7 @@ func ClusterPeers(rdb redis.UniversalClient) Peers {
 // NewReplicas returns a Replicas with no master known alone, whose votes
 // ask peers.
 func NewReplicas(peers Peers) *Replicas {
-	return &Replicas{peers: peers, alone: map[string]lone{}, voting: map[string]*vote{}}
+	return &Replicas{peers: peers, alone: map[string]lone{}}
 }
 
 // Confirmation is how a write stands after Confirm.
@@ -152,29 +152,23 @@ func (r *Replicas) agreed(ctx context.Context, addr, id string) bool {
 	if r.peers == nil {
 		return false
 	}
-	key := addr + " " + id
-	r.mu.Lock()
-	if v, ok := r.voting[key]; ok {
-		r.mu.Unlock()
-		r.waiters.Add(1)
-		defer r.waiters.Add(-1)
-		select {
-		case <-v.done:
-			return v.ok
-		case <-ctx.Done():
-			return false
-		}
+	// The vote runs in a context of its own, bounded by voteWait: a write
+	// whose context ends leaves it to the others and takes no for an
+	// answer.
+	ch := r.votes.DoChan(addr+" "+id, func() (any, error) {
+		vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), voteWait)
+		defer cancel()
+		views, masters := r.peers(vctx, addr)
+		return Agreed(id, views, masters), nil
+	})
+	r.asking.Add(1)
+	defer r.asking.Add(-1)
+	select {
+	case res := <-ch:
+		return res.Val.(bool)
+	case <-ctx.Done():
+		return false
 	}
-	v := &vote{done: make(chan struct{})}
-	r.voting[key] = v
-	r.mu.Unlock()
-	views, masters := r.peers(ctx, addr)
-	v.ok = Agreed(id, views, masters)
-	r.mu.Lock()
-	delete(r.voting, key)
-	r.mu.Unlock()
-	close(v.done)
-	return v.ok
 }
 
 // Agreed counts the votes that node id has no replica: its own (it asked

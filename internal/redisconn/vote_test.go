@@ -40,8 +40,8 @@ func TestConcurrentWritesShareOneVote(t *testing.T) {
 		}()
 	}
 	close(start)
-	testenv.WaitFor(t, 30*time.Second, "every other write waiting on the first one's vote", func() bool {
-		return r.waiters.Load() == writes-1
+	testenv.WaitFor(t, 30*time.Second, "every write waiting on the one vote", func() bool {
+		return r.asking.Load() == writes
 	})
 	if !r.agreed(context.Background(), "b:1", "node-b") {
 		t.Error("another master's vote waited for a:1's or lost")
