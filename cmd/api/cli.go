@@ -59,6 +59,8 @@ var commands = []command{
 		flags: func(*flag.FlagSet) action { return dlqReplay }},
 	{name: "reconcile", doc: "report differences between Redis and the database; exit 1 if any",
 		flags: func(*flag.FlagSet) action { return reconcileCommand }},
+	{name: "recount", doc: "count every voucher's orders again and set the order counters (the console's figures, the orders-by-state metric) to what they say; print the vouchers whose counters were wrong",
+		flags: func(*flag.FlagSet) action { return recountCommand }},
 	{name: "shards", doc: "show where each shard lives: hash tag, slot, master",
 		flags: func(*flag.FlagSet) action { return shardsCommand }},
 	{name: "buckets settle", synopsis: "VOUCHER", nargs: 1, doc: "decide now every move of units between the voucher's buckets still under way (by the recovery loop's rule) and lift fences no rebuild holds; print each move's outcome",

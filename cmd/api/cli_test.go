@@ -145,7 +145,7 @@ func TestCLIRefusesUnknownArguments(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "--bogus"}, {"serve", "extra"}, {"migrate", "now"}, {"token", "--user", "1", "extra"}, {"token", "--nope"},
 		{"token", "--ttl", "-1h"}, {"token"}, {"token", "--admin"}, {"token", "--user", "0"}, {"token", "--user", "-3"}, {"dlq"}, {"dlq", "bogus"}, {"dlq", "replay"}, {"dlq", "replay", "1", "2"}, {"dlq", "list", "--limit"},
-		{"reconcile", "-x"}, {"shards", "all"}, {"buckets"}, {"buckets", "1", "2"}, {"buckets", "--all", "1"}, {"version", "--short"}, {"bogus"}, {"-v"},
+		{"reconcile", "-x"}, {"recount", "7"}, {"shards", "all"}, {"buckets"}, {"buckets", "1", "2"}, {"buckets", "--all", "1"}, {"version", "--short"}, {"bogus"}, {"-v"},
 	} {
 		err, stdout, stderr := cliRun(env, args...)
 		if err == nil || stdout != "" || !strings.Contains(stderr, "usage") {
@@ -262,8 +262,8 @@ func TestCLITokenSecret(t *testing.T) {
 	}
 }
 
-// TestCLIOperatorResultsAloneOnStdout: shards, dlq list and reconcile
-// print their result alone on stdout, as JSON (api shards | jq works);
+// TestCLIOperatorResultsAloneOnStdout: shards, dlq list, reconcile and
+// recount print their result alone on stdout, as JSON (api shards | jq works);
 // logs go to stderr.
 func TestCLIOperatorResultsAloneOnStdout(t *testing.T) {
 	t.Parallel()
@@ -273,7 +273,7 @@ func TestCLIOperatorResultsAloneOnStdout(t *testing.T) {
 		"SECKILL_REDIS_URL": testenv.RedisURL(t), "SECKILL_KEY_PREFIX": testenv.Prefix(t), "SECKILL_MYSQL_DSN": dsn,
 		"SECKILL_LOG_LEVEL": "debug", "SECKILL_SHARDS": "2",
 	}
-	for _, args := range [][]string{{"migrate"}, {"migrate"}, {"shards"}, {"dlq", "list"}, {"reconcile"}} {
+	for _, args := range [][]string{{"migrate"}, {"migrate"}, {"shards"}, {"dlq", "list"}, {"reconcile"}, {"recount"}} {
 		err, stdout, stderr := cliRun(env, args...)
 		if err != nil {
 			t.Errorf("api %s: %v\n%s", strings.Join(args, " "), err, stderr)

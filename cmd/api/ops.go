@@ -96,6 +96,25 @@ func reconcileCommand(ctx context.Context, e *cmdEnv) error {
 	return nil
 }
 
+// recountCommand runs "api recount": every voucher's order counters set
+// to what its orders say, and the vouchers whose counters were wrong
+// printed. It needs the database only.
+func recountCommand(ctx context.Context, e *cmdEnv) error {
+	g, closeDB, err := openDB(ctx, e.cfg, e.log, false)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	fixed, err := order.RecountAll(ctx, g)
+	if err != nil {
+		return err
+	}
+	if fixed == nil {
+		fixed = []order.Recount{}
+	}
+	return printJSON(e.stdout, map[string]any{"recounted": len(fixed), "vouchers": fixed})
+}
+
 // printJSON writes v to w, indented: an operator command's result.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

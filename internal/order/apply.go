@@ -50,7 +50,8 @@ func (w *Writer) recordLetters(tx *gorm.DB, items []*item) error {
 
 // recordOrders inserts the orders in bulk (insertAll) and, when any guard
 // trips (a duplicate, a stock guard), rolls them back and goes the careful
-// way, one savepoint each (insertOrLetter).
+// way, one savepoint each (insertOrLetter). Last, it adds the orders it
+// wrote to the order counters (counts.go).
 func (w *Writer) recordOrders(tx *gorm.DB, orders []*item) error {
 	if len(orders) == 0 {
 		return nil
@@ -58,26 +59,38 @@ func (w *Writer) recordOrders(tx *gorm.DB, orders []*item) error {
 	if err := tx.SavePoint("fast").Error; err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
-	ok, err := w.insertAll(tx, orders)
-	if err != nil || ok {
+	written := counts{}
+	ok, err := w.insertAll(tx, orders, written)
+	if err != nil {
 		return err
+	}
+	if ok {
+		return written.save(tx, writerSlot)
 	}
 	if err := tx.RollbackTo("fast").Error; err != nil {
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
-	for i, it := range orders {
-		if err := w.insertOrLetter(tx, it, "m"+strconv.Itoa(i)); err != nil {
+	return w.recordEach(tx, orders)
+}
+
+// recordEach writes the items the careful way, one savepoint each
+// (insertOrLetter), and adds the orders it wrote to the order counters.
+func (w *Writer) recordEach(tx *gorm.DB, items []*item) error {
+	written := counts{}
+	for i, it := range items {
+		if err := w.insertOrLetter(tx, it, "m"+strconv.Itoa(i), written); err != nil {
 			return err
 		}
 	}
-	return nil
+	return written.save(tx, writerSlot)
 }
 
 // insertAll decrements each voucher's stock by its count in the batch, in voucher
 // id order so concurrent batches lock rows in one order, then inserts every
-// order in one statement. It reports false, with no error, when a guard
-// tripped and the batch must go the careful way.
-func (w *Writer) insertAll(tx *gorm.DB, items []*item) (bool, error) {
+// order in one statement, counted in written. It reports false, with no
+// error, when a guard tripped and the batch must go the careful way (then
+// written is unchanged).
+func (w *Writer) insertAll(tx *gorm.DB, items []*item, written counts) (bool, error) {
 	counts := map[int64]int{}
 	for _, it := range items {
 		counts[it.ord.VoucherID]++
@@ -117,6 +130,9 @@ func (w *Writer) insertAll(tx *gorm.DB, items []*item) (bool, error) {
 	// it meanwhile: then the careful way decides each.
 	if found, err := w.anyLiveLetter(tx, items); err != nil || found {
 		return false, err
+	}
+	for i := range rows {
+		written.added(&rows[i])
 	}
 	return true, nil
 }
@@ -186,8 +202,9 @@ func (w *Writer) liveLetter(tx *gorm.DB, it *item) (string, error) {
 }
 
 // insertOrLetter writes a single item under its own savepoint: the
-// order, or the dead letter that says why it cannot be one.
-func (w *Writer) insertOrLetter(tx *gorm.DB, it *item, sp string) error {
+// order (counted in written), or the dead letter that says why it cannot
+// be one.
+func (w *Writer) insertOrLetter(tx *gorm.DB, it *item, sp string, written counts) error {
 	if err := tx.SavePoint(sp).Error; err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
@@ -210,7 +227,11 @@ func (w *Writer) insertOrLetter(tx *gorm.DB, it *item, sp string) error {
 	row := w.newOrder(it, prices[o.VoucherID], now)
 	err = w.create(tx, &row)
 	if err == nil {
-		return w.insertedOrLettered(tx, it, sp)
+		kept, err := w.insertedOrLettered(tx, it, sp)
+		if kept {
+			written.added(&row)
+		}
+		return err
 	}
 	if !db.IsDuplicate(err) {
 		return fmt.Errorf("insert order %d: %w", o.OrderID, err)
@@ -244,17 +265,18 @@ func (w *Writer) takeUnit(tx *gorm.DB, it *item, now time.Time) (found, error) {
 
 // insertedOrLettered follows an order inserted under savepoint sp: a
 // worker that took the message over may have dead-lettered it meanwhile,
-// and then that letter is what it is.
-func (w *Writer) insertedOrLettered(tx *gorm.DB, it *item, sp string) error {
+// and then that letter is what it is. It reports whether the order is
+// kept.
+func (w *Writer) insertedOrLettered(tx *gorm.DB, it *item, sp string) (bool, error) {
 	letter, err := w.liveLetter(tx, it)
 	if err != nil || letter == "" {
-		return err
+		return err == nil, err
 	}
 	if err := tx.RollbackTo(sp).Error; err != nil {
-		return fmt.Errorf("rollback to savepoint: %w", err)
+		return false, fmt.Errorf("rollback to savepoint: %w", err)
 	}
 	it.v = decide(it.read, found{holdsLetter, letter})
-	return nil
+	return false, nil
 }
 
 // duplicateOrder decides an item whose insert met a duplicate key: its

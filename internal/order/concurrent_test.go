@@ -41,7 +41,7 @@ func TestWriterSeesConcurrentCommit(t *testing.T) {
 	// The other worker writes and commits the same order meanwhile.
 	handle(t, e.w, []mq.Message{msg(1, 1301, 9, v)})
 	// The stalled worker goes on the careful way: it must find the order.
-	if err := e.w.insertOrLetter(tx, late, "m0"); err != nil {
+	if err := e.w.recordEach(tx, []*item{late}); err != nil {
 		t.Fatal(err)
 	}
 	if late.v.reason != "" {
@@ -83,7 +83,7 @@ func TestWriterDeadLetterRecordedMeanwhile(t *testing.T) {
 	over := m
 	over.Deliveries = 99
 	handle(t, w, []mq.Message{over}) // the reclaimer: delivery_limit, committed
-	if err := w.insertOrLetter(tx, late, "m0"); err != nil {
+	if err := w.recordEach(tx, []*item{late}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit().Error; err != nil {
@@ -129,7 +129,7 @@ func TestWriterStalledWorkerFindsItsOrderWritten(t *testing.T) {
 	m := msg(1, 3001, 9, v)
 	late, tx := stalled(t, e, m)
 	handle(t, e.w, []mq.Message{m}) // the other worker: the order, with the last unit
-	if err := e.w.insertOrLetter(tx, late, "m0"); err != nil {
+	if err := e.w.recordEach(tx, []*item{late}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit().Error; err != nil {
@@ -163,13 +163,13 @@ func TestWriterOrderAndLetterRace(t *testing.T) {
 		if err := tx.SavePoint("fast").Error; err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := e.w.insertAll(tx, []*item{late}); err != nil || ok {
+		if ok, err := e.w.insertAll(tx, []*item{late}, counts{}); err != nil || ok {
 			t.Fatalf("fast path: %v, %v; want a fall back to the careful way", ok, err)
 		}
 		if err := tx.RollbackTo("fast").Error; err != nil {
 			t.Fatal(err)
 		}
-		if err := e.w.insertOrLetter(tx, late, "m0"); err != nil {
+		if err := e.w.recordEach(tx, []*item{late}); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit().Error; err != nil {

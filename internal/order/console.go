@@ -104,9 +104,10 @@ func (s *Store) matching(ctx context.Context, q string, limit int) ([]int64, err
 
 // Figures are a voucher's sale at a glance, all from the database: its
 // stock left (units no written order holds; orders accepted and not yet
-// written are still in it), its orders by state, what the paid and used
-// ones brought in, and the purchases per second over the last
-// FiguresWindow (orders by the time they were accepted).
+// written are still in it), its orders by state and what the paid and used
+// ones brought in (from the order counters, counts.go), and the purchases
+// per second over the last FiguresWindow (orders by the time they were
+// accepted, read from the index on voucher and acceptance time).
 type Figures struct {
 	VoucherID  int64  `json:"voucher_id"`
 	Title      string `json:"title"`
@@ -147,18 +148,14 @@ func (s *Store) Figures(ctx context.Context, now time.Time, limit int) ([]Figure
 	for i, v := range vs {
 		ids[i] = v.ID
 	}
-	var rows []struct {
-		VoucherID    int64
-		Status       string
-		CancelReason *string
-		N, Amount    int64
-		Recent       int64
+	kept, err := readCounts(ctx, s.db, ids)
+	if err != nil {
+		return nil, err
 	}
-	since := now.Add(-FiguresWindow).UTC()
-	if err := tx.Raw(`SELECT voucher_id, status, cancel_reason, COUNT(*) AS n, COALESCE(SUM(amount), 0) AS amount,
-		COALESCE(SUM(CASE WHEN accepted_at >= ? THEN 1 ELSE 0 END), 0) AS recent
-		FROM orders WHERE voucher_id IN ? GROUP BY voucher_id, status, cancel_reason`, since, ids).Scan(&rows).Error; err != nil {
-		return nil, fmt.Errorf("count orders of %d vouchers: %w", len(ids), err)
+	var recent []struct{ VoucherID, N int64 }
+	if err := tx.Raw("SELECT voucher_id, COUNT(*) AS n FROM orders WHERE voucher_id IN ? AND accepted_at >= ? GROUP BY voucher_id",
+		ids, now.Add(-FiguresWindow).UTC()).Scan(&recent).Error; err != nil {
+		return nil, fmt.Errorf("count recent orders of %d vouchers: %w", len(ids), err)
 	}
 	out := make([]Figures, len(vs))
 	at := make(map[int64]*Figures, len(vs))
@@ -166,16 +163,17 @@ func (s *Store) Figures(ctx context.Context, now time.Time, limit int) ([]Figure
 		out[i] = Figures{VoucherID: v.ID, Title: v.Title, Price: v.Price, FaceValue: v.FaceValue, TotalStock: v.TotalStock, StockLeft: v.Stock}
 		at[v.ID] = &out[i]
 	}
-	for _, r := range rows {
-		f := at[r.VoucherID]
-		f.count(r.Status, r.CancelReason, r.N, r.Amount)
-		f.PerSecond += float64(r.Recent) / FiguresWindow.Seconds()
+	for k, t := range kept {
+		at[k.VoucherID].count(k.Status, k.Reason, t.N, t.Amount)
+	}
+	for _, r := range recent {
+		at[r.VoucherID].PerSecond = float64(r.N) / FiguresWindow.Seconds()
 	}
 	return out, nil
 }
 
 // count adds n orders in a state, and their amount when the shop keeps it.
-func (f *Figures) count(status string, reason *string, n, amount int64) {
+func (f *Figures) count(status, reason string, n, amount int64) {
 	switch status {
 	case StatusAwaitingPayment:
 		f.AwaitingPayment += n
@@ -186,7 +184,7 @@ func (f *Figures) count(status string, reason *string, n, amount int64) {
 		f.Used += n
 		f.Revenue += amount
 	case StatusCancelled:
-		if reason != nil && *reason == CancelExpired {
+		if reason == CancelExpired {
 			f.Expired += n
 		} else {
 			f.Cancelled += n

@@ -33,7 +33,7 @@ func TestWriterIDCollision(t *testing.T) {
 
 	late, tx := stalled(t, e, msg(3, 1402, 3, v))
 	handle(t, e.w, []mq.Message{msg(4, 1402, 4, v)}) // another buyer's order, same id
-	if err := e.w.insertOrLetter(tx, late, "m0"); err != nil {
+	if err := e.w.recordEach(tx, []*item{late}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit().Error; err != nil {
@@ -152,9 +152,9 @@ func TestWriterIDClashAcrossWorkers(t *testing.T) {
 	if err := e.db.Exec("UPDATE vouchers SET stock = 0 WHERE id = ?", v2).Error; err != nil {
 		t.Fatal(err)
 	}
-	late, tx := stalled(t, e, msg(1, 1701, 1, v1))             // buyer 1's worker has read, and stalls
-	handle(t, e.w, []mq.Message{msg(2, 1701, 2, v2)})          // buyer 2: out of stock, committed
-	if err := e.w.insertOrLetter(tx, late, "m0"); err != nil { // buyer 1: out of stock too
+	late, tx := stalled(t, e, msg(1, 1701, 1, v1))            // buyer 1's worker has read, and stalls
+	handle(t, e.w, []mq.Message{msg(2, 1701, 2, v2)})         // buyer 2: out of stock, committed
+	if err := e.w.recordEach(tx, []*item{late}); err != nil { // buyer 1: out of stock too
 		t.Fatal(err)
 	}
 	if err := tx.Commit().Error; err != nil {

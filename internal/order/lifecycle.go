@@ -278,6 +278,11 @@ func (l *Lifecycle) DoTx(tx *gorm.DB, a Action, id int64) (Order, bool, error) {
 			return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, err)
 		}
 	}
+	moved := counts{}
+	moved.moved(t, &o)
+	if err := moved.save(tx, slotOf(id)); err != nil {
+		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, err)
+	}
 	if err := tx.Where("id = ?", id).Take(&o).Error; err != nil {
 		return Order{}, false, fmt.Errorf("read order %d after %s: %w", id, t.name, err)
 	}
@@ -672,15 +677,18 @@ func (l *Lifecycle) expireTx(tx *gorm.DB, ids []int64) ([]Order, int, error) {
 }
 
 // moveAll makes a transition that gives the unit back on orders already
-// judged to move, and gives back their units: each voucher's in one
-// update, in voucher id order (so concurrent batches lock the vouchers in
-// one order).
+// judged to move (as they are before it), and gives back their units:
+// each voucher's in one update, in voucher id order (so concurrent batches
+// lock the vouchers in one order). Last, it counts the moves, in the slot
+// of the first order.
 func (t transition) moveAll(tx *gorm.DB, orders []*Order, now time.Time) error {
 	ids := make([]int64, len(orders))
 	perVoucher := map[int64]int{}
+	moved := counts{}
 	for i, o := range orders {
 		ids[i] = o.ID
 		perVoucher[o.VoucherID]++
+		moved.moved(t, o)
 	}
 	if err := t.move(tx, ids, now); err != nil {
 		return err
@@ -690,5 +698,5 @@ func (t transition) moveAll(tx *gorm.DB, orders []*Order, now time.Time) error {
 			return err
 		}
 	}
-	return nil
+	return moved.save(tx, slotOf(ids[0]))
 }

@@ -174,6 +174,23 @@ func TestInvariantsAlone(t *testing.T) {
 			"I10: payment 6 is refunded but its order 905 is awaiting_payment",
 			"I10: payment 7 succeeded but its order 906 is refunded",
 		}},
+		{"I11 counters agree", func(s *sale) {
+			s.orders = append(s.orders, cancelled(904, 4))
+			s.orders[0].Amount, s.orders[3].Amount = 300, 300
+			// Spread over slots as the writer and the lifecycle keep them;
+			// a slot of nothing left is no count.
+			s.counted = []counter{{Paid, "", 3, 300}, {Cancelled, "expired", 1, 300}, {Used, "", 0, 0}}
+		}, (*sale).countsAgree, nil},
+		{"I11 counters disagree", func(s *sale) {
+			s.orders = append(s.orders, cancelled(904, 4))
+			s.orders[0].Amount = 300
+			s.counted = []counter{{Paid, "", 3, 0}, {Cancelled, "buyer", 1, 0}, {Refunded, "", -1, 0}}
+		}, (*sale).countsAgree, []string{
+			"I11: the counters hold 3 paid orders amounting to 0, the orders are 3 amounting to 300",
+			"I11: the counters hold 1 cancelled (buyer) orders amounting to 0, the orders are 0 amounting to 0",
+			"I11: the counters hold 0 cancelled (expired) orders amounting to 0, the orders are 1 amounting to 0",
+			"I11: the counters hold -1 refunded orders amounting to 0, the orders are 0 amounting to 0",
+		}},
 	} {
 		s := healthy()
 		c.change(s)

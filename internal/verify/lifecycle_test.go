@@ -60,6 +60,19 @@ func TestCheckLifecycle(t *testing.T) {
 	} {
 		exec(t, g, "INSERT INTO orders ("+cols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", o...)
 	}
+	// Orders written by hand are counted by a recount, as after a
+	// release that kept no counters.
+	recounted, err := lifecycle.RecountAll(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAfter := map[string]int64{AwaitingPayment: 1, Paid: 2, Used: 1, Cancelled + ":expired": 1, Refunded: 1}
+	if len(recounted) != 1 || recounted[0].VoucherID != v.ID || len(recounted[0].Before) != 0 || !maps.Equal(recounted[0].After, wantAfter) {
+		t.Fatalf("recounted %+v; want voucher %d from nothing to %v", recounted, v.ID, wantAfter)
+	}
+	if again, err := lifecycle.RecountAll(ctx, g); err != nil || len(again) != 0 {
+		t.Fatalf("a second recount changed %+v (%v); want nothing", again, err)
+	}
 	const pcols = "id, order_id, provider, reference, amount, status, created_at, updated_at, succeeded_at, refunded_at"
 	for _, p := range [][]any{
 		{1, 902, "dev", "r1", 500, "succeeded", now, now, now, nil},
@@ -192,6 +205,15 @@ func TestCheckLifecycle(t *testing.T) {
 			sql(t, g, "INSERT INTO payments ("+pcols+") VALUES (7, 902, 'dev', 'r7', 500, 'succeeded', ?, ?, ?, NULL)", now, now, now),
 			sql(t, g, "DELETE FROM payments WHERE id = 7"),
 			[]string{"I10: payments 1 and 7 both paid order 902"}},
+		{"a payment the counters missed",
+			sql(t, g, "UPDATE order_counts SET n = n - 1, amount = amount - 500 WHERE voucher_id = ? AND status = 'paid'", v.ID),
+			sql(t, g, "UPDATE order_counts SET n = n + 1, amount = amount + 500 WHERE voucher_id = ? AND status = 'paid'", v.ID),
+			[]string{"I11: the counters hold 1 paid orders amounting to 500, the orders are 2 amounting to 1000"}},
+		{"an expiry counted as the buyer's cancellation",
+			sql(t, g, "UPDATE order_counts SET cancel_reason = 'buyer' WHERE voucher_id = ? AND status = 'cancelled'", v.ID),
+			sql(t, g, "UPDATE order_counts SET cancel_reason = 'expired' WHERE voucher_id = ? AND status = 'cancelled'", v.ID),
+			[]string{"I11: the counters hold 1 cancelled (buyer) orders amounting to 500, the orders are 0 amounting to 0",
+				"I11: the counters hold 0 cancelled (expired) orders amounting to 0, the orders are 1 amounting to 500"}},
 		{"a refund needed for an order still awaiting payment",
 			sql(t, g, "INSERT INTO payments ("+pcols+") VALUES (8, 901, 'dev', 'r8', 500, 'needs_refund', ?, ?, ?, NULL)", now, now, now),
 			sql(t, g, "DELETE FROM payments WHERE id = 8"),

@@ -1,5 +1,6 @@
 // Package verify checks the order pipeline's invariants (I1 to I7 of the
-// reliability notes) and the order lifecycle's (I8 to I10) for one voucher,
+// reliability notes), the order lifecycle's (I8 to I10) and the order
+// counters' agreement with the orders (I11) for one voucher,
 // against the database and Redis directly. Pipeline tests and the load
 // generator call it after the pipeline drained.
 //
@@ -14,6 +15,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,6 +144,7 @@ func Check(ctx context.Context, db *gorm.DB, rdb redis.UniversalClient, keys vou
 	s.statesHold()        // I8
 	s.unitsReturned()     // I9
 	s.paymentsMatch()     // I10
+	s.countsAgree()       // I11
 	slices.Sort(s.r.Violations)
 	return s.r, nil
 }
@@ -164,6 +167,7 @@ type order struct {
 	// nor NULL is reported.
 	LiveSet      bool
 	CancelReason string
+	Amount       int64
 	PayDeadline  bool
 	PaidAt       bool
 	UsedAt       bool
@@ -201,6 +205,15 @@ type sale struct {
 	noGroup bool
 	// indexed counts the entries of the shard's pending-order index.
 	indexed int64
+	// counted is what the order counters say of the voucher's orders.
+	counted []counter
+}
+
+// counter is the order counters' count of the voucher's orders in one
+// state (and cancel reason), slots summed.
+type counter struct {
+	Status, CancelReason string
+	N, Amount            int64
 }
 
 // violation records an invariant that does not hold.
@@ -229,6 +242,9 @@ func (s *sale) readDatabase(ctx context.Context, db *gorm.DB) error {
 	if err := db.WithContext(ctx).Raw(paymentsQuery, s.in.VoucherID).Scan(&s.payments).Error; err != nil {
 		return fmt.Errorf("read payments: %w", err)
 	}
+	if err := db.WithContext(ctx).Raw(countersQuery, s.in.VoucherID).Scan(&s.counted).Error; err != nil {
+		return fmt.Errorf("read order counters: %w", err)
+	}
 	s.index()
 	return nil
 }
@@ -237,11 +253,15 @@ func (s *sale) readDatabase(ctx context.Context, db *gorm.DB) error {
 // set.
 const ordersQuery = `SELECT id, user_id, status,
   COALESCE(live = 1, FALSE) AS live, live IS NOT NULL AS live_set,
-  COALESCE(cancel_reason, '') AS cancel_reason,
+  COALESCE(cancel_reason, '') AS cancel_reason, amount,
   pay_deadline IS NOT NULL AS pay_deadline, paid_at IS NOT NULL AS paid_at,
   used_at IS NOT NULL AS used_at, cancelled_at IS NOT NULL AS cancelled_at,
   refunded_at IS NOT NULL AS refunded_at, unit_back_at IS NOT NULL AS unit_back_at
 FROM orders WHERE voucher_id = ?`
+
+// countersQuery reads the voucher's order counters, slots summed.
+const countersQuery = `SELECT status, cancel_reason, SUM(n) AS n, SUM(amount) AS amount
+FROM order_counts WHERE voucher_id = ? GROUP BY status, cancel_reason`
 
 // paymentsQuery reads the payments of the voucher's orders.
 const paymentsQuery = `SELECT p.id, p.order_id, p.status FROM payments p
@@ -746,4 +766,43 @@ func (s *sale) paymentsMatch() {
 		}
 	}
 	c.total("I10: ... %d payments at odds with their order in all")
+}
+
+// countsAgree checks I11: the order counters (kept by every transaction
+// that writes or moves an order) say how many of the voucher's orders are
+// in each state, with each cancel reason, and what they amount to, as
+// counting the orders does.
+func (s *sale) countsAgree() {
+	type key struct{ status, reason string }
+	type tally struct{ n, amount int64 }
+	counted := map[key]tally{}
+	for _, o := range s.orders {
+		t := counted[key{o.Status, o.CancelReason}]
+		counted[key{o.Status, o.CancelReason}] = tally{t.n + 1, t.amount + o.Amount}
+	}
+	kept := map[key]tally{}
+	for _, c := range s.counted {
+		if c.N != 0 || c.Amount != 0 {
+			kept[key{c.Status, c.CancelReason}] = tally{c.N, c.Amount}
+		}
+	}
+	keys := slices.Collect(maps.Keys(counted))
+	for k := range kept {
+		if _, ok := counted[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		return cmp.Or(strings.Compare(a.status, b.status), strings.Compare(a.reason, b.reason))
+	})
+	for _, k := range keys {
+		name := k.status
+		if k.reason != "" {
+			name += " (" + k.reason + ")"
+		}
+		if got, want := kept[k], counted[k]; got != want {
+			s.violation("I11: the counters hold %d %s orders amounting to %d, the orders are %d amounting to %d",
+				got.n, name, got.amount, want.n, want.amount)
+		}
+	}
 }

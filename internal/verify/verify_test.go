@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"seckill/internal/db"
+	lifecycle "seckill/internal/order"
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
 	schema "seckill/sql"
@@ -45,6 +46,9 @@ func TestCheckRedisAgrees(t *testing.T) {
 		if err := g.Exec(q, args...).Error; err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := lifecycle.RecountAll(ctx, g); err != nil { // the orders written by hand, counted
+		t.Fatal(err)
 	}
 	if err := rdb.HSet(ctx, keys.State(v.ID), "stock", 3).Err(); err != nil {
 		t.Fatal(err)
