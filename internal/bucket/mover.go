@@ -365,18 +365,3 @@ func (m *Mover) settle(ctx context.Context, j journaled, st *stats) (outcome str
 	}
 	return mark, m.close(ctx, j.e, mark, st)
 }
-
-// logChange logs a background pass's failure when it starts failing, and
-// its recovery, not every pass: a master failing over would otherwise log
-// a line every 250ms per instance. It returns whether the pass failed.
-func (m *Mover) logChange(ctx context.Context, failing bool, what string, err error) bool {
-	switch {
-	case ctx.Err() != nil:
-		return failing
-	case err != nil && !failing:
-		m.log.Warn(what+" failing; retrying", "err", err)
-	case err == nil && failing:
-		m.log.Info(what + " works again")
-	}
-	return err != nil
-}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"seckill/internal/failing"
 	"seckill/internal/lease"
 )
 
@@ -48,9 +49,9 @@ func (r *Rebalancer) Report(seen func(stocks map[int64][]int64)) { r.seen = seen
 func (r *Rebalancer) Run(ctx context.Context) error {
 	t := time.NewTicker(rebalanceEvery)
 	defer t.Stop()
-	failing := false
+	f := failing.Log{Log: r.m.log, What: "bucket rebalance"}
 	for {
-		failing = r.m.logChange(ctx, failing, "bucket rebalance", r.Once(ctx))
+		f.Round(ctx, r.Once(ctx))
 		select {
 		case <-ctx.Done():
 			return nil

@@ -1,12 +1,9 @@
 package bucket
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -55,21 +52,5 @@ func TestRebalanceLeavesTheLastUnit(t *testing.T) {
 	}
 	if !slices.Equal(seen[e.v], []int64{1, 0, 0}) {
 		t.Errorf("reported %v, want the stocks read", seen)
-	}
-}
-
-// TestLoopsLogChangesOnly: a background pass failing again and again is
-// logged once, and once more when it works again.
-func TestLoopsLogChangesOnly(t *testing.T) {
-	t.Parallel()
-	var buf bytes.Buffer
-	m := &Mover{log: slog.New(slog.NewTextHandler(&buf, nil))}
-	ctx := context.Background()
-	failing := false
-	for _, err := range []error{errors.New("down"), errors.New("down"), errors.New("down"), nil, nil} {
-		failing = m.logChange(ctx, failing, "pass", err)
-	}
-	if n := strings.Count(buf.String(), "\n"); n != 2 || !strings.Contains(buf.String(), "pass failing") || !strings.Contains(buf.String(), "pass works again") {
-		t.Fatalf("logged %d lines:\n%s", n, buf.String())
 	}
 }

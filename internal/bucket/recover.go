@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/failing"
 	"seckill/internal/voucher"
 )
 
@@ -34,9 +35,9 @@ func NewRecoverer(m *Mover) *Recoverer { return &Recoverer{m: m, logged: map[str
 func (r *Recoverer) Run(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	failing := false
+	f := failing.Log{Log: r.m.log, What: "bucket move recovery"}
 	for {
-		failing = r.m.logChange(ctx, failing, "bucket move recovery", r.Once(ctx))
+		f.Round(ctx, r.Once(ctx))
 		select {
 		case <-ctx.Done():
 			return nil
