@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/failing"
 )
 
 // TTL is how long an entry holds unless renewed.
@@ -56,10 +58,9 @@ func NewRegistry(rdb redis.UniversalClient, prefix, name string, schema int, log
 func (r *Registry) Run(ctx context.Context) error {
 	t := time.NewTicker(TTL / 3)
 	defer t.Stop()
+	f := failing.Log{Log: r.log, What: "registering this instance"}
 	for {
-		if err := r.rdb.HSet(ctx, r.key, r.name, value(r.schema, time.Now().Add(TTL))).Err(); err != nil && ctx.Err() == nil {
-			r.log.Warn("registering this instance failed; retrying", "err", err)
-		}
+		f.Round(ctx, r.rdb.HSet(ctx, r.key, r.name, value(r.schema, time.Now().Add(TTL))).Err())
 		select {
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
