@@ -37,6 +37,7 @@ func TestCheckOrderLifecycle(t *testing.T) {
 	if err := g.Exec("UPDATE vouchers SET stock = stock + 1 WHERE id = ?", v.ID).Error; err != nil {
 		t.Fatal(err)
 	}
+	recount(t, g)
 	v.Stock = 2
 	if _, err := voucher.NewState(rdb, keys).Load(ctx, v, map[int64]int64{base: 9001}); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/db"
+	"seckill/internal/order"
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
 	schema "seckill/sql"
@@ -64,7 +65,7 @@ func saleDB(t *testing.T, total int) (dsn string, g *gorm.DB, v voucher.Voucher)
 }
 
 // writeOrder records order id of user for v in MySQL, as the worker does
-// for a voucher with nothing to pay: paid when written.
+// for a voucher with nothing to pay: paid when written, and counted.
 func writeOrder(t *testing.T, g *gorm.DB, v voucher.Voucher, id, user int64) {
 	t.Helper()
 	now := time.Now()
@@ -73,6 +74,15 @@ func writeOrder(t *testing.T, g *gorm.DB, v voucher.Voucher, id, user int64) {
 		t.Fatal(err)
 	}
 	if err := g.Exec("UPDATE vouchers SET stock = stock - 1 WHERE id = ?", v.ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	recount(t, g)
+}
+
+// recount sets the order counters to the orders written by hand.
+func recount(t *testing.T, g *gorm.DB) {
+	t.Helper()
+	if _, err := order.RecountAll(context.Background(), g); err != nil {
 		t.Fatal(err)
 	}
 }
