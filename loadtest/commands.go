@@ -474,27 +474,18 @@ func drain(ctx context.Context, args []string, getenv func(string) string, stdou
 	if *vid == 0 || *expect == 0 {
 		return fmt.Errorf("--voucher and --expect are required")
 	}
-	meter := &drainMeter{log: stderr}
-	if *pidSpecs != "none" {
-		if *pidSpecs != "" {
-			var err error
-			if meter.explicit, err = parseProcSpecs(*pidSpecs); err != nil {
-				return fmt.Errorf("--pids: %w", err)
-			}
-		}
-		meter.specs = mergeSpecs(autoSpecs("", deployment{redis: *redisURL, locks: *locks, mysql: *dsn}), meter.explicit)
-	}
-	res, err := load.Drain(ctx, load.DrainConfig{
-		VoucherID: *vid, Expect: *expect, RedisURL: *redisURL, MySQLDSN: *dsn,
-		KeyPrefix: *prefix, Shards: *shards, Timeout: *timeout, Log: stderr, Watching: meter.start,
-	})
+	meter, err := newDrainMeter(*pidSpecs, deployment{redis: *redisURL, locks: *locks, mysql: *dsn}, stderr)
 	if err != nil {
 		return err
 	}
-	out := drainOutput{DrainResult: res}
-	if out.CPU, err = meter.finish(res.Orders); err != nil {
+	out, err := measureDrain(ctx, load.DrainConfig{
+		VoucherID: *vid, Expect: *expect, RedisURL: *redisURL, MySQLDSN: *dsn,
+		KeyPrefix: *prefix, Shards: *shards, Timeout: *timeout, Log: stderr,
+	}, meter)
+	if err != nil {
 		return err
 	}
+	res := out.DrainResult
 	fmt.Fprintf(stdout, "drained %d orders in %.2fs: %.0f orders/s (first new order seen %.2fs after the watch began)\n",
 		res.Orders, res.Seconds, res.Rate, res.WaitSeconds)
 	for _, c := range out.CPU {
@@ -505,6 +496,45 @@ func drain(ctx context.Context, args []string, getenv func(string) string, stdou
 		fmt.Fprintf(stdout, "  cpu %-14s %8.1f µs per order written (pid %s, %s%s)\n", c.Label, c.PerOrder, cmp.Or(c.pidList(), "-"), cmp.Or(c.Source, "the rows above"), since)
 	}
 	return writeJSON(*jsonPath, stdout, out)
+}
+
+// newDrainMeter measures, over a drain, the processes of pidSpecs (drain's
+// --pids: "" for none besides the deployment's, "none" for no CPU at all)
+// and those of the deployment's loopback Redis, lock Redis and MySQL.
+func newDrainMeter(pidSpecs string, dep deployment, log io.Writer) (*drainMeter, error) {
+	meter := &drainMeter{log: log}
+	if pidSpecs == "none" {
+		return meter, nil
+	}
+	if pidSpecs != "" {
+		var err error
+		if meter.explicit, err = parseProcSpecs(pidSpecs); err != nil {
+			return nil, fmt.Errorf("--pids: %w", err)
+		}
+	}
+	meter.specs = mergeSpecs(autoSpecs("", dep), meter.explicit)
+	return meter, nil
+}
+
+// measureDrain times a drain (load.Drain) and meter's processes over it,
+// from the start of the watch to its end; cfg.Watching, when set, runs
+// once the meter has sampled (a worker started there is counted from its
+// start).
+func measureDrain(ctx context.Context, cfg load.DrainConfig, meter *drainMeter) (drainOutput, error) {
+	watching := cfg.Watching
+	cfg.Watching = func() {
+		meter.start()
+		if watching != nil {
+			watching()
+		}
+	}
+	res, err := load.Drain(ctx, cfg)
+	if err != nil {
+		return drainOutput{}, err
+	}
+	out := drainOutput{DrainResult: res}
+	out.CPU, err = meter.finish(res.Orders)
+	return out, err
 }
 
 // drainOutput is what drain writes with --json.

@@ -528,9 +528,6 @@ type drainMeter struct {
 
 // start samples what can be found now (load.DrainConfig.Watching).
 func (m *drainMeter) start() {
-	if len(m.specs) == 0 {
-		return
-	}
 	if m.hz, m.err = proc.ClockTick(); m.err != nil {
 		return
 	}
@@ -544,10 +541,18 @@ func (m *drainMeter) start() {
 	m.before, m.err = sampleCPU(m.procs)
 }
 
+// startedLate adds a process started once the watch began (a worker its
+// caller starts from Watching, after start): it is looked for at the end,
+// must be found, and is counted from its start.
+func (m *drainMeter) startedLate(s procSpec) {
+	m.late = append(m.late, s)
+	m.explicit = append(m.explicit, s)
+}
+
 // finish samples again and divides by the orders written; the last row is
 // the total.
 func (m *drainMeter) finish(orders int) ([]drainCPU, error) {
-	if m.err != nil || len(m.specs) == 0 {
+	if m.err != nil || len(m.specs)+len(m.late) == 0 {
 		return nil, m.err
 	}
 	after, err := sampleCPU(m.procs)
