@@ -3,7 +3,9 @@
 // asked, what a rebuild of its shard takes, what a buyer costs in Redis
 // memory, what one more purchase costs Redis, and what the console's
 // figures, the sweeper's pass and the reconcile take with the orders
-// table that large. The command is `loadtest grow`; see loadtest/README.md.
+// table that large, and, with a Worker, what the order worker's drain of
+// a fixed backlog costs per order written at that table size. The
+// command is `loadtest grow`; see loadtest/README.md.
 //
 // It works in a database and under a key prefix of its own: the database
 // is created if missing, refused if it holds a voucher, and dropped at
@@ -50,6 +52,16 @@ type Config struct {
 	// Purchases is how many new buyers measure a purchase at each step
 	// (default 2,000).
 	Purchases int
+	// Worker, when set, measures the order worker at each step, last:
+	// the step's voucher gets DrainOrders accepted orders on the stream
+	// (the purchases measured and as many more), and Worker has a worker
+	// write them all and says what that cost. loadtest grow starts `api
+	// serve` with SECKILL_ROLE=worker and measures it as `loadtest drain`
+	// does.
+	Worker func(context.Context, Backlog) (DrainCost, error)
+	// DrainOrders is how many orders each drain writes (default 20,000;
+	// at least Purchases).
+	DrainOrders int
 	// Keep leaves the database and the keys for a look afterwards.
 	Keep bool
 	// Log hears the progress.
@@ -80,6 +92,35 @@ type Step struct {
 	SweepMillis float64 `json:"sweeper_pass_ms"`
 	// ReconcileMillis is `api reconcile`'s comparison (the median of 3).
 	ReconcileMillis float64 `json:"reconcile_ms"`
+	// Drain is the worker's drain of the voucher's backlog, with the
+	// table TableRows large when it began (zero without a Worker).
+	Drain DrainCost `json:"drain"`
+}
+
+// Backlog is a drain for the Worker to make: Orders accepted orders of
+// voucher VoucherID wait on the stream of a sale on RedisURL under
+// KeyPrefix in Shards shards, and MySQL (MySQLDSN, the run's database)
+// holds Expect orders of it once they are written.
+type Backlog struct {
+	VoucherID int64
+	Orders    int
+	Expect    int
+	RedisURL  string
+	MySQLDSN  string
+	KeyPrefix string
+	Shards    int
+}
+
+// DrainCost is what writing a backlog cost: the CPU time (utime + stime)
+// each server used over the drain, per order written, in µs.
+type DrainCost struct {
+	Orders  int     `json:"orders"`  // written while the clock ran
+	Seconds float64 `json:"seconds"` // from the first order written to the last
+	Worker  float64 `json:"worker_cpu_us"`
+	Redis   float64 `json:"redis_cpu_us"`      // the sale's Redis
+	Locks   float64 `json:"lock_redis_cpu_us"` // the buyer-lock Redis
+	MariaDB float64 `json:"mariadb_cpu_us"`
+	Total   float64 `json:"total_cpu_us"` // their sum
 }
 
 // Result is a growth run: a step per size, and the slopes between them.
@@ -125,6 +166,7 @@ type run struct {
 // Run measures every size of cfg, in order.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.Purchases = cmp.Or(cfg.Purchases, 2000)
+	cfg.DrainOrders = max(cmp.Or(cfg.DrainOrders, 20_000), cfg.Purchases)
 	cfg.Log = cmp.Or[io.Writer](cfg.Log, io.Discard)
 	if len(cfg.Sizes) == 0 || !slices.IsSorted(cfg.Sizes) || cfg.Sizes[0] < 1 {
 		return Result{}, errors.New("sizes must be ascending and positive")
@@ -247,7 +289,7 @@ func (r *run) step(ctx context.Context, n, table int) (Step, error) {
 		return s, err
 	}
 	fmt.Fprintf(r.cfg.Log, "grow: voucher %d of %d buyers, %d orders in the table (filled in %.1fs)\n", v.ID, n, s.TableRows, s.FillSeconds)
-	for _, m := range []func(context.Context, voucher.Voucher, *Step) error{r.rebuild, r.memory, r.purchases, r.figures, r.sweepPass, r.reconcile} {
+	for _, m := range []func(context.Context, voucher.Voucher, *Step) error{r.rebuild, r.memory, r.purchases, r.figures, r.sweepPass, r.reconcile, r.drain} {
 		if err := m(ctx, v, &s); err != nil {
 			return s, err
 		}
@@ -258,10 +300,15 @@ func (r *run) step(ctx context.Context, n, table int) (Step, error) {
 }
 
 // voucher creates a voucher on sale with n orders written (users from
-// nextU on) and stock for the purchases measured after them.
+// nextU on) and stock for the purchases measured after them, and for the
+// drain's backlog with a Worker.
 func (r *run) voucher(ctx context.Context, n int) (voucher.Voucher, error) {
 	begin := time.Now().Add(-time.Hour)
-	v := voucher.Voucher{Title: fmt.Sprintf("grow %d", n), FaceValue: 100, TotalStock: n + r.cfg.Purchases, BeginAt: begin, EndAt: begin.Add(24 * time.Hour)}
+	stock := n + r.cfg.Purchases
+	if r.cfg.Worker != nil {
+		stock = n + r.cfg.DrainOrders
+	}
+	v := voucher.Voucher{Title: fmt.Sprintf("grow %d", n), FaceValue: 100, TotalStock: stock, BeginAt: begin, EndAt: begin.Add(24 * time.Hour)}
 	if err := voucher.NewStore(r.db).Create(ctx, &v); err != nil {
 		return v, err
 	}
@@ -359,17 +406,9 @@ func (r *run) purchases(ctx context.Context, v voucher.Voucher, s *Step) error {
 	if err != nil {
 		return err
 	}
-	took := make([]float64, 0, r.cfg.Purchases)
-	for range r.cfg.Purchases {
-		u := r.nextU
-		r.nextU++
-		began := time.Now()
-		id := r.nextID
-		r.nextID++
-		if _, err := res.Reserve(ctx, v.ID, u, id); err != nil {
-			return fmt.Errorf("purchase of buyer %d: %w", u, err)
-		}
-		took = append(took, float64(time.Since(began).Microseconds()))
+	took, err := r.buy(ctx, res, v.ID, r.cfg.Purchases)
+	if err != nil {
+		return err
 	}
 	after, err := redisCPU(ctx, r.rdb)
 	if err != nil {
@@ -377,6 +416,45 @@ func (r *run) purchases(ctx context.Context, v voucher.Voucher, s *Step) error {
 	}
 	s.PurchaseRedisMicros = (after - before) * 1e6 / float64(r.cfg.Purchases)
 	s.PurchaseMicros = median(took)
+	return nil
+}
+
+// buy makes n purchases of voucher vid by new buyers, one at a time, and
+// returns how long each took in µs.
+func (r *run) buy(ctx context.Context, res *voucher.Reserver, vid int64, n int) ([]float64, error) {
+	took := make([]float64, 0, n)
+	for range n {
+		u, id := r.nextU, r.nextID
+		r.nextU++
+		r.nextID++
+		began := time.Now()
+		if _, err := res.Reserve(ctx, vid, u, id); err != nil {
+			return nil, fmt.Errorf("purchase of buyer %d: %w", u, err)
+		}
+		took = append(took, float64(time.Since(began).Microseconds()))
+	}
+	return took, nil
+}
+
+// drain, with a Worker, adds purchases to the ones measured until
+// DrainOrders wait on the stream, and has the Worker write them all.
+func (r *run) drain(ctx context.Context, v voucher.Voucher, s *Step) error {
+	if r.cfg.Worker == nil {
+		return nil
+	}
+	if _, err := r.buy(ctx, voucher.NewReserver(r.rdb, r.keys), v.ID, r.cfg.DrainOrders-r.cfg.Purchases); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.cfg.Log, "grow: %d accepted orders of voucher %d on the stream; the worker drains them\n", r.cfg.DrainOrders, v.ID)
+	cost, err := r.cfg.Worker(ctx, Backlog{VoucherID: v.ID, Orders: r.cfg.DrainOrders, Expect: s.Buyers + r.cfg.DrainOrders,
+		RedisURL: r.cfg.RedisURL, MySQLDSN: r.cfg.MySQLDSN, KeyPrefix: r.keys.Prefix(), Shards: r.keys.Shards()})
+	switch {
+	case err != nil:
+		return fmt.Errorf("drain: %w", err)
+	case cost.Orders != r.cfg.DrainOrders || cost.Total <= 0:
+		return fmt.Errorf("drain: %d orders written of %d, %.1f µs CPU per order", cost.Orders, r.cfg.DrainOrders, cost.Total)
+	}
+	s.Drain = cost
 	return nil
 }
 
@@ -447,29 +525,36 @@ func median(xs []float64) float64 {
 }
 
 // Figures are the figures a growth run follows, with how each is read
-// from a step.
+// from a step. Those OverTable follow the orders table's rows at every
+// step, the others the voucher's buyers.
 var Figures = []struct {
-	Name string
-	Of   func(Step) float64
+	Name      string
+	Of        func(Step) float64
+	OverTable bool
 }{
-	{"rebuild_seconds", func(s Step) float64 { return s.RebuildSeconds }},
-	{"redis_bytes_per_buyer", func(s Step) float64 { return s.BytesPerBuyer }},
-	{"purchase_redis_cpu_us", func(s Step) float64 { return s.PurchaseRedisMicros }},
-	{"console_figures_ms", func(s Step) float64 { return s.FiguresMillis }},
-	{"sweeper_pass_ms", func(s Step) float64 { return s.SweepMillis }},
-	{"reconcile_ms", func(s Step) float64 { return s.ReconcileMillis }},
+	{"rebuild_seconds", func(s Step) float64 { return s.RebuildSeconds }, false},
+	{"redis_bytes_per_buyer", func(s Step) float64 { return s.BytesPerBuyer }, false},
+	{"purchase_redis_cpu_us", func(s Step) float64 { return s.PurchaseRedisMicros }, false},
+	{"console_figures_ms", func(s Step) float64 { return s.FiguresMillis }, false},
+	{"sweeper_pass_ms", func(s Step) float64 { return s.SweepMillis }, false},
+	{"reconcile_ms", func(s Step) float64 { return s.ReconcileMillis }, false},
+	{"drain_cpu_us_per_order", func(s Step) float64 { return s.Drain.Total }, true},
+	{"drain_worker_cpu_us", func(s Step) float64 { return s.Drain.Worker }, true},
+	{"drain_mariadb_cpu_us", func(s Step) float64 { return s.Drain.MariaDB }, true},
 }
 
-// slopes are each figure's exponents between consecutive steps.
+// slopes are each figure's exponents between consecutive steps, over the
+// buyers, or over the table's rows for the figures that follow them and
+// for the step that grew the table only.
 func slopes(steps []Step) []Slope {
 	var out []Slope
 	for i := 1; i < len(steps); i++ {
 		a, b := steps[i-1], steps[i]
-		over, x0, x1 := "buyers", int64(a.Buyers), int64(b.Buyers)
-		if a.Buyers == b.Buyers {
-			over, x0, x1 = "table_rows", a.TableRows, b.TableRows
-		}
 		for _, f := range Figures {
+			over, x0, x1 := "buyers", int64(a.Buyers), int64(b.Buyers)
+			if f.OverTable || a.Buyers == b.Buyers {
+				over, x0, x1 = "table_rows", a.TableRows, b.TableRows
+			}
 			y0, y1 := f.Of(a), f.Of(b)
 			if y0 <= 0 || y1 <= 0 || x0 == x1 {
 				continue

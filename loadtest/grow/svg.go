@@ -9,7 +9,8 @@ import (
 // SVG draws a growth run: each figure over the buyers, as a multiple of
 // its value at the first size, on log-log axes, beside the lines a flat
 // and a linear cost would follow. The step that grew the table only is
-// left out (its slope is in the table).
+// left out (its slope is in the table), and so are the figures that follow
+// the table's rows (the drain's).
 func SVG(res Result) []byte {
 	const w, h, left, right, top, bottom = 760, 460, 70, 230, 30, 50
 	var steps []Step
@@ -28,6 +29,9 @@ func SVG(res Result) []byte {
 	x0, x1 := math.Log10(float64(steps[0].Buyers)), math.Log10(float64(steps[len(steps)-1].Buyers))
 	ymax := x1 - x0 // a linear cost's multiple, in decades
 	for _, f := range Figures {
+		if f.OverTable {
+			continue
+		}
 		for _, s := range steps {
 			if base := f.Of(steps[0]); base > 0 && f.Of(s) > 0 {
 				ymax = max(ymax, math.Log10(f.Of(s)/base))
@@ -48,7 +52,7 @@ func SVG(res Result) []byte {
 	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"}
 	for i, f := range Figures {
 		base := f.Of(steps[0])
-		if base <= 0 {
+		if base <= 0 || f.OverTable {
 			continue
 		}
 		var pts []string
