@@ -80,3 +80,31 @@ func TestRunSmall(t *testing.T) {
 		t.Errorf("a run on a database holding a table: %v, want refused", err)
 	}
 }
+
+// TestSVG: the figures over the buyers are drawn over the steps of
+// distinct buyers, the drain's (dashed) over every step's table rows, and
+// the axis ticks each decade the sizes span; a run of one step draws an
+// empty frame.
+func TestSVG(t *testing.T) {
+	t.Parallel()
+	step := func(buyers int, rows int64, k float64) Step {
+		return Step{Buyers: buyers, TableRows: rows, RebuildSeconds: k, BytesPerBuyer: 80, PurchaseRedisMicros: 100, FiguresMillis: k,
+			SweepMillis: k, ReconcileMillis: k, Drain: DrainCost{Orders: 20, Worker: 50, Redis: 20, MariaDB: 30 * k, Total: 100 + 30*k}}
+	}
+	res := Result{Steps: []Step{step(1e4, 1e4, 1), step(1e5, 1.3e5, 10), step(1e6, 1.15e6, 100), step(1e6, 1e7, 200)}}
+	svg := string(SVG(res))
+	if n := strings.Count(svg, "<polyline"); n != len(Figures) {
+		t.Errorf("%d curves, want %d:\n%s", n, len(Figures), svg)
+	}
+	if n := strings.Count(svg, `stroke-dasharray="6 3"/>`+"\n"); n != 3 {
+		t.Errorf("%d dashed curves, want the drain's 3", n)
+	}
+	for _, tick := range []string{">10^4<", ">10^5<", ">10^6<", ">10^7<"} {
+		if !strings.Contains(svg, tick) {
+			t.Errorf("no tick %s", tick)
+		}
+	}
+	if one := string(SVG(Result{Steps: res.Steps[:1]})); strings.Contains(one, "<polyline") {
+		t.Errorf("one step drew a curve:\n%s", one)
+	}
+}
