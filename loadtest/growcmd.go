@@ -31,7 +31,7 @@ func growCmd(ctx context.Context, args []string, getenv func(string) string, std
 	sizes := fs.String("sizes", "10000,100000,1000000", "buyers of the voucher measured, ascending, comma-separated")
 	table := fs.Int("table-rows", 0, "then fill the orders table to this many rows (an ended voucher's) and measure the last size again, e.g. 10000000")
 	purchases := fs.Int("purchases", 2000, "new buyers that measure a purchase at each size")
-	drainOrders := fs.Int("drain", 20000, "with --worker-bin: accepted orders the worker writes at each size, measured (at least --purchases)")
+	drainOrders := fs.Int("drain", 20000, "with --worker-bin: accepted orders of a voucher of their own that a worker writes at each size, measured")
 	w := growWorker{log: stderr, secret: getenv("SECKILL_TOKEN_SECRET")}
 	fs.StringVar(&w.bin, "worker-bin", getenv("SECKILL_API_BIN"), "the service's binary (go build ./cmd/api): started as a worker on the run's database and keys for each drain; empty: the drain is not measured (SECKILL_API_BIN)")
 	fs.StringVar(&w.locks, "lock-redis", getenv("SECKILL_LOCK_NODES"), "the worker's buyer-lock Redis URLs, comma-separated, measured as locks when on loopback; empty: the sale's Redis (SECKILL_LOCK_NODES)")
@@ -91,7 +91,7 @@ func printGrow(w io.Writer, res grow.Result) {
 		fmt.Fprintln(tw, "table rows\torders\tseconds\tworker\tRedis\tlock Redis\tMariaDB\ttotal\t")
 		for _, s := range res.Steps {
 			d := s.Drain
-			fmt.Fprintf(tw, "%d\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.TableRows, d.Orders, d.Seconds, d.Worker, d.Redis, d.Locks, d.MariaDB, d.Total)
+			fmt.Fprintf(tw, "%d\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", d.TableRows, d.Orders, d.Seconds, d.Worker, d.Redis, d.Locks, d.MariaDB, d.Total)
 		}
 		_ = tw.Flush()
 	}

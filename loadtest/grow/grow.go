@@ -53,14 +53,15 @@ type Config struct {
 	// (default 2,000).
 	Purchases int
 	// Worker, when set, measures the order worker at each step, last:
-	// the step's voucher gets DrainOrders accepted orders on the stream
-	// (the purchases measured and as many more), and Worker has a worker
-	// write them all and says what that cost. loadtest grow starts `api
-	// serve` with SECKILL_ROLE=worker and measures it as `loadtest drain`
-	// does.
+	// it has the purchases measured written first (not measured), then
+	// a new voucher gets DrainOrders accepted orders on the stream and
+	// Worker has a worker write them and says what that cost. A voucher
+	// of its own, so that the drain's watch, which counts the voucher's
+	// orders, costs MariaDB the same at every size. loadtest grow starts
+	// `api serve` with SECKILL_ROLE=worker and measures it as `loadtest
+	// drain` does.
 	Worker func(context.Context, Backlog) (DrainCost, error)
-	// DrainOrders is how many orders each drain writes (default 20,000;
-	// at least Purchases).
+	// DrainOrders is how many orders each drain writes (default 20,000).
 	DrainOrders int
 	// Keep leaves the database and the keys for a look afterwards.
 	Keep bool
@@ -92,8 +93,8 @@ type Step struct {
 	SweepMillis float64 `json:"sweeper_pass_ms"`
 	// ReconcileMillis is `api reconcile`'s comparison (the median of 3).
 	ReconcileMillis float64 `json:"reconcile_ms"`
-	// Drain is the worker's drain of the voucher's backlog, with the
-	// table TableRows large when it began (zero without a Worker).
+	// Drain is the worker's drain of a backlog of DrainOrders (zero
+	// without a Worker).
 	Drain DrainCost `json:"drain"`
 }
 
@@ -114,13 +115,15 @@ type Backlog struct {
 // DrainCost is what writing a backlog cost: the CPU time (utime + stime)
 // each server used over the drain, per order written, in µs.
 type DrainCost struct {
-	Orders  int     `json:"orders"`  // written while the clock ran
-	Seconds float64 `json:"seconds"` // from the first order written to the last
-	Worker  float64 `json:"worker_cpu_us"`
-	Redis   float64 `json:"redis_cpu_us"`      // the sale's Redis
-	Locks   float64 `json:"lock_redis_cpu_us"` // the buyer-lock Redis
-	MariaDB float64 `json:"mariadb_cpu_us"`
-	Total   float64 `json:"total_cpu_us"` // their sum
+	// TableRows are the orders in the table when the drain began.
+	TableRows int64   `json:"table_rows"`
+	Orders    int     `json:"orders"`  // written while the clock ran
+	Seconds   float64 `json:"seconds"` // from the first order written to the last
+	Worker    float64 `json:"worker_cpu_us"`
+	Redis     float64 `json:"redis_cpu_us"`      // the sale's Redis
+	Locks     float64 `json:"lock_redis_cpu_us"` // the buyer-lock Redis
+	MariaDB   float64 `json:"mariadb_cpu_us"`
+	Total     float64 `json:"total_cpu_us"` // their sum
 }
 
 // Result is a growth run: a step per size, and the slopes between them.
@@ -166,7 +169,7 @@ type run struct {
 // Run measures every size of cfg, in order.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.Purchases = cmp.Or(cfg.Purchases, 2000)
-	cfg.DrainOrders = max(cmp.Or(cfg.DrainOrders, 20_000), cfg.Purchases)
+	cfg.DrainOrders = cmp.Or(cfg.DrainOrders, 20_000)
 	cfg.Log = cmp.Or[io.Writer](cfg.Log, io.Discard)
 	if len(cfg.Sizes) == 0 || !slices.IsSorted(cfg.Sizes) || cfg.Sizes[0] < 1 {
 		return Result{}, errors.New("sizes must be ascending and positive")
@@ -300,15 +303,10 @@ func (r *run) step(ctx context.Context, n, table int) (Step, error) {
 }
 
 // voucher creates a voucher on sale with n orders written (users from
-// nextU on) and stock for the purchases measured after them, and for the
-// drain's backlog with a Worker.
+// nextU on) and stock for the purchases measured after them.
 func (r *run) voucher(ctx context.Context, n int) (voucher.Voucher, error) {
 	begin := time.Now().Add(-time.Hour)
-	stock := n + r.cfg.Purchases
-	if r.cfg.Worker != nil {
-		stock = n + r.cfg.DrainOrders
-	}
-	v := voucher.Voucher{Title: fmt.Sprintf("grow %d", n), FaceValue: 100, TotalStock: stock, BeginAt: begin, EndAt: begin.Add(24 * time.Hour)}
+	v := voucher.Voucher{Title: fmt.Sprintf("grow %d", n), FaceValue: 100, TotalStock: n + r.cfg.Purchases, BeginAt: begin, EndAt: begin.Add(24 * time.Hour)}
 	if err := voucher.NewStore(r.db).Create(ctx, &v); err != nil {
 		return v, err
 	}
@@ -436,26 +434,52 @@ func (r *run) buy(ctx context.Context, res *voucher.Reserver, vid int64, n int) 
 	return took, nil
 }
 
-// drain, with a Worker, adds purchases to the ones measured until
-// DrainOrders wait on the stream, and has the Worker write them all.
+// drain, with a Worker, has the purchases measured written, then
+// measures the drain of a new voucher's DrainOrders accepted orders.
 func (r *run) drain(ctx context.Context, v voucher.Voucher, s *Step) error {
 	if r.cfg.Worker == nil {
 		return nil
 	}
-	if _, err := r.buy(ctx, voucher.NewReserver(r.rdb, r.keys), v.ID, r.cfg.DrainOrders-r.cfg.Purchases); err != nil {
+	if _, err := r.backlog(ctx, v.ID, r.cfg.Purchases, s.Buyers+r.cfg.Purchases); err != nil {
+		return fmt.Errorf("write the purchases measured: %w", err)
+	}
+	begin := time.Now().Add(-time.Hour)
+	d := voucher.Voucher{Title: "grow drain", FaceValue: 100, TotalStock: r.cfg.DrainOrders, BeginAt: begin, EndAt: begin.Add(24 * time.Hour)}
+	if err := voucher.NewStore(r.db).Create(ctx, &d); err != nil {
 		return err
 	}
-	fmt.Fprintf(r.cfg.Log, "grow: %d accepted orders of voucher %d on the stream; the worker drains them\n", r.cfg.DrainOrders, v.ID)
-	cost, err := r.cfg.Worker(ctx, Backlog{VoucherID: v.ID, Orders: r.cfg.DrainOrders, Expect: s.Buyers + r.cfg.DrainOrders,
+	if _, err := r.warmer.Warm(ctx); err != nil {
+		return fmt.Errorf("load the drain's voucher: %w", err)
+	}
+	if _, err := r.buy(ctx, voucher.NewReserver(r.rdb, r.keys), d.ID, r.cfg.DrainOrders); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.cfg.Log, "grow: %d accepted orders of voucher %d on the stream; a worker drains them\n", r.cfg.DrainOrders, d.ID)
+	cost, err := r.backlog(ctx, d.ID, r.cfg.DrainOrders, r.cfg.DrainOrders)
+	if err != nil {
+		return err
+	}
+	s.Drain = cost
+	return r.db.Exec("UPDATE vouchers SET end_at = ? WHERE id = ?", time.Now().UTC(), d.ID).Error
+}
+
+// backlog has the Worker write the n orders of voucher vid on the stream,
+// expect of its orders in MySQL then, and checks they all were.
+func (r *run) backlog(ctx context.Context, vid int64, n, expect int) (DrainCost, error) {
+	var rows int64
+	if err := r.db.Raw("SELECT COUNT(*) FROM orders").Scan(&rows).Error; err != nil {
+		return DrainCost{}, err
+	}
+	cost, err := r.cfg.Worker(ctx, Backlog{VoucherID: vid, Orders: n, Expect: expect,
 		RedisURL: r.cfg.RedisURL, MySQLDSN: r.cfg.MySQLDSN, KeyPrefix: r.keys.Prefix(), Shards: r.keys.Shards()})
 	switch {
 	case err != nil:
-		return fmt.Errorf("drain: %w", err)
-	case cost.Orders != r.cfg.DrainOrders || cost.Total <= 0:
-		return fmt.Errorf("drain: %d orders written of %d, %.1f µs CPU per order", cost.Orders, r.cfg.DrainOrders, cost.Total)
+		return cost, fmt.Errorf("drain: %w", err)
+	case cost.Orders != n || cost.Total <= 0:
+		return cost, fmt.Errorf("drain: %d orders written of %d, %.1f µs CPU per order", cost.Orders, n, cost.Total)
 	}
-	s.Drain = cost
-	return nil
+	cost.TableRows = rows
+	return cost, nil
 }
 
 // redisCPU is the Redis process's CPU seconds so far.
@@ -525,8 +549,8 @@ func median(xs []float64) float64 {
 }
 
 // Figures are the figures a growth run follows, with how each is read
-// from a step. Those OverTable follow the orders table's rows at every
-// step, the others the voucher's buyers.
+// from a step. Those OverTable follow the orders table's rows when the
+// drain began, at every step; the others the voucher's buyers.
 var Figures = []struct {
 	Name      string
 	Of        func(Step) float64
@@ -552,7 +576,10 @@ func slopes(steps []Step) []Slope {
 		a, b := steps[i-1], steps[i]
 		for _, f := range Figures {
 			over, x0, x1 := "buyers", int64(a.Buyers), int64(b.Buyers)
-			if f.OverTable || a.Buyers == b.Buyers {
+			switch {
+			case f.OverTable:
+				over, x0, x1 = "table_rows", a.Drain.TableRows, b.Drain.TableRows
+			case a.Buyers == b.Buyers:
 				over, x0, x1 = "table_rows", a.TableRows, b.TableRows
 			}
 			y0, y1 := f.Of(a), f.Of(b)

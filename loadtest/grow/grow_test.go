@@ -89,7 +89,7 @@ func TestSVG(t *testing.T) {
 	t.Parallel()
 	step := func(buyers int, rows int64, k float64) Step {
 		return Step{Buyers: buyers, TableRows: rows, RebuildSeconds: k, BytesPerBuyer: 80, PurchaseRedisMicros: 100, FiguresMillis: k,
-			SweepMillis: k, ReconcileMillis: k, Drain: DrainCost{Orders: 20, Worker: 50, Redis: 20, MariaDB: 30 * k, Total: 100 + 30*k}}
+			SweepMillis: k, ReconcileMillis: k, Drain: DrainCost{TableRows: rows, Orders: 20, Worker: 50, Redis: 20, MariaDB: 30 * k, Total: 100 + 30*k}}
 	}
 	res := Result{Steps: []Step{step(1e4, 1e4, 1), step(1e5, 1.3e5, 10), step(1e6, 1.15e6, 100), step(1e6, 1e7, 200)}}
 	svg := string(SVG(res))

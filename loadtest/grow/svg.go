@@ -72,7 +72,7 @@ func curves(steps []Step) []curve {
 	for _, f := range Figures {
 		c, ss, x := curve{name: f.Name, overTable: f.OverTable}, byBuyers, func(s Step) float64 { return float64(s.Buyers) }
 		if f.OverTable {
-			ss, x = steps, func(s Step) float64 { return float64(s.TableRows) }
+			ss, x = steps, func(s Step) float64 { return float64(s.Drain.TableRows) }
 		}
 		for _, s := range ss {
 			if base, v := f.Of(ss[0]), f.Of(s); base > 0 && v > 0 {
