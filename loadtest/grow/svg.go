@@ -12,7 +12,7 @@ import (
 // the table only (its slope is in the table); the drain's, dashed, follow
 // the orders table's rows over every step.
 func SVG(res Result) []byte {
-	const w, h, left, right, top, bottom = 760, 460, 70, 230, 30, 50
+	const w, h, left, right, top, bottom = 800, 460, 70, 250, 30, 50
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
