@@ -44,24 +44,32 @@
 --   3 the entry taken over from the buyer's later pending order
 --   4 nothing: its voucher's keys cannot be read (see above)
 
+-- readable remembers, per voucher state key, whether the key reads as a
+-- hash whose stock is an integer or missing. Nothing else writes during the
+-- call and this script only takes 1 from a positive stock, so the answer
+-- holds for the whole call: the stock is checked once per voucher and call
+-- (a batch's orders are mostly of one voucher), not once per order.
+local readable = {}
+
 -- read is what order i's keys hold that this script reads: the buyer's
--- entry and the voucher's stock, each false when missing; ok is false when
--- a key is not a hash or the stock is not an integer. The reads are
--- protected (pcall), so a key of another type answers here, before any
--- write, without TYPE calls of its own on every order.
+-- entry, false when missing; ok is false when a key is not a hash or the
+-- stock is not an integer. The reads are protected (pcall), so a key of
+-- another type answers here, before any write, without TYPE calls of its
+-- own on every order.
 local function read(state, buyers, user)
   local held = redis.pcall('HGET', buyers, user)
   if type(held) == 'table' and held.err then
     return false
   end
-  local stock = redis.pcall('HGET', state, 'stock')
-  if type(stock) == 'table' and stock.err then
+  if readable[state] == nil then
+    local stock = redis.pcall('HGET', state, 'stock')
+    readable[state] = not (type(stock) == 'table' and stock.err) and
+      (not stock or string.match(stock, '^-?%d+$') ~= nil)
+  end
+  if not readable[state] then
     return false
   end
-  if stock and not string.match(stock, '^-?%d+$') then
-    return false
-  end
-  return true, held, stock
+  return true, held
 end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -72,7 +80,7 @@ local did = {1}
 local function settle(i)
   local user, order, voucher = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
   local state, buyers = KEYS[2 * i + 1], KEYS[2 * i + 2]
-  local ok, held, stock = read(state, buyers, user)
+  local ok, held = read(state, buyers, user)
   if not ok then
     return 4
   end
@@ -84,7 +92,7 @@ local function settle(i)
     -- order, so it will refuse one of the later ones as out of stock, whose
     -- dead letter gives nothing back. Redis stays at 0, as the database
     -- will, and never goes below.
-    if tonumber(stock or '0') > 0 then
+    if tonumber(redis.call('HGET', state, 'stock') or '0') > 0 then
       redis.call('HINCRBY', state, 'stock', -1)
       return 1
     end

@@ -1,0 +1,91 @@
+package order
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/testenv"
+	"seckill/internal/voucher"
+	"seckill/lua"
+)
+
+// TestSettleReadsStockOncePerVoucher: settle.lua checks a voucher's stock
+// once per call, not once per order: settling 50 orders of one voucher
+// reads each buyer (50 HGETs) and the stock once, on a Redis of the test's
+// own (its command counts are the test's alone). The answers are those of
+// a check per order: settled, and nothing for a voucher whose stock is
+// not an integer.
+func TestSettleReadsStockOncePerVoucher(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.StartRedis(t, testenv.RedisOptions{}).Client(t)
+	ctx := context.Background()
+	k := voucher.NewKeys("settle-reads", 1)
+	const good, bad, n = int64(1), int64(2), 50
+	if err := rdb.Set(ctx, k.Ready(0), "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for v, stock := range map[int64]string{good: "100", bad: "not a number"} {
+		if err := rdb.HSet(ctx, k.StateAt(0, v), "stock", stock).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := []string{k.Ready(0), k.Pending(0)}
+	var args []any
+	for i := range n + 2 {
+		v, user, order := good, int64(1000+i), int64(5000+i)
+		if i >= n {
+			v = bad
+		}
+		// Each buyer already recorded by the purchase: only the pending
+		// index entry goes.
+		if err := rdb.HSet(ctx, k.BuyersAt(0, v), strconv.FormatInt(user, 10), order).Err(); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k.StateAt(0, v), k.BuyersAt(0, v))
+		args = append(args, user, order, v)
+	}
+	before := hgets(t, rdb)
+	res, err := lua.Settle().Run(ctx, rdb, keys, args...).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != n+3 || res[0] != 1 {
+		t.Fatalf("answers %v", res)
+	}
+	for i, d := range res[1:] {
+		want := int64(settledNothing)
+		if i >= n {
+			want = int64(settledBadKeys)
+		}
+		if d != want {
+			t.Fatalf("order %d: %d, want %d (answers %v)", i, d, want, res)
+		}
+	}
+	// n+2 buyers, and each voucher's stock once.
+	if got, want := hgets(t, rdb)-before, int64(n+2+2); got != want {
+		t.Fatalf("settling %d orders of one voucher took %d HGETs, want %d", n, got, want)
+	}
+}
+
+// hgets is the server's count of HGET calls so far (scripts' included).
+func hgets(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_hget:calls="); ok {
+			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
+}
