@@ -156,7 +156,7 @@ var coreSettings = []setting{
 	{name: "SECKILL_KEY_PREFIX", def: "seckill",
 		doc:   "prefix of every Redis key",
 		field: func(c *config) value { return text{&c.KeyPrefix, keyPrefix} }},
-	{name: "SECKILL_WORKER_BATCH", def: "200",
+	{name: "SECKILL_WORKER_BATCH", def: "500",
 		doc:   "stream entries per read and per transaction",
 		field: func(c *config) value { return integer{&c.Batch, 1, 2_000} }},
 	{name: "SECKILL_WORKER_BLOCK", def: "1s",
