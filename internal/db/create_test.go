@@ -120,3 +120,21 @@ func TestCreateMySQLDatabaseNeedsName(t *testing.T) {
 		t.Errorf("got %v, want a no-database error", err)
 	}
 }
+
+// TestMillis: a bound for a time column is UTC in whole milliseconds, and
+// a stored time of milliseconds is at or before it exactly when it is at
+// or before the time itself.
+func TestMillis(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 3, 15, 45, 0, 706_543_295, time.FixedZone("+8", 8*3600))
+	got := db.Millis(at)
+	if want := time.Date(2026, 12, 3, 7, 45, 0, 706_000_000, time.UTC); !got.Equal(want) || got.Location() != time.UTC {
+		t.Fatalf("Millis(%v) = %v, want %v", at, got, want)
+	}
+	// column <= bound (and so column > bound) answers the same.
+	for _, stored := range []time.Time{got, got.Add(time.Millisecond), got.Add(-time.Millisecond)} {
+		if !stored.After(at) != !stored.After(got) {
+			t.Errorf("stored %v <= %v is %v, <= %v is %v", stored, at, !stored.After(at), got, !stored.After(got))
+		}
+	}
+}

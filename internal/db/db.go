@@ -115,3 +115,17 @@ func interpolateSafe(dsn string) bool {
 	}
 	return true
 }
+
+// Millis is t as the schema keeps times (UTC, whole milliseconds:
+// DATETIME(3)), for a bound compared with a time column. MariaDB reads a
+// bound of microseconds, as the driver writes a time, as a value of
+// another type than the column's and walks every row the rest of the
+// condition leaves instead of the index's range: measured on a million
+// orders, 650-710 ms for the sweeper's overdue page and 110-190 ms for
+// the console's purchases per second, against 1-2 ms each with the bound
+// in milliseconds. For a column of milliseconds, column <= bound (and
+// column > bound) answers the same either way; column >= bound may take
+// in the rest of the bound's own millisecond.
+func Millis(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Millisecond)
+}

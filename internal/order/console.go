@@ -14,6 +14,7 @@ import (
 
 	"seckill/internal/apierr"
 	"seckill/internal/auth"
+	"seckill/internal/db"
 )
 
 // The shop's console: its staff find orders (by order id, voucher code or
@@ -152,9 +153,10 @@ func (s *Store) Figures(ctx context.Context, now time.Time, limit int) ([]Figure
 	if err != nil {
 		return nil, err
 	}
+	since := db.Millis(now.Add(-FiguresWindow)) // the index's range, not every order
 	var recent []struct{ VoucherID, N int64 }
 	if err := tx.Raw("SELECT voucher_id, COUNT(*) AS n FROM orders WHERE voucher_id IN ? AND accepted_at >= ? GROUP BY voucher_id",
-		ids, now.Add(-FiguresWindow).UTC()).Scan(&recent).Error; err != nil {
+		ids, since).Scan(&recent).Error; err != nil {
 		return nil, fmt.Errorf("count recent orders of %d vouchers: %w", len(ids), err)
 	}
 	out := make([]Figures, len(vs))

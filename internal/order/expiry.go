@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"seckill/internal/db"
 	"seckill/internal/mq"
 	"seckill/internal/voucher"
 )
@@ -311,7 +312,7 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 // period past their deadline.
 func (s *Sweeper) expireOverdue(ctx context.Context) error {
 	var overdue []int64
-	cutoff := s.life.now().UTC().Add(-s.cfg.Every)
+	cutoff := db.Millis(s.life.now().Add(-s.cfg.Every)) // the index's range, not every unpaid order
 	if err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE status = ? AND pay_deadline <= ? AND id > ? ORDER BY id LIMIT ?",
 		StatusAwaitingPayment, cutoff, s.overdue.after.Load(), s.cfg.Batch).Scan(&overdue).Error; err != nil {
 		return fmt.Errorf("find overdue orders: %w", err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"seckill/internal/db"
 )
 
 // Voucher is a coupon put on sale. Stock is what MySQL still has to sell;
@@ -106,7 +108,7 @@ func (s *Store) LiveFair(ctx context.Context, now time.Time) ([]Voucher, error) 
 }
 
 func (s *Store) live(ctx context.Context, now time.Time, and string) ([]Voucher, error) {
-	q := s.db.WithContext(ctx).Where("end_at > ?", now.UTC())
+	q := s.db.WithContext(ctx).Where("end_at > ?", db.Millis(now))
 	if and != "" {
 		q = q.Where(and)
 	}
