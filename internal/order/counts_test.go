@@ -144,10 +144,10 @@ func TestCountsKeptUnderStampede(t *testing.T) {
 	})
 }
 
-// TestRecountAll: counters a release without them left behind (orders
-// written, none counted) and counters edited by hand are set to what the
-// orders say; a voucher whose counters are right is not reported, and a
-// second recount finds nothing.
+// TestRecountAll: counters missing for orders (as after orders written by
+// hand) and counters edited by hand are set to what the orders say; a
+// voucher whose counters are right is not reported, and a second recount
+// finds nothing.
 func TestRecountAll(t *testing.T) {
 	t.Parallel()
 	eachLifeDB(t, 1990, 10, func(t *testing.T, e lifeEnv) {
@@ -161,8 +161,8 @@ func TestRecountAll(t *testing.T) {
 		if _, _, err := e.life.Do(ctx, Cancel, e.buy(t).order); err != nil {
 			t.Fatal(err)
 		}
-		// What a release without counters leaves: orders it wrote, none
-		// counted; and a hand edit to a slot.
+		// Orders no counter holds (their rows deleted), and a hand edit
+		// to a slot.
 		if err := e.db.Exec("DELETE FROM order_counts WHERE voucher_id = ? AND status = ?", e.v.ID, StatusAwaitingPayment).Error; err != nil {
 			t.Fatal(err)
 		}

@@ -60,8 +60,7 @@ func TestCheckLifecycle(t *testing.T) {
 	} {
 		exec(t, g, "INSERT INTO orders ("+cols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", o...)
 	}
-	// Orders written by hand are counted by a recount, as after a
-	// release that kept no counters.
+	// Orders written by hand are counted by a recount.
 	recounted, err := lifecycle.RecountAll(ctx, g)
 	if err != nil {
 		t.Fatal(err)
