@@ -6,10 +6,10 @@
 -- Two ways to delete, both only of acknowledged entries:
 -- * XTRIM MINID floor removes every entry below the floor: whole stream
 --   nodes at once and one walk of the node the floor falls in. The floor
---   is, over every group of the stream, the oldest entry still pending
---   (delivered, not acknowledged) or, in a group with nothing pending, the
---   entry after the last one it was delivered: below it every entry was
---   delivered to every group and acknowledged. Undelivered entries lie
+--   is, over every group of the stream, the earlier of its oldest entry
+--   still pending (delivered, not acknowledged) and the entry after the
+--   last one it was delivered: below it every entry was delivered to
+--   every group and acknowledged. Undelivered entries lie
 --   above a group's last delivered one, so they are never below the floor.
 -- * XDEL for the ids given that are at or above the floor (acknowledged
 --   here while an older entry is still pending). XDEL looks each id up on
@@ -90,15 +90,18 @@ local function floor()
     if not name or type(pending) ~= 'number' or type(last) ~= 'string' or not parse(last) then
       return nil
     end
-    local bound
+    -- The entry after the last delivered one, or the oldest pending one
+    -- when that is earlier (always, unless the group was set back: then
+    -- the entries it will read again lie below its pending ones).
+    local bound = after(last)
     if pending > 0 then
       local first = redis.pcall('XPENDING', KEYS[1], name, '-', '+', 1)
       if type(first) ~= 'table' or first.err or #first == 0 or type(first[1]) ~= 'table' or type(first[1][1]) ~= 'string' or not parse(first[1][1]) then
         return nil
       end
-      bound = first[1][1]
-    else
-      bound = after(last)
+      if before(first[1][1], bound) then
+        bound = first[1][1]
+      end
     end
     if not low or before(bound, low) then
       low = bound

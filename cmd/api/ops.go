@@ -106,13 +106,14 @@ func recountCommand(ctx context.Context, e *cmdEnv) error {
 	}
 	defer closeDB()
 	fixed, err := order.RecountAll(ctx, g)
-	if err != nil {
-		return err
-	}
 	if fixed == nil {
 		fixed = []order.Recount{}
 	}
-	return printJSON(e.stdout, map[string]any{"recounted": len(fixed), "vouchers": fixed})
+	// The vouchers fixed before an error are fixed: they are printed too.
+	if perr := printJSON(e.stdout, map[string]any{"recounted": len(fixed), "vouchers": fixed}); err == nil {
+		err = perr
+	}
+	return err
 }
 
 // printJSON writes v to w, indented: an operator command's result.

@@ -148,3 +148,27 @@ func TestAckWithoutStream(t *testing.T) {
 		t.Fatalf("ack on a missing stream: %d, %v; want 0, nil", n, err)
 	}
 }
+
+// TestAckKeepsWhatASetBackGroupReadsAgain: a group set back before its
+// pending entries (XGROUP SETID) will read the entries below them again:
+// an acknowledgement trims none of them, though they were acknowledged
+// once.
+func TestAckKeepsWhatASetBackGroupReadsAgain(t *testing.T) {
+	t.Parallel()
+	rdb, stream, ids := ackFixture(t, 5)
+	ctx := context.Background()
+	if err := rdb.XGroupDestroy(ctx, stream, "other").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, rdb, stream, "g", 5)
+	if err := rdb.XAck(ctx, stream, "g", ids[:3]...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XGroupSetID(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ack(t, rdb, stream, "g", ids[3])
+	if got, want := left(t, rdb, stream), []string{ids[0], ids[1], ids[2], ids[4]}; !slices.Equal(got, want) {
+		t.Fatalf("left %v, want %v: the entries the group reads again, and the one pending", got, want)
+	}
+}

@@ -68,8 +68,10 @@ func BenchmarkWriterBatch(b *testing.B) {
 // BenchmarkPayAtOnce pays written orders of one voucher from 64 callers at
 // once on MariaDB, each its own order: what a sale's buyers do when the
 // pay window opens. Every payment adds to the voucher's order counters;
-// pays/s is the figure to compare (with countSlots set to 1, every payment
-// queues on the voucher's one counter row of each state).
+// pays/s is the figure to compare (with slotOf returning one slot for
+// every order, every payment queues on the voucher's one counter row of
+// each state; with the counters' save left out of DoTx, payments without
+// counters).
 func BenchmarkPayAtOnce(b *testing.B) {
 	g, err := db.OpenMySQL(testenv.MySQLDSN(b), 64)
 	if err != nil {

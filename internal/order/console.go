@@ -65,8 +65,14 @@ func (s *Store) Search(ctx context.Context, voucherID int64, q string, limit int
 		}
 		tx = tx.Where("o.id IN ?", ids)
 	}
+	// Newest first: of one voucher by acceptance, which walks the index
+	// on (voucher_id, accepted_at) backwards from its end; of all, by id.
+	order := "o.id DESC"
+	if voucherID != 0 {
+		order = "o.accepted_at DESC, o.id DESC"
+	}
 	var out []Found
-	if err := tx.Order("o.id DESC").Limit(limit).Find(&out).Error; err != nil {
+	if err := tx.Order(order).Limit(limit).Find(&out).Error; err != nil {
 		return nil, fmt.Errorf("search orders: %w", err)
 	}
 	return out, nil

@@ -3,12 +3,15 @@ package order
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
 	"gorm.io/gorm"
+
+	dbpkg "seckill/internal/db"
 )
 
 // Order counters (table order_counts): every transaction that writes an
@@ -18,8 +21,9 @@ import (
 // voucher, instead of counting the orders, which grow with the sale.
 //
 // A count is spread over countSlots rows (slot): the writer adds in
-// writerSlot, which it alone writes and takes only after the voucher's
-// stock row, so its batches queue on nothing new; a lifecycle move adds in
+// writerSlot, which no lifecycle move writes (a recount does), and takes
+// it only after the voucher's stock row, so its batches queue on nothing
+// new; a lifecycle move adds in
 // a slot of its order's id, so that buyers paying at once do not queue on
 // one row. A count is the sum of its slots; one slot alone may be
 // negative. Every transaction takes its counter rows last, after the
@@ -149,10 +153,18 @@ func countOrders(tx *gorm.DB, voucherID int64, lock bool) (counts, error) {
 		CancelReason string
 		N, Amount    int64
 	}
-	q := "SELECT status, COALESCE(cancel_reason, '') AS cancel_reason, COUNT(*) AS n, COALESCE(SUM(amount), 0) AS amount FROM orders WHERE voucher_id = ? GROUP BY status, COALESCE(cancel_reason, '')"
+	from := "orders"
+	if tx.Dialector.Name() == "mysql" {
+		// The voucher's range of the index, never a scan of the table
+		// (which would lock every voucher's orders).
+		from = "orders FORCE INDEX (idx_orders_voucher_accepted)"
+	}
+	q := "SELECT status, COALESCE(cancel_reason, '') AS cancel_reason, COUNT(*) AS n, COALESCE(SUM(amount), 0) AS amount FROM " + from +
+		" WHERE voucher_id = ? GROUP BY status, COALESCE(cancel_reason, '')"
 	if lock && tx.Dialector.Name() == "mysql" {
 		// Every order of the voucher, and the gaps between them, held
-		// shared: its moves and new orders wait until the recount commits.
+		// shared (in a transaction of REPEATABLE READ: recount): its moves
+		// and new orders wait until the recount commits.
 		q += " LOCK IN SHARE MODE"
 	}
 	if err := tx.Raw(q, voucherID).Scan(&rows).Error; err != nil {
@@ -174,14 +186,16 @@ type Recount struct {
 }
 
 // RecountAll counts every voucher's orders again and sets its counters to
-// what it found: after orders were edited by hand, or the counters were.
-// (The migration that brought the counters counted the orders then; no
-// older release writes orders after it, since "api migrate" and the
-// service refuse to migrate while an older instance is listed as running.)
-// It returns the vouchers whose counters were wrong. Each
-// voucher is recounted in a transaction of its own that holds its orders
-// shared meanwhile (its new orders and moves wait a moment, nothing is
-// refused).
+// what it found: after orders were edited by hand, or the counters were,
+// and as the last step of an upgrade across the release that brought them
+// (an instance of an older release stalled past its listing could write
+// after the migration counted the orders). It returns the vouchers whose
+// counters were wrong, those fixed before an error too. Each voucher is
+// recounted in a transaction of its own, of REPEATABLE READ whatever the
+// server's default, that holds the voucher's orders and the gaps between
+// them shared meanwhile: its new orders and moves wait until it commits,
+// for as long as reading the voucher's orders takes; nothing is refused.
+// A deadlock with them is tried again.
 func RecountAll(ctx context.Context, db *gorm.DB) ([]Recount, error) {
 	var ids []int64
 	if err := db.WithContext(ctx).Raw("SELECT id FROM vouchers ORDER BY id").Scan(&ids).Error; err != nil {
@@ -189,7 +203,7 @@ func RecountAll(ctx context.Context, db *gorm.DB) ([]Recount, error) {
 	}
 	var out []Recount
 	for _, id := range ids {
-		r, err := recount(ctx, db, id)
+		r, err := recountRetried(ctx, db, id)
 		if err != nil {
 			return out, err
 		}
@@ -200,9 +214,25 @@ func RecountAll(ctx context.Context, db *gorm.DB) ([]Recount, error) {
 	return out, nil
 }
 
+// recountRetried is recount, tried again after a deadlock or a lock wait
+// timeout (a writer's batch or a move meeting the voucher's orders).
+func recountRetried(ctx context.Context, db *gorm.DB, voucherID int64) (r *Recount, err error) {
+	for try := 1; try <= 5; try++ {
+		r, err = recount(ctx, db, voucherID)
+		if err == nil || !dbpkg.IsRetryable(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	return r, err
+}
+
 // recount recounts one voucher; nil when its counters were right.
 func recount(ctx context.Context, db *gorm.DB, voucherID int64) (*Recount, error) {
 	var r *Recount
+	var opts *sql.TxOptions
+	if db.Dialector.Name() == "mysql" {
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
+	}
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		r = nil
 		actual, err := countOrders(tx, voucherID, true)
@@ -221,7 +251,7 @@ func recount(ctx context.Context, db *gorm.DB, voucherID int64) (*Recount, error
 			return fmt.Errorf("clear counters of voucher %d: %w", voucherID, err)
 		}
 		return actual.save(tx, writerSlot)
-	})
+	}, opts)
 	return r, err
 }
 

@@ -7,7 +7,7 @@
 -- or cancellation in another), so that payments at once do not queue on one
 -- row; the count is the sum of its slots, and one slot alone may be
 -- negative. cancel_reason is '' where the order's is NULL.
-CREATE TABLE order_counts (
+CREATE TABLE IF NOT EXISTS order_counts (
   voucher_id    BIGINT      NOT NULL,
   status        VARCHAR(32) NOT NULL,
   cancel_reason VARCHAR(32) NOT NULL DEFAULT '',
@@ -18,7 +18,9 @@ CREATE TABLE order_counts (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
 -- The orders written so far, counted once (it reads the whole table: run
--- the upgrade between sales).
+-- the upgrade between sales). The table and the count may be run again
+-- after a failure part way (a migration is not atomic on MySQL).
+DELETE FROM order_counts;
 INSERT INTO order_counts (voucher_id, status, cancel_reason, slot, n, amount)
   SELECT voucher_id, status, COALESCE(cancel_reason, ''), 0, COUNT(*), COALESCE(SUM(amount), 0)
   FROM orders GROUP BY voucher_id, status, COALESCE(cancel_reason, '');

@@ -1,5 +1,5 @@
 -- The same as sql/mysql/0010_order_counts.sql, in SQLite's dialect.
-CREATE TABLE order_counts (
+CREATE TABLE IF NOT EXISTS order_counts (
   voucher_id    INTEGER NOT NULL,
   status        TEXT    NOT NULL,
   cancel_reason TEXT    NOT NULL DEFAULT '',
@@ -8,6 +8,7 @@ CREATE TABLE order_counts (
   amount        INTEGER NOT NULL,
   PRIMARY KEY (voucher_id, status, cancel_reason, slot)
 );
+DELETE FROM order_counts;
 INSERT INTO order_counts (voucher_id, status, cancel_reason, slot, n, amount)
   SELECT voucher_id, status, COALESCE(cancel_reason, ''), 0, COUNT(*), COALESCE(SUM(amount), 0)
   FROM orders GROUP BY voucher_id, status, COALESCE(cancel_reason, '');
