@@ -19,10 +19,12 @@ import (
 // 240 written orders: 180 callers each pay, cancel or expire one of them,
 // three expire 20 each in a batch as the sweeper does, and six write 10
 // new orders each through the writer (one batch the careful way, one order
-// at a time: it holds a second purchase of a buyer). The order counters then say what counting the orders says, state
-// by state with the amounts; so do the sweeper's state counts and the
-// console's figures read from them; and each counter moved by exactly the
-// moves the callers won.
+// at a time: it holds a second purchase of a buyer), while recounts run
+// one after another: the first fixes a hand edit of the counters, the
+// others find nothing. The order counters then say
+// what counting the orders says, state by state with the amounts; so do
+// the sweeper's state counts and the console's figures read from them;
+// and each counter moved by exactly the moves the callers won.
 func TestCountsKeptUnderStampede(t *testing.T) {
 	t.Parallel()
 	const written, fresh, price = 240, 60, 1990
@@ -95,8 +97,38 @@ func TestCountsKeptUnderStampede(t *testing.T) {
 				}
 			})
 		}
+		// A hand edit the first recount fixes while the callers run; the
+		// recounts after it, one after another all along, find nothing.
+		if err := e.db.Exec("UPDATE order_counts SET n = n + 7 WHERE voucher_id = ? AND status = ?", e.v.ID, StatusAwaitingPayment).Error; err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		recounts, fixes := 0, 0
+		recounted := make(chan struct{})
+		go func() {
+			defer close(recounted)
+			<-start
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				fixed, err := RecountAll(ctx, e.db)
+				if err != nil {
+					t.Errorf("a recount during the stampede: %v", err)
+					return
+				}
+				recounts, fixes = recounts+1, fixes+len(fixed)
+			}
+		}()
 		close(start)
 		wg.Wait()
+		close(stop)
+		<-recounted
+		if recounts < 2 || fixes != 1 {
+			t.Errorf("%d recounts fixed %d vouchers during the stampede; want at least 2 recounts, the first fixing the hand edit, none after", recounts, fixes)
+		}
 
 		const each = written / 4
 		for a, want := range map[Action]int64{Pay: each, Cancel: each, Expire: each} {
