@@ -91,12 +91,12 @@ func (w *Writer) recordEach(tx *gorm.DB, items []*item) error {
 // error, when a guard tripped and the batch must go the careful way (then
 // written is unchanged).
 func (w *Writer) insertAll(tx *gorm.DB, items []*item, written counts) (bool, error) {
-	counts := map[int64]int{}
+	perVoucher := map[int64]int{}
 	for _, it := range items {
-		counts[it.ord.VoucherID]++
+		perVoucher[it.ord.VoucherID]++
 	}
-	vids := make([]int64, 0, len(counts))
-	for id := range counts {
+	vids := make([]int64, 0, len(perVoucher))
+	for id := range perVoucher {
 		vids = append(vids, id)
 	}
 	slices.Sort(vids)
@@ -106,7 +106,7 @@ func (w *Writer) insertAll(tx *gorm.DB, items []*item, written counts) (bool, er
 		return false, err
 	}
 	for _, id := range vids {
-		n := counts[id]
+		n := perVoucher[id]
 		res := tx.Exec("UPDATE vouchers SET stock = stock - ?, updated_at = ? WHERE id = ? AND stock >= ?", n, now, id, n)
 		if res.Error != nil {
 			return false, fmt.Errorf("take stock of voucher %d: %w", id, res.Error)
