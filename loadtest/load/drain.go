@@ -3,10 +3,12 @@ package load
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
@@ -58,7 +60,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (DrainResult, error) {
 		return DrainResult{}, err
 	}
 	defer rdb.Close()
-	w := drainWatch{cfg: cfg, g: g, rdb: rdb, stream: keys.Stream(keys.Shard(cfg.VoucherID))}
+	w := &drainWatch{cfg: cfg, g: g, rdb: rdb, stream: keys.Stream(keys.Shard(cfg.VoucherID))}
 	return w.run(ctx)
 }
 
@@ -69,12 +71,15 @@ type drainWatch struct {
 	g      *gorm.DB
 	rdb    redis.UniversalClient
 	stream string
+	// noCounters: the schema has no order counters (older than
+	// migration 10); orders are counted one by one.
+	noCounters bool
 }
 
 // run polls every 20ms until the drain is done, logging the count every
 // second; it fails when the timeout passes first or the voucher had its
 // orders before the watch began.
-func (w drainWatch) run(ctx context.Context) (DrainResult, error) {
+func (w *drainWatch) run(ctx context.Context) (DrainResult, error) {
 	cfg := w.cfg
 	watch := time.Now()
 	deadline := watch.Add(cfg.Timeout)
@@ -127,16 +132,28 @@ func (w drainWatch) run(ctx context.Context) (DrainResult, error) {
 	}
 }
 
-// orders counts the voucher's orders in MySQL.
-func (w drainWatch) orders(ctx context.Context) (int, error) {
+// orders counts the voucher's orders in MySQL: the sum of its order
+// counters, which the writer keeps in the transaction that writes the
+// orders, so one look reads a few rows however many orders there are. A
+// COUNT(*) over the voucher's index range instead walks every order at
+// every look: 35 index reads per order written over a drain, charged to
+// MariaDB's figure. A schema older than the counters is counted that way.
+func (w *drainWatch) orders(ctx context.Context) (int, error) {
 	var n int64
+	if !w.noCounters {
+		err := w.g.WithContext(ctx).Raw("SELECT COALESCE(SUM(n), 0) FROM order_counts WHERE voucher_id = ?", w.cfg.VoucherID).Scan(&n).Error
+		if !noSuchTable(err) {
+			return int(n), err
+		}
+		w.noCounters = true
+	}
 	err := w.g.WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ?", w.cfg.VoucherID).Scan(&n).Error
 	return int(n), err
 }
 
 // done reports whether the drain is over: n orders are all that were
 // expected, and the group holds nothing pending (no group: nothing).
-func (w drainWatch) done(ctx context.Context, n int) (bool, error) {
+func (w *drainWatch) done(ctx context.Context, n int) (bool, error) {
 	if n < w.cfg.Expect {
 		return false, nil
 	}
@@ -148,4 +165,10 @@ func (w drainWatch) done(ctx context.Context, n int) (bool, error) {
 		return false, err
 	}
 	return p.Count == 0, nil
+}
+
+// noSuchTable reports MySQL's error for a table that does not exist.
+func noSuchTable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1146
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"seckill/internal/db"
 	"seckill/internal/testenv"
 	"seckill/internal/voucher"
@@ -29,7 +31,9 @@ func (w signalWriter) Write(p []byte) (int, error) {
 
 // TestDrainTimesOrdersWritten: the clock runs from the first order written
 // after the watch began; with no consumer group on the stream nothing is
-// pending. A voucher that had its orders before the watch is an error.
+// pending. A voucher that had its orders before the watch is an error. The
+// watch counts the orders by their counters, and a schema without counters
+// order by order.
 func TestDrainTimesOrdersWritten(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -46,10 +50,18 @@ func TestDrainTimesOrdersWritten(t *testing.T) {
 	if err := voucher.NewStore(g).Create(ctx, &v); err != nil {
 		t.Fatal(err)
 	}
+	counted := true
 	insert := func(id, user int64) {
 		t.Helper()
 		now := time.Now()
-		if err := g.Exec("INSERT INTO orders (id, user_id, voucher_id, accepted_at, created_at) VALUES (?, ?, ?, ?, ?)", id, user, v.ID, now, now).Error; err != nil {
+		err := g.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec("INSERT INTO orders (id, user_id, voucher_id, accepted_at, created_at) VALUES (?, ?, ?, ?, ?)", id, user, v.ID, now, now).Error; err != nil || !counted {
+				return err
+			}
+			return tx.Exec(`INSERT INTO order_counts (voucher_id, status, cancel_reason, slot, n, amount) VALUES (?, 'paid', '', 0, 1, 0)
+				ON DUPLICATE KEY UPDATE n = n + 1`, v.ID).Error
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -57,28 +69,50 @@ func TestDrainTimesOrdersWritten(t *testing.T) {
 		VoucherID: v.ID, Expect: 2, RedisURL: testenv.RedisURL(t), MySQLDSN: dsn,
 		KeyPrefix: testenv.Prefix(t), Shards: 1, Timeout: time.Minute,
 	}
-
-	started := make(chan struct{})
-	cfg.Log = signalWriter{started}
-	type result struct {
-		res DrainResult
-		err error
+	drain := func(ids ...int64) DrainResult {
+		t.Helper()
+		started := make(chan struct{})
+		cfg.Log = signalWriter{started}
+		type result struct {
+			res DrainResult
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			res, err := Drain(ctx, cfg)
+			done <- result{res, err}
+		}()
+		var r result
+		select {
+		case <-started:
+			for _, id := range ids {
+				insert(id, id)
+			}
+			r = <-done
+		case r = <-done:
+		}
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.res
 	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := Drain(ctx, cfg)
-		done <- result{res, err}
-	}()
-	<-started
-	insert(901, 1)
-	insert(902, 2)
-	r := <-done
-	if r.err != nil || r.res.Orders != 2 || r.res.Seconds < 0 || r.res.WaitSeconds < 0 {
-		t.Fatalf("drain %+v, %v; want 2 orders", r.res, r.err)
+
+	if r := drain(901, 902); r.Orders != 2 || r.Seconds < 0 || r.WaitSeconds < 0 {
+		t.Fatalf("drain %+v; want 2 orders", r)
 	}
 
 	cfg.Log = io.Discard
 	if _, err := Drain(ctx, cfg); err == nil || !strings.Contains(err.Error(), "already had 2 orders") {
 		t.Fatalf("drain of a voucher drained before the watch: %v", err)
+	}
+
+	// A schema older than the counters: the orders alone are counted.
+	if err := g.Exec("DROP TABLE order_counts").Error; err != nil {
+		t.Fatal(err)
+	}
+	counted = false
+	cfg.Expect = 5
+	if r := drain(903, 904, 905); r.Orders != 3 {
+		t.Fatalf("drain without counters %+v; want 3 orders", r)
 	}
 }
