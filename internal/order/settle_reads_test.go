@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,7 +19,8 @@ import (
 // reads each buyer (50 HGETs) and the stock once, on a Redis of the test's
 // own (its command counts are the test's alone). The answers are those of
 // a check per order: settled, and nothing for a voucher whose stock is
-// not an integer.
+// not an integer. The settled orders leave the pending index in one HDEL
+// for the call; the others stay in it.
 func TestSettleReadsStockOncePerVoucher(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.StartRedis(t, testenv.RedisOptions{}).Client(t)
@@ -45,10 +47,13 @@ func TestSettleReadsStockOncePerVoucher(t *testing.T) {
 		if err := rdb.HSet(ctx, k.BuyersAt(0, v), strconv.FormatInt(user, 10), order).Err(); err != nil {
 			t.Fatal(err)
 		}
+		if err := rdb.HSet(ctx, k.Pending(0), strconv.FormatInt(order, 10), strconv.FormatInt(user, 10)+":"+strconv.FormatInt(v, 10)).Err(); err != nil {
+			t.Fatal(err)
+		}
 		keys = append(keys, k.StateAt(0, v), k.BuyersAt(0, v))
 		args = append(args, user, order, v)
 	}
-	before := hgets(t, rdb)
+	before, hdelsBefore := calls(t, rdb, "hget"), calls(t, rdb, "hdel")
 	res, err := lua.Settle().Run(ctx, rdb, keys, args...).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
@@ -66,20 +71,31 @@ func TestSettleReadsStockOncePerVoucher(t *testing.T) {
 		}
 	}
 	// n+2 buyers, and each voucher's stock once.
-	if got, want := hgets(t, rdb)-before, int64(n+2+2); got != want {
+	if got, want := calls(t, rdb, "hget")-before, int64(n+2+2); got != want {
 		t.Fatalf("settling %d orders of one voucher took %d HGETs, want %d", n, got, want)
+	}
+	if got := calls(t, rdb, "hdel") - hdelsBefore; got != 1 {
+		t.Fatalf("settling %d orders took %d HDELs, want 1", n, got)
+	}
+	left, err := rdb.HKeys(ctx, k.Pending(0)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{strconv.Itoa(5000 + n), strconv.Itoa(5000 + n + 1)}; !slices.Equal(slices.Sorted(slices.Values(left)), want) {
+		t.Fatalf("pending index after settling: %v, want %v (the unreadable voucher's orders)", left, want)
 	}
 }
 
-// hgets is the server's count of HGET calls so far (scripts' included).
-func hgets(t *testing.T, rdb *redis.Client) int64 {
+// calls is the server's count of calls of a command so far (scripts'
+// included).
+func calls(t *testing.T, rdb *redis.Client, command string) int64 {
 	t.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_hget:calls="); ok {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls="); ok {
 			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -88,4 +104,42 @@ func hgets(t *testing.T, rdb *redis.Client) int64 {
 		}
 	}
 	return 0
+}
+
+// TestSettleSeesItsOwnDrops: an order settle drops from the pending index
+// reads as gone to the later orders of the same call, though the index is
+// written once at the end: a buyer entry naming an order settled earlier
+// in the call is not taken over (answer 0, the entry kept), as with the
+// order dropped at once.
+func TestSettleSeesItsOwnDrops(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.StartRedis(t, testenv.RedisOptions{}).Client(t)
+	ctx := context.Background()
+	k := voucher.NewKeys("settle-drops", 1)
+	const v, user, first, second = int64(1), int64(7), int64(501), int64(502)
+	for _, o := range []int64{first, second} {
+		if err := rdb.HSet(ctx, k.Pending(0), strconv.FormatInt(o, 10), "7:1").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.HSet(ctx, k.BuyersAt(0, v), "7", first).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, k.StateAt(0, v), "stock", 5).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, k.Ready(0), "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{k.Ready(0), k.Pending(0), k.StateAt(0, v), k.BuyersAt(0, v), k.StateAt(0, v), k.BuyersAt(0, v)}
+	res, err := lua.Settle().Run(ctx, rdb, keys, user, first, v, user, second, v).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{1, int64(settledNothing), int64(settledNothing)}; !slices.Equal(res, want) {
+		t.Fatalf("answers %v, want %v", res, want)
+	}
+	if held, err := rdb.HGet(ctx, k.BuyersAt(0, v), "7").Int64(); err != nil || held != first {
+		t.Fatalf("buyer entry %d, %v; want %d", held, err, first)
+	}
 }
