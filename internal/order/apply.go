@@ -279,6 +279,10 @@ func (w *Writer) insertedOrLettered(tx *gorm.DB, it *item, sp string) (bool, err
 	return false, nil
 }
 
+// orderOfIDQuery reads who owns an order id, and whether the order ended,
+// through the primary key.
+const orderOfIDQuery = "SELECT id, user_id, voucher_id, live IS NULL AS ended FROM orders WHERE id = ?"
+
 // duplicateOrder decides an item whose insert met a duplicate key: its
 // order written by a concurrent batch (done, counted there), another
 // buyer's order on the id (a collision), or the buyer's other order of
@@ -288,7 +292,7 @@ func (w *Writer) duplicateOrder(tx *gorm.DB, it *item) error {
 		ID, UserID, VoucherID int64
 		Ended                 bool
 	}
-	if err := tx.Raw(w.locking("SELECT id, user_id, voucher_id, live IS NULL AS ended FROM orders WHERE id = ?"), it.ord.OrderID).Scan(&rows).Error; err != nil {
+	if err := tx.Raw(w.locking(orderOfIDQuery), it.ord.OrderID).Scan(&rows).Error; err != nil {
 		return fmt.Errorf("find order %d: %w", it.ord.OrderID, err)
 	}
 	f := found{holds: holdsBuyersOrder}

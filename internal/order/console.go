@@ -78,6 +78,10 @@ func (s *Store) Search(ctx context.Context, voucherID int64, q string, limit int
 	return out, nil
 }
 
+// orderOfCodeQuery finds the order holding a voucher code, on the unique
+// key on code.
+const orderOfCodeQuery = "SELECT id FROM orders WHERE code = ?"
+
 // matching returns the ids of the orders q can name: the order of that
 // id, the order of that code, the newest limit orders of the buyers of
 // the numbers that phone can be.
@@ -92,7 +96,7 @@ func (s *Store) matching(ctx context.Context, q string, limit int) ([]int64, err
 		return nil
 	}
 	if code, ok := NormalizeCode(q); ok {
-		if err := look("SELECT id FROM orders WHERE code = ?", code); err != nil {
+		if err := look(orderOfCodeQuery, code); err != nil {
 			return nil, err
 		}
 	}
@@ -137,6 +141,11 @@ type Figures struct {
 // FiguresWindow is how far back purchases per second look.
 const FiguresWindow = 10 * time.Second
 
+// recentPurchasesQuery counts the orders of vouchers accepted since a
+// time, each voucher's from the end of its range of the index on
+// (voucher_id, accepted_at), read from the index alone.
+const recentPurchasesQuery = "SELECT voucher_id, COUNT(*) AS n FROM orders WHERE voucher_id IN ? AND accepted_at >= ? GROUP BY voucher_id"
+
 // Figures returns every voucher's figures, newest voucher first, at most
 // limit, counted at now.
 func (s *Store) Figures(ctx context.Context, now time.Time, limit int) ([]Figures, error) {
@@ -161,8 +170,7 @@ func (s *Store) Figures(ctx context.Context, now time.Time, limit int) ([]Figure
 	}
 	since := db.Millis(now.Add(-FiguresWindow)) // the index's range, not every order
 	var recent []struct{ VoucherID, N int64 }
-	if err := tx.Raw("SELECT voucher_id, COUNT(*) AS n FROM orders WHERE voucher_id IN ? AND accepted_at >= ? GROUP BY voucher_id",
-		ids, since).Scan(&recent).Error; err != nil {
+	if err := tx.Raw(recentPurchasesQuery, ids, since).Scan(&recent).Error; err != nil {
 		return nil, fmt.Errorf("count recent orders of %d vouchers: %w", len(ids), err)
 	}
 	out := make([]Figures, len(vs))

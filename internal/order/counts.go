@@ -127,13 +127,7 @@ func readCounts(ctx context.Context, db *gorm.DB, ids []int64) (counts, error) {
 		CancelReason string
 		N, Amount    int64
 	}
-	q := db.WithContext(ctx).Table("order_counts").
-		Select("voucher_id, status, cancel_reason, SUM(n) AS n, SUM(amount) AS amount").
-		Group("voucher_id, status, cancel_reason")
-	if len(ids) > 0 {
-		q = q.Where("voucher_id IN ?", ids)
-	}
-	if err := q.Scan(&rows).Error; err != nil {
+	if err := countsOf(db.WithContext(ctx), ids).Scan(&rows).Error; err != nil {
 		return nil, fmt.Errorf("read order counts: %w", err)
 	}
 	out := make(counts, len(rows))
@@ -143,6 +137,19 @@ func readCounts(ctx context.Context, db *gorm.DB, ids []int64) (counts, error) {
 		}
 	}
 	return out, nil
+}
+
+// countsOf selects the counts of the vouchers of ids (every voucher's
+// when ids is empty), slots summed: each voucher's range of the primary
+// key.
+func countsOf(tx *gorm.DB, ids []int64) *gorm.DB {
+	q := tx.Table("order_counts").
+		Select("voucher_id, status, cancel_reason, SUM(n) AS n, SUM(amount) AS amount").
+		Group("voucher_id, status, cancel_reason")
+	if len(ids) > 0 {
+		q = q.Where("voucher_id IN ?", ids)
+	}
+	return q
 }
 
 // countOrders counts a voucher's orders themselves, the way the counters

@@ -94,6 +94,10 @@ func (w *Writer) insertDeadLetter(tx *gorm.DB, it *item, d *DeadLetter) (bool, e
 	return false, w.recordedByMessage(tx, it)
 }
 
+// letterOfOrderQuery reads the dead letter held under an order id, on the
+// unique key on order_id.
+const letterOfOrderQuery = "SELECT order_id AS id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed, stream, message_id FROM dead_letters WHERE order_id = ?"
+
 // underOrderID handles a letter whose insert met a row under its order
 // id, and reports whether it wrote d and whether it is done (not done: d
 // is to be kept by its message). Another buyer's row leaves d to be kept
@@ -110,7 +114,7 @@ func (w *Writer) underOrderID(tx *gorm.DB, it *item, d *DeadLetter) (wrote, done
 		Replayed              bool
 		Stream, MessageID     string
 	}
-	if err := tx.Raw(w.locking("SELECT order_id AS id, user_id, voucher_id, reason, replayed_at IS NOT NULL AS replayed, stream, message_id FROM dead_letters WHERE order_id = ?"),
+	if err := tx.Raw(w.locking(letterOfOrderQuery),
 		*d.OrderID).Scan(&held).Error; err != nil {
 		return false, true, fmt.Errorf("find dead letter of order %d: %w", *d.OrderID, err)
 	}

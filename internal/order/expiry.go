@@ -308,12 +308,17 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	return errors.Join(s.expireOverdue(ctx), s.giveBackPage(ctx), s.count(ctx))
 }
 
+// overdueQuery pages the orders in a state with a deadline at or before a
+// cutoff, by id after a cursor: the range of the index on (status,
+// pay_deadline).
+const overdueQuery = "SELECT id FROM orders WHERE status = ? AND pay_deadline <= ? AND id > ? ORDER BY id LIMIT ?"
+
 // expireOverdue expires the next page of orders unpaid longer than a
 // period past their deadline.
 func (s *Sweeper) expireOverdue(ctx context.Context) error {
 	var overdue []int64
 	cutoff := db.Millis(s.life.now().Add(-s.cfg.Every)) // the index's range, not every unpaid order
-	if err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE status = ? AND pay_deadline <= ? AND id > ? ORDER BY id LIMIT ?",
+	if err := s.db.WithContext(ctx).Raw(overdueQuery,
 		StatusAwaitingPayment, cutoff, s.overdue.after.Load(), s.cfg.Batch).Scan(&overdue).Error; err != nil {
 		return fmt.Errorf("find overdue orders: %w", err)
 	}
@@ -331,7 +336,7 @@ func (s *Sweeper) expireOverdue(ctx context.Context) error {
 // unit goes back to its buyer's home bucket, so a bucketed voucher's
 // orders are sorted by that bucket's shard, not by the voucher's.
 func (s *Sweeper) giveBackPage(ctx context.Context) error {
-	q := s.db.WithContext(ctx).Where("live IS NULL AND unit_back_at IS NULL AND id > ?", s.notBack.after.Load())
+	q := unitsNotBack(s.db.WithContext(ctx), s.notBack.after.Load(), s.cfg.Batch)
 	ready, ok := s.readyShards(ctx)
 	if !ok {
 		return nil
@@ -341,7 +346,7 @@ func (s *Sweeper) giveBackPage(ctx context.Context) error {
 		q = q.Where("("+cond+" OR voucher_id IN (SELECT id FROM vouchers WHERE buckets > 1))", args...)
 	}
 	var page []Order
-	if err := q.Order("id").Limit(s.cfg.Batch).Find(&page).Error; err != nil {
+	if err := q.Find(&page).Error; err != nil {
 		return fmt.Errorf("find units not back: %w", err)
 	}
 	orders := make([]*Order, 0, len(page))
@@ -357,6 +362,13 @@ func (s *Sweeper) giveBackPage(ctx context.Context) error {
 		}
 	}
 	return s.life.giveBackAll(ctx, orders)
+}
+
+// unitsNotBack selects a page of the ended orders whose unit Redis has
+// not taken back, by id after a cursor: the range of the index on (live,
+// unit_back_at) where both are NULL, which holds them in id order.
+func unitsNotBack(tx *gorm.DB, after int64, limit int) *gorm.DB {
+	return tx.Where("live IS NULL AND unit_back_at IS NULL AND id > ?", after).Order("id").Limit(limit)
 }
 
 // readyShards lists the shards ready now to take units back: nil when

@@ -144,6 +144,10 @@ func holdingOf(it *item, order *orderOwner, letter *letterRow) found {
 	return found{}
 }
 
+// letterOfMessageQuery reads the dead letter of a stream message, on the
+// unique key on (stream, message_id).
+const letterOfMessageQuery = "SELECT reason, replayed_at IS NOT NULL AS replayed, user_id, voucher_id FROM dead_letters WHERE stream = ? AND message_id = ?"
+
 // byMessage looks for the dead letter of this very stream message (kept
 // by its message: another buyer holds the order id) and reports what it
 // holds: a live letter (given back again, a no-op) or a replayed one (the
@@ -154,7 +158,7 @@ func (w *Writer) byMessage(tx *gorm.DB, it *item) (found, bool, error) {
 		Replayed          bool
 		UserID, VoucherID *int64
 	}
-	if err := tx.Raw(w.locking("SELECT reason, replayed_at IS NOT NULL AS replayed, user_id, voucher_id FROM dead_letters WHERE stream = ? AND message_id = ?"),
+	if err := tx.Raw(w.locking(letterOfMessageQuery),
 		it.msg.Stream, it.msg.ID).Scan(&rows).Error; err != nil {
 		return found{}, false, fmt.Errorf("find dead letter of message %s: %w", it.msg.ID, err)
 	}

@@ -75,7 +75,7 @@ func NewStore(db *gorm.DB) *Store { return &Store{db: db} }
 // into Redis.
 func (s *Store) Buyers(ctx context.Context, voucherID int64) (map[int64]int64, error) {
 	var rows []Order
-	if err := s.db.WithContext(ctx).Select("id", "user_id").Where("voucher_id = ? AND live = 1", voucherID).Find(&rows).Error; err != nil {
+	if err := liveOrdersOf(s.db.WithContext(ctx), voucherID).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("list buyers of voucher %d: %w", voucherID, err)
 	}
 	out := make(map[int64]int64, len(rows))
@@ -83,6 +83,12 @@ func (s *Store) Buyers(ctx context.Context, voucherID int64) (map[int64]int64, e
 		out[o.UserID] = o.ID
 	}
 	return out, nil
+}
+
+// liveOrdersOf selects the id and buyer of a voucher's live orders, on the
+// index on (voucher_id, accepted_at).
+func liveOrdersOf(tx *gorm.DB, voucherID int64) *gorm.DB {
+	return tx.Select("id", "user_id").Where("voucher_id = ? AND live = 1", voucherID)
 }
 
 // Reservations returns a voucher's buyers with a live order (user id ->
@@ -141,14 +147,22 @@ func (s *Store) DeadLetterOf(ctx context.Context, orderID int64) (DeadLetter, er
 // letters of their failed purchases.
 func (s *Store) ByUser(ctx context.Context, userID int64, limit int) ([]Order, []DeadLetter, error) {
 	var os []Order
-	if err := s.db.WithContext(ctx).Where("user_id = ?", userID).Order("id DESC").Limit(limit).Find(&os).Error; err != nil {
+	if err := newestOfBuyer(s.db.WithContext(ctx), userID, limit).Find(&os).Error; err != nil {
 		return nil, nil, fmt.Errorf("orders of user %d: %w", userID, err)
 	}
 	var ds []DeadLetter
-	if err := s.db.WithContext(ctx).Where("user_id = ?", userID).Order("id DESC").Limit(limit).Find(&ds).Error; err != nil {
+	if err := newestOfBuyer(s.db.WithContext(ctx), userID, limit).Find(&ds).Error; err != nil {
 		return nil, nil, fmt.Errorf("failed orders of user %d: %w", userID, err)
 	}
 	return os, ds, nil
+}
+
+// newestOfBuyer selects a buyer's rows, newest first, at most limit: of
+// the orders, on the unique key on (user_id, voucher_id, live); of the
+// dead letters, which have no index on user_id, by a walk of the primary
+// key from its end (a buyer's letters are few, and so are letters).
+func newestOfBuyer(tx *gorm.DB, userID int64, limit int) *gorm.DB {
+	return tx.Where("user_id = ?", userID).Order("id DESC").Limit(limit)
 }
 
 // NeedsRefund reports whether a payment of the order is waiting for its
