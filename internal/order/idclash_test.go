@@ -3,6 +3,7 @@ package order
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"testing"
 
@@ -144,7 +145,9 @@ func TestWriterIDClashInOneBatch(t *testing.T) {
 
 // TestWriterIDClashAcrossWorkers: two workers each dead-letter one of two
 // buyers' messages that share an order id, the second after the first
-// committed under its nose: two dead letters, each with its own buyer.
+// committed under its nose: two dead letters, each with its own buyer;
+// the unique key on order_id leaves the id to the first, and the second
+// is kept by its message.
 func TestWriterIDClashAcrossWorkers(t *testing.T) {
 	t.Parallel()
 	e := newWriterEnv(t)
@@ -160,9 +163,13 @@ func TestWriterIDClashAcrossWorkers(t *testing.T) {
 	if err := tx.Commit().Error; err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ user, v int64 }{{1, v1}, {2, v2}} {
-		if d := deadLetterOf(t, e, c.user, c.v); d.Reason != ReasonOutOfStock {
-			t.Errorf("buyer %d: dead letter %+v, want out_of_stock", c.user, d)
+	for _, c := range []struct {
+		user, v int64
+		holdsID bool
+	}{{1, v1, false}, {2, v2, true}} {
+		d := deadLetterOf(t, e, c.user, c.v)
+		if d.Reason != ReasonOutOfStock || (d.OrderID != nil) != c.holdsID {
+			t.Errorf("buyer %d: dead letter %+v, want out_of_stock, holding the order id: %v", c.user, d, c.holdsID)
 		}
 	}
 }
@@ -183,5 +190,50 @@ func TestWriterIDClashBeforeDeliveryLimit(t *testing.T) {
 	handle(t, e.w, []mq.Message{over})
 	if d := deadLetterOf(t, e, 2, v2); d.Reason != ReasonDeliveryLimit {
 		t.Fatalf("buyer 2: dead letter %+v, want delivery_limit", d)
+	}
+}
+
+// TestWriterMessageLetteredOnce: a message kept by its message (another
+// buyer's letter holds its order id) is dead-lettered by the worker that
+// reclaimed it while its first worker, stalled, was about to do the same:
+// the unique key on (stream, message_id) refuses the second letter, and
+// the stalled worker keeps the first one's reason, counted once.
+func TestWriterMessageLetteredOnce(t *testing.T) {
+	t.Parallel()
+	e := newWriterEnv(t)
+	obs := &deadCounter{dead: map[string]int{}}
+	w := NewWriter(e.db, e.rdb, e.keys, WriterConfig{Observer: obs}, slog.New(slog.DiscardHandler))
+	v1, v2 := oneIDTwoBuyers(t, e, 2101)
+	handle(t, w, []mq.Message{msg(1, 2101, 1, v1)}) // out of stock: buyer 1's letter holds the id
+	if err := e.db.Exec("UPDATE vouchers SET stock = 0 WHERE id = ?", v2).Error; err != nil {
+		t.Fatal(err)
+	}
+	m := msg(2, 2101, 2, v2)
+	late, tx := stalled(t, e, m) // out of stock, to be kept by its message
+	over := m
+	over.Deliveries = 99
+	handle(t, w, []mq.Message{over}) // the reclaimer: delivery_limit, committed
+	if err := w.recordEach(tx, []*item{late}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	w.observeCommitted([]*item{late})
+	var letters int64
+	if err := e.db.Raw("SELECT COUNT(*) FROM dead_letters WHERE stream = ? AND message_id = ?", m.Stream, m.ID).Scan(&letters).Error; err != nil {
+		t.Fatal(err)
+	}
+	if letters != 1 {
+		t.Fatalf("%d dead letters of the message, want 1", letters)
+	}
+	if d := deadLetterOf(t, e, 2, v2); d.Reason != ReasonDeliveryLimit || d.OrderID != nil {
+		t.Errorf("dead letter %+v, want delivery_limit kept by its message", d)
+	}
+	if late.v.reason != ReasonDeliveryLimit {
+		t.Errorf("the stalled worker's item has reason %q, want the letter's delivery_limit", late.v.reason)
+	}
+	if obs.dead[ReasonOutOfStock] != 1 || obs.dead[ReasonDeliveryLimit] != 1 || len(obs.dead) != 2 {
+		t.Errorf("dead letters counted %v, want buyer 1's out_of_stock and one delivery_limit", obs.dead)
 	}
 }
