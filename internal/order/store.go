@@ -159,8 +159,8 @@ func (s *Store) ByUser(ctx context.Context, userID int64, limit int) ([]Order, [
 
 // newestOfBuyer selects a buyer's rows, newest first, at most limit: of
 // the orders, on the unique key on (user_id, voucher_id, live); of the
-// dead letters, which have no index on user_id, by a walk of the primary
-// key from its end (a buyer's letters are few, and so are letters).
+// dead letters, which have no index on user_id, by a scan of them (they
+// are few).
 func newestOfBuyer(tx *gorm.DB, userID int64, limit int) *gorm.DB {
 	return tx.Where("user_id = ?", userID).Order("id DESC").Limit(limit)
 }
