@@ -54,7 +54,7 @@ func (w *Writer) lock(ctx context.Context, items []item) (unlock func(), err err
 			continue
 		}
 		keys = append(keys, lockKey(w.cfg.KeyPrefix, it.ord.VoucherID, it.ord.UserID))
-		values = append(values, "order:"+strconv.FormatInt(it.ord.OrderID, 10))
+		values = append(values, lockValue(it.ord.OrderID))
 		idx = append(idx, i)
 	}
 	if len(keys) == 0 {
@@ -85,4 +85,11 @@ func (w *Writer) lock(ctx context.Context, items []item) (unlock func(), err err
 		stop()
 		w.cfg.Locks.release(context.WithoutCancel(ctx), held)
 	}, nil
+}
+
+// lockValue is the value of the buyer lock taken for an order,
+// order:ORDER_ID.
+func lockValue(orderID int64) string {
+	var buf [32]byte
+	return string(strconv.AppendInt(append(buf[:0], "order:"...), orderID, 10))
 }

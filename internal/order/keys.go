@@ -1,15 +1,23 @@
 package order
 
 import (
-	"fmt"
+	"strconv"
 
 	"seckill/internal/voucher"
 )
 
-// lockKey names the buyer lock of one purchase. Lock nodes may be other
-// Redis servers than the sale state's, so it carries no shard tag.
+// lockKey names the buyer lock of one purchase,
+// prefix:lock:buyer:voucher:user. Lock nodes may be other Redis servers
+// than the sale state's, so it carries no shard tag. Built by appending:
+// a batch names hundreds at once, and fmt cost three allocations each.
 func lockKey(prefix string, voucherID, userID int64) string {
-	return fmt.Sprintf("%s:lock:buyer:%d:%d", prefix, voucherID, userID)
+	var buf [96]byte
+	b := append(buf[:0], prefix...)
+	b = append(b, ":lock:buyer:"...)
+	b = strconv.AppendInt(b, voucherID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, userID, 10)
+	return string(b)
 }
 
 // ExpiryKeys names one shard's pay-deadline stream and its delay queue,
