@@ -387,13 +387,21 @@ const insertRows = 300
 func (w *Writer) insertOrders(tx *gorm.DB, rows []Order) error {
 	ctx := tx.Statement.Context
 	args := make([]any, 0, 11*min(len(rows), insertRows))
+	// The rows of a batch share their creation time, and mostly their
+	// voucher, status, amount, deadline and payment time: each such value
+	// is boxed once, not once a row.
+	var (
+		vid, amount             reused[int64]
+		created, deadline, paid reused[time.Time]
+		status                  reused[string]
+	)
 	for len(rows) > 0 {
 		n := min(len(rows), insertRows)
 		args = args[:0]
 		for i := range rows[:n] {
 			o := &rows[i]
-			args = append(args, o.ID, o.UserID, o.VoucherID, o.AcceptedAt, o.CreatedAt, o.Status,
-				nullInt(o.Live), o.Amount, nullTime(o.PayDeadline), nullTime(o.PaidAt), nullString(o.Code))
+			args = append(args, o.ID, o.UserID, vid.box(o.VoucherID), o.AcceptedAt, created.box(o.CreatedAt), status.box(o.Status),
+				nullInt(o.Live), amount.box(o.Amount), deadline.boxSet(o.PayDeadline), paid.boxSet(o.PaidAt), nullString(o.Code))
 		}
 		if _, err := tx.Statement.ConnPool.ExecContext(ctx, w.insertSQL(n), args...); err != nil {
 			return err
@@ -422,20 +430,35 @@ func (w *Writer) insertSQL(n int) string {
 	return s.(string)
 }
 
-// nullInt, nullTime and nullString pass a nil pointer as NULL and a set
-// one as its value, as gorm did.
+// reused boxes a value as a statement argument, reusing the last box
+// made when the value is the same.
+type reused[T comparable] struct {
+	v     T
+	boxed any
+}
+
+func (r *reused[T]) box(v T) any {
+	if r.boxed == nil || v != r.v {
+		r.v, r.boxed = v, v
+	}
+	return r.boxed
+}
+
+// boxSet is box of *p, NULL (nil) when p is nil, as gorm passed it.
+func (r *reused[T]) boxSet(p *T) any {
+	if p == nil {
+		return nil
+	}
+	return r.box(*p)
+}
+
+// nullInt and nullString pass a nil pointer as NULL and a set one as its
+// value, as gorm did.
 func nullInt(p *int) any {
 	if p == nil {
 		return nil
 	}
 	return int64(*p)
-}
-
-func nullTime(p *time.Time) any {
-	if p == nil {
-		return nil
-	}
-	return *p
 }
 
 func nullString(p *string) any {
