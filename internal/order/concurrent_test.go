@@ -30,6 +30,26 @@ func stalled(t *testing.T, e writerEnv, m mq.Message) (*item, *gorm.DB) {
 	return it, tx
 }
 
+// letteredWhileStalled stalls a worker on m (decided, not yet recorded),
+// lets w reclaim m past its delivery limit and dead-letter it (committed),
+// then lets the stalled worker record and commit its item through w, and
+// returns that item.
+func letteredWhileStalled(t *testing.T, e writerEnv, w *Writer, m mq.Message) *item {
+	t.Helper()
+	late, tx := stalled(t, e, m)
+	over := m
+	over.Deliveries = 99
+	handle(t, w, []mq.Message{over}) // the reclaimer: delivery_limit, committed
+	if err := w.recordEach(tx, []*item{late}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	w.observeCommitted([]*item{late})
+	return late
+}
+
 // TestWriterSeesConcurrentCommit: a worker that took over a message while
 // its first worker was only stalled must see that worker's commit, not an
 // older snapshot: the order ends as one order, never also a dead letter.
@@ -78,18 +98,7 @@ func TestWriterDeadLetterRecordedMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateEnv(t, e, v, 0, map[int64]int64{9: 2001})
-	m := msg(1, 2001, 9, v)
-	late, tx := stalled(t, e, m)
-	over := m
-	over.Deliveries = 99
-	handle(t, w, []mq.Message{over}) // the reclaimer: delivery_limit, committed
-	if err := w.recordEach(tx, []*item{late}); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit().Error; err != nil {
-		t.Fatal(err)
-	}
-	w.observeCommitted([]*item{late})
+	late := letteredWhileStalled(t, e, w, msg(1, 2001, 9, v))
 	if late.v.reason != ReasonDeliveryLimit {
 		t.Errorf("the stalled worker's item has reason %q, want the letter's delivery_limit", late.v.reason)
 	}

@@ -209,17 +209,7 @@ func TestWriterMessageLetteredOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := msg(2, 2101, 2, v2)
-	late, tx := stalled(t, e, m) // out of stock, to be kept by its message
-	over := m
-	over.Deliveries = 99
-	handle(t, w, []mq.Message{over}) // the reclaimer: delivery_limit, committed
-	if err := w.recordEach(tx, []*item{late}); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit().Error; err != nil {
-		t.Fatal(err)
-	}
-	w.observeCommitted([]*item{late})
+	late := letteredWhileStalled(t, e, w, m) // out of stock, to be kept by its message
 	var letters int64
 	if err := e.db.Raw("SELECT COUNT(*) FROM dead_letters WHERE stream = ? AND message_id = ?", m.Stream, m.ID).Scan(&letters).Error; err != nil {
 		t.Fatal(err)

@@ -177,15 +177,7 @@ func TestDrainWaitsForPendingOnEachRedis(t *testing.T) {
 				VoucherID: v.ID, Expect: 2, RedisURL: sr.url, MySQLDSN: dsn,
 				KeyPrefix: prefix, Shards: testShards, Timeout: time.Minute, Log: log,
 			}
-			type result struct {
-				res DrainResult
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				res, err := Drain(ctx, cfg)
-				done <- result{res, err}
-			}()
+			done := startDrain(ctx, cfg)
 			testenv.WaitFor(t, 30*time.Second, "the watch began", func() bool {
 				select {
 				case r := <-done:
