@@ -76,12 +76,17 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0}
 end
 local did = {1}
--- dropped lists the orders that leave the pending index, removed in one
--- HDEL per slice after the loop rather than one per order: one command
--- for the script, the AOF and the replica instead of a batch's hundreds.
--- gone answers "dropped already?" for the reads of the pending index in
--- between, so they see what one HDEL per order would have left.
-local dropped, gone = {}, {}
+-- The orders leave the pending index in few HDELs rather than one per
+-- order: one command for the script, the AOF and the replica instead of a
+-- batch's hundreds. The first order that reads fine is dropped at once,
+-- before anything else is written: that HDEL finds a pending index of the
+-- wrong type before any write (the call fails having changed nothing), and
+-- once a script has written, Redis no longer refuses its writes that grow
+-- memory (maxmemory reached), as it always did for settle. The others,
+-- listed in dropped, go in one HDEL per slice after the loop. gone answers
+-- "dropped already?" for the reads of the pending index in between, so they
+-- see what one HDEL per order would have left.
+local dropped, gone, first = {}, {}, true
 -- settle does order i and returns what it did (the answers above).
 local function settle(i)
   local user, order, voucher = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
@@ -90,7 +95,11 @@ local function settle(i)
   if not ok then
     return 4
   end
-  if not gone[order] then
+  if first then
+    first = false
+    redis.call('HDEL', KEYS[2], order)
+    gone[order] = true
+  elseif not gone[order] then
     gone[order] = true
     dropped[#dropped + 1] = order
   end
@@ -118,7 +127,7 @@ for i = 1, #ARGV / 3 do
 end
 -- In slices: unpack's arguments go on Lua's stack, which is bounded.
 local slice = 500
-for first = 1, #dropped, slice do
-  redis.call('HDEL', KEYS[2], unpack(dropped, first, math.min(first + slice - 1, #dropped)))
+for from = 1, #dropped, slice do
+  redis.call('HDEL', KEYS[2], unpack(dropped, from, math.min(from + slice - 1, #dropped)))
 end
 return did

@@ -19,8 +19,9 @@ import (
 // reads each buyer (50 HGETs) and the stock once, on a Redis of the test's
 // own (its command counts are the test's alone). The answers are those of
 // a check per order: settled, and nothing for a voucher whose stock is
-// not an integer. The settled orders leave the pending index in one HDEL
-// for the call; the others stay in it.
+// not an integer. The settled orders leave the pending index in two HDELs
+// for the call (the first order's at once, the rest together); the others
+// stay in it.
 func TestSettleReadsStockOncePerVoucher(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.StartRedis(t, testenv.RedisOptions{}).Client(t)
@@ -74,8 +75,8 @@ func TestSettleReadsStockOncePerVoucher(t *testing.T) {
 	if got, want := calls(t, rdb, "hget")-before, int64(n+2+2); got != want {
 		t.Fatalf("settling %d orders of one voucher took %d HGETs, want %d", n, got, want)
 	}
-	if got := calls(t, rdb, "hdel") - hdelsBefore; got != 1 {
-		t.Fatalf("settling %d orders took %d HDELs, want 1", n, got)
+	if got := calls(t, rdb, "hdel") - hdelsBefore; got != 2 {
+		t.Fatalf("settling %d orders took %d HDELs, want 2", n, got)
 	}
 	left, err := rdb.HKeys(ctx, k.Pending(0)).Result()
 	if err != nil {
@@ -142,4 +143,69 @@ func TestSettleSeesItsOwnDrops(t *testing.T) {
 	if held, err := rdb.HGet(ctx, k.BuyersAt(0, v), "7").Int64(); err != nil || held != first {
 		t.Fatalf("buyer entry %d, %v; want %d", held, err, first)
 	}
+}
+
+// TestSettleDropsFirst: settle's first write is the first order's HDEL,
+// as when every order was dropped at once. So a pending index of another
+// type fails the call before anything is written (the buyer not recorded,
+// the unit not taken), and a Redis at its memory limit (noeviction) still
+// lets the call record a missing buyer: it refuses a script's writes that
+// grow memory only until the script's first write.
+func TestSettleDropsFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	k := voucher.NewKeys("settle-first", 1)
+	const v = int64(1)
+	// setUp makes order 501 of buyer 7 pending, the buyer missing from
+	// the voucher's buyers (a rebuild read MySQL before its write), the
+	// stock 5, and returns settle's keys and arguments for it.
+	setUp := func(t *testing.T, rdb *redis.Client) ([]string, []any) {
+		t.Helper()
+		if err := rdb.HSet(ctx, k.StateAt(0, v), "stock", 5).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Set(ctx, k.Ready(0), "1", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return []string{k.Ready(0), k.Pending(0), k.StateAt(0, v), k.BuyersAt(0, v)}, []any{7, 501, v}
+	}
+	t.Run("pending index of another type", func(t *testing.T) {
+		rdb := testenv.StartRedis(t, testenv.RedisOptions{}).Client(t)
+		keys, args := setUp(t, rdb)
+		if err := rdb.Set(ctx, k.Pending(0), "not a hash", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := lua.Settle().Run(ctx, rdb, keys, args...).Err(); err == nil {
+			t.Fatal("settle over a pending index that is not a hash: no error")
+		}
+		if n, err := rdb.Exists(ctx, k.BuyersAt(0, v)).Result(); err != nil || n != 0 {
+			t.Fatalf("buyers written before the failure: %d, %v", n, err)
+		}
+		if stock, err := rdb.HGet(ctx, k.StateAt(0, v), "stock").Int(); err != nil || stock != 5 {
+			t.Fatalf("stock %d, %v after the failure; want 5", stock, err)
+		}
+	})
+	t.Run("memory limit reached", func(t *testing.T) {
+		rdb := testenv.StartRedis(t, testenv.RedisOptions{}).Client(t)
+		keys, args := setUp(t, rdb)
+		if err := rdb.HSet(ctx, k.Pending(0), "501", "7:1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := lua.Settle().Run(ctx, rdb, keys, args...).Int64Slice()
+		if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if want := []int64{1, int64(settledTook)}; err != nil || !slices.Equal(res, want) {
+			t.Fatalf("settle at the memory limit: %v, %v; want %v", res, err, want)
+		}
+		if held, err := rdb.HGet(ctx, k.BuyersAt(0, v), "7").Int64(); err != nil || held != 501 {
+			t.Fatalf("buyer entry %d, %v; want 501", held, err)
+		}
+	})
 }
