@@ -116,6 +116,9 @@ func (w *drainWatch) run(ctx context.Context) (DrainResult, error) {
 			if began.IsZero() {
 				return DrainResult{}, fmt.Errorf("voucher %d already had %d orders when the watch began", cfg.VoucherID, n)
 			}
+			if err := w.counted(ctx, n); err != nil {
+				return DrainResult{}, err
+			}
 			secs := now.Sub(began).Seconds()
 			return DrainResult{Orders: n - first, Seconds: secs, Rate: float64(n-first) / secs, WaitSeconds: began.Sub(watch).Seconds()}, nil
 		}
@@ -136,8 +139,9 @@ func (w *drainWatch) run(ctx context.Context) (DrainResult, error) {
 // counters, which the writer keeps in the transaction that writes the
 // orders, so one look reads a few rows however many orders there are. A
 // COUNT(*) over the voucher's index range instead walks every order at
-// every look: 35 index reads per order written over a drain, charged to
-// MariaDB's figure. A schema older than the counters is counted that way.
+// every look (every 20 ms: over a drain of 20,000 orders in about 2 s,
+// 35 index reads per order written), charged to MariaDB's figure. A schema
+// older than the counters is counted that way.
 func (w *drainWatch) orders(ctx context.Context) (int, error) {
 	var n int64
 	if !w.noCounters {
@@ -165,6 +169,23 @@ func (w *drainWatch) done(ctx context.Context, n int) (bool, error) {
 		return false, err
 	}
 	return p.Count == 0, nil
+}
+
+// counted checks, once the drain is done, that the counters' n is the
+// voucher's orders counted one by one: a writer that counted wrong would
+// otherwise end the watch early or never.
+func (w *drainWatch) counted(ctx context.Context, n int) error {
+	if w.noCounters {
+		return nil
+	}
+	var rows int64
+	if err := w.g.WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ?", w.cfg.VoucherID).Scan(&rows).Error; err != nil {
+		return err
+	}
+	if int(rows) != n {
+		return fmt.Errorf("voucher %d: its order counters say %d orders, MySQL holds %d", w.cfg.VoucherID, n, rows)
+	}
+	return nil
 }
 
 // noSuchTable reports MySQL's error for a table that does not exist.

@@ -64,28 +64,30 @@ func TestDrainTimesOrdersWritten(t *testing.T) {
 		VoucherID: v.ID, Expect: 2, RedisURL: testenv.RedisURL(t), MySQLDSN: dsn,
 		KeyPrefix: testenv.Prefix(t), Shards: 1, Timeout: time.Minute,
 	}
-	drain := func(ids ...int64) DrainResult {
+	// drain watches while write writes; the watch's outcome.
+	drain := func(write func()) drainOutcome {
 		t.Helper()
 		started := make(chan struct{})
 		cfg.Log = signalWriter{started}
 		done := startDrain(ctx, cfg)
-		var r drainOutcome
 		select {
 		case <-started:
+			write()
+			return <-done
+		case r := <-done:
+			return r
+		}
+	}
+	orders := func(ids ...int64) func() {
+		return func() {
 			for _, id := range ids {
 				insert(id)
 			}
-			r = <-done
-		case r = <-done:
 		}
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		return r.res
 	}
 
-	if r := drain(901, 902); r.Orders != 2 || r.Seconds < 0 || r.WaitSeconds < 0 {
-		t.Fatalf("drain %+v; want 2 orders", r)
+	if r := drain(orders(901, 902)); r.err != nil || r.res.Orders != 2 || r.res.Seconds < 0 || r.res.WaitSeconds < 0 {
+		t.Fatalf("drain %+v, %v; want 2 orders", r.res, r.err)
 	}
 
 	cfg.Log = io.Discard
@@ -93,14 +95,28 @@ func TestDrainTimesOrdersWritten(t *testing.T) {
 		t.Fatalf("drain of a voucher drained before the watch: %v", err)
 	}
 
+	// Counters that disagree with the orders when the watch ends (an
+	// order written without them, two counted by hand): an error, not a
+	// figure.
+	cfg.Expect = 4
+	r := drain(func() {
+		counted = false
+		insert(903)
+		if err := g.Exec("UPDATE order_counts SET n = n + 2 WHERE voucher_id = ? AND slot = 0", v.ID).Error; err != nil {
+			t.Error(err)
+		}
+	})
+	if r.err == nil || !strings.Contains(r.err.Error(), "order counters say 4 orders, MySQL holds 3") {
+		t.Fatalf("drain with counters off by one: %+v, %v", r.res, r.err)
+	}
+
 	// A schema older than the counters: the orders alone are counted.
 	if err := g.Exec("DROP TABLE order_counts").Error; err != nil {
 		t.Fatal(err)
 	}
-	counted = false
-	cfg.Expect = 5
-	if r := drain(903, 904, 905); r.Orders != 3 {
-		t.Fatalf("drain without counters %+v; want 3 orders", r)
+	cfg.Expect = 6
+	if r := drain(orders(904, 905, 906)); r.err != nil || r.res.Orders != 3 {
+		t.Fatalf("drain without counters %+v, %v; want 3 orders", r.res, r.err)
 	}
 }
 
