@@ -34,8 +34,9 @@ mariadbd "${common[@]}" --port="$port" --bind-address=127.0.0.1 --socket="$dir/s
   </dev/null >"$dir/mariadbd.log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true' EXIT
-sql() { mariadb -h127.0.0.1 -P"$port" -uroot "$@"; }
-for _ in $(seq 100); do sql -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
+sql() { mariadb --no-defaults -h127.0.0.1 -P"$port" -uroot "$@"; }
+# Up to 60 s, as scripts/cluster-up.sh waits: a loaded machine starts it slowly.
+for _ in $(seq 600); do sql -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
 sql -e 'CREATE DATABASE seckill'
 for f in "$root"/sql/mysql/*.sql; do sql seckill <"$f"; done
 sql seckill -e "INSERT INTO vouchers (id, title, face_value, price, total_stock, stock, begin_at, end_at, created_at, updated_at)
