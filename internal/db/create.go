@@ -30,9 +30,9 @@ func isDenied(err error) bool {
 // then needs no hand-made CREATE DATABASE. When the user may not create it,
 // the error says what an administrator has to run.
 func CreateMySQLDatabase(ctx context.Context, dsn string) error {
-	mc, err := mysql.ParseDSN(dsn)
+	mc, err := ParseDSN(dsn)
 	if err != nil {
-		return fmt.Errorf("mysql dsn: %w", err)
+		return err
 	}
 	name := mc.DBName
 	if name == "" {
@@ -43,11 +43,12 @@ func CreateMySQLDatabase(ctx context.Context, dsn string) error {
 	if mc.Timeout == 0 {
 		mc.Timeout = dialTimeout
 	}
-	conn, err := mysql.NewConnector(mc)
+	// On the server that takes writes, of several hosts.
+	p, err := newPrimary(mc)
 	if err != nil {
-		return fmt.Errorf("mysql dsn: %w", err)
+		return err
 	}
-	sqlDB := sql.OpenDB(conn)
+	sqlDB := sql.OpenDB(p)
 	defer sqlDB.Close()
 	stmt := createStatement(name)
 	if _, err := sqlDB.ExecContext(ctx, stmt); err != nil {

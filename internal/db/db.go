@@ -4,7 +4,9 @@
 package db
 
 import (
+	"database/sql"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -26,12 +28,21 @@ func gormConfig() *gorm.Config {
 	return &gorm.Config{Logger: gormlogger.Discard, SkipDefaultTransaction: true}
 }
 
-// OpenMySQL opens a MySQL or MariaDB database from a go-sql-driver DSN.
-// Times are read and written in UTC.
+// OpenMySQL opens a MySQL or MariaDB database from a go-sql-driver DSN
+// (OpenPrimary).
 func OpenMySQL(dsn string, maxOpen int) (*gorm.DB, error) {
-	mc, err := mysql.ParseDSN(dsn)
+	g, _, err := OpenPrimary(dsn, maxOpen)
+	return g, err
+}
+
+// OpenPrimary opens a MySQL or MariaDB database from a go-sql-driver DSN,
+// whose tcp(...) may name several hosts, tried in order: its connections
+// go to the first that takes writes (Primary, returned too). Times are
+// read and written in UTC.
+func OpenPrimary(dsn string, maxOpen int) (*gorm.DB, *Primary, error) {
+	mc, err := ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("mysql dsn: %w", err)
+		return nil, nil, err
 	}
 	mc.ParseTime = true
 	mc.Loc = time.UTC
@@ -45,23 +56,74 @@ func OpenMySQL(dsn string, maxOpen int) (*gorm.DB, error) {
 	if mc.Timeout == 0 {
 		mc.Timeout = dialTimeout
 	}
+	p, err := newPrimary(mc)
+	if err != nil {
+		return nil, nil, err
+	}
+	sqlDB := sql.OpenDB(p)
+	sqlDB.SetMaxOpenConns(maxOpen)
+	sqlDB.SetMaxIdleConns(maxOpen)
+	sqlDB.SetConnMaxLifetime(5 * time.Minute)
 	g, err := gorm.Open(gormmysql.New(gormmysql.Config{
-		DSN: mc.FormatDSN(),
+		Conn: sqlDB,
 		// MariaDB 10.5+ would otherwise get INSERT ... RETURNING, which
 		// changes what a duplicate insert reports.
 		DisableWithReturning: true,
 	}), gormConfig())
 	if err != nil {
-		return nil, fmt.Errorf("open mysql: %w", err)
+		_ = sqlDB.Close()
+		return nil, nil, fmt.Errorf("open mysql: %w", err)
 	}
-	sqlDB, err := g.DB()
+	return g, p, nil
+}
+
+// ParseDSN parses a go-sql-driver DSN whose tcp(...) may list several
+// hosts, comma-separated (each gets port 3306 when it names none): the
+// Config's Addr is then that list.
+func ParseDSN(dsn string) (*mysql.Config, error) {
+	single, hosts := splitHosts(dsn)
+	mc, err := mysql.ParseDSN(single)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mysql dsn: %w", err)
 	}
-	sqlDB.SetMaxOpenConns(maxOpen)
-	sqlDB.SetMaxIdleConns(maxOpen)
-	sqlDB.SetConnMaxLifetime(5 * time.Minute)
-	return g, nil
+	if len(hosts) > 1 {
+		if mc.Net != "tcp" {
+			return nil, fmt.Errorf("mysql dsn: several hosts need tcp(...), not %s", mc.Net)
+		}
+		for i, h := range hosts {
+			if _, _, err := net.SplitHostPort(h); err != nil {
+				hosts[i] = net.JoinHostPort(h, "3306")
+			}
+		}
+		mc.Addr = strings.Join(hosts, ",")
+	}
+	return mc, nil
+}
+
+// splitHosts finds the address list of a DSN's protocol(addresses) part
+// as the driver reads it (after the last '@' before the last '/'), and
+// returns the DSN with only the first address, and every address. A DSN
+// of one address comes back as it is.
+func splitHosts(dsn string) (single string, hosts []string) {
+	slash := strings.LastIndex(dsn, "/")
+	if slash < 0 {
+		return dsn, nil
+	}
+	head := dsn[:slash]
+	start := strings.LastIndex(head, "@") + 1
+	open := strings.Index(head[start:], "(")
+	if open < 0 || !strings.HasSuffix(head, ")") {
+		return dsn, nil
+	}
+	open += start
+	list := head[open+1 : len(head)-1]
+	if !strings.Contains(list, ",") {
+		return dsn, nil
+	}
+	for h := range strings.SplitSeq(list, ",") {
+		hosts = append(hosts, strings.TrimSpace(h))
+	}
+	return dsn[:open+1] + hosts[0] + dsn[len(head)-1:], hosts
 }
 
 // OpenSQLite opens (creating) an SQLite file in WAL mode with foreign keys
