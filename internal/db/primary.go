@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-sql-driver/mysql"
@@ -31,10 +33,22 @@ import (
 // A new connection is kept only when its server takes writes (read_only
 // off and, on Galera, the node ready), so a pool never fills with
 // connections to a replica, even through an address still pointing at it.
+//
+// Primary also gates the order writer across a failover: each new
+// connection names the server it reached, and one that reaches another
+// server than the last one verified makes Verified false until the
+// database watcher has checked the new server (that it lost nothing the
+// sale's Redis saw, or that what it lost is written back) and calls
+// Verify.
 type Primary struct {
 	hosts []driver.Connector
 	addrs []string
 	gen   atomic.Uint64
+	// reached is the server the last new connection reached (hostname:port
+	// server_id); verified the last one Verify was called for.
+	mu       sync.Mutex
+	reached  string
+	verified string
 }
 
 // newPrimary returns a Primary for cfg, one host per comma-separated
@@ -76,17 +90,39 @@ func (p *Primary) Connect(ctx context.Context) (driver.Conn, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", p.addrs[i], err))
 			continue
 		}
-		if err := takesWrites(ctx, c); err != nil {
+		server, err := takesWrites(ctx, c)
+		if err != nil {
 			_ = c.Close()
 			errs = append(errs, fmt.Errorf("%s: %w", p.addrs[i], err))
 			continue
 		}
+		p.mu.Lock()
+		p.reached = server
+		p.mu.Unlock()
 		return &conn{inner: c, p: p, gen: gen}, nil
 	}
 	if len(errs) == 1 {
 		return nil, errs[0]
 	}
 	return nil, fmt.Errorf("no database host takes writes: %w", errors.Join(errs...))
+}
+
+// Verified reports whether the server the pool last connected to is the
+// one the database watcher last verified (Verify): false from the first
+// connection to another server until the watcher has checked it.
+func (p *Primary) Verified() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reached != "" && p.reached == p.verified
+}
+
+// Verify records that server (Server.Label of what Describe read) holds
+// everything the sale's Redis saw it commit. It verifies the pool only if
+// its last new connection reached that same server.
+func (p *Primary) Verify(server string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.verified = server
 }
 
 // Driver is the MySQL driver.
@@ -99,27 +135,30 @@ var ErrNotPrimary = errors.New("database server does not take writes")
 // read_only off (a replica is read-only, and MariaDB lets an account with
 // the READ ONLY ADMIN privilege, root included, write on one anyway), and
 // on Galera the node ready (a node cut off from the primary component
-// refuses every query).
-func takesWrites(ctx context.Context, c driver.Conn) error {
+// refuses every query). It returns the server's label, as Server.Label
+// spells it.
+func takesWrites(ctx context.Context, c driver.Conn) (string, error) {
 	q := c.(driver.QueryerContext)
-	vars, err := pairs(ctx, q, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_on')")
+	vars, err := pairs(ctx, q, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_on', 'hostname', 'port', 'server_id')")
 	if err != nil {
-		return err
+		return "", err
 	}
 	if vars["read_only"] != "OFF" {
-		return fmt.Errorf("%w: read_only is %s", ErrNotPrimary, vars["read_only"])
+		return "", fmt.Errorf("%w: read_only is %s", ErrNotPrimary, vars["read_only"])
 	}
+	id, _ := strconv.ParseUint(vars["server_id"], 10, 32)
+	server := Server{Name: vars["hostname"] + ":" + vars["port"], ID: uint32(id)}.Label()
 	if vars["wsrep_on"] != "ON" {
-		return nil
+		return server, nil
 	}
 	status, err := pairs(ctx, q, "SHOW GLOBAL STATUS LIKE 'wsrep_ready'")
 	if err != nil {
-		return err
+		return "", err
 	}
 	if status["wsrep_ready"] != "ON" {
-		return fmt.Errorf("%w: galera node not ready (wsrep_ready %s)", ErrNotPrimary, status["wsrep_ready"])
+		return "", fmt.Errorf("%w: galera node not ready (wsrep_ready %s)", ErrNotPrimary, status["wsrep_ready"])
 	}
-	return nil
+	return server, nil
 }
 
 // pairs runs a SHOW ... VARIABLES or STATUS on c and returns its rows,

@@ -88,6 +88,15 @@ func TestPrimaryOfSeveralHosts(t *testing.T) {
 	if err := g.Exec("INSERT INTO marks VALUES (1, @@port)").Error; err != nil {
 		t.Fatal(err)
 	}
+	// Not verified until the watcher verifies the server reached.
+	if p.Verified() {
+		t.Fatal("verified before any Verify")
+	}
+	serverB := describe(t, g)
+	p.Verify(serverB.Label())
+	if !p.Verified() {
+		t.Fatalf("not verified after Verify(%q)", serverB.Label())
+	}
 
 	// The roles swap: b is demoted, a promoted. The pool's connection
 	// still reaches b, where app's write is refused.
@@ -103,6 +112,14 @@ func TestPrimaryOfSeveralHosts(t *testing.T) {
 	if got := portOf(t, g); got != portA {
 		t.Fatalf("after the refusal the pool reaches port %s; want %s", got, portA)
 	}
+	// A connection to another server unverifies the pool.
+	if p.Verified() {
+		t.Fatal("still verified after connecting to another server")
+	}
+	p.Verify(describe(t, g).Label())
+	if !p.Verified() {
+		t.Fatal("not verified after verifying the new server")
+	}
 
 	// Recycle alone: swapped back, the pool moves without a refusal.
 	readOnly(t, a, true)
@@ -111,6 +128,25 @@ func TestPrimaryOfSeveralHosts(t *testing.T) {
 	if got := portOf(t, g); got != portB {
 		t.Fatalf("after Recycle the pool reaches port %s; want %s", got, portB)
 	}
+	if p.Verified() {
+		t.Fatal("verified while reaching a server verified before another")
+	}
+	p.Verify(serverB.Label())
+	if !p.Verified() {
+		t.Fatal("not verified once the server reached is verified again")
+	}
+}
+
+// describe is what the server g reaches says of itself.
+func describe(t *testing.T, g *gorm.DB) db.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := db.Describe(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestPrimaryRefusesReadOnly: a pool on one read-only server makes no

@@ -153,21 +153,36 @@ func wsrepStatus(ctx context.Context, conn *sql.Conn) (map[string]string, error)
 	return out, nil
 }
 
+// ErrNoGTIDs means the database gives its transactions no GTID this
+// package reads: SQLite, or MySQL (whose GTIDs are another kind).
+var ErrNoGTIDs = errors.New("the database tells no MariaDB gtid")
+
 // LastGTID is the GTID of the last transaction committed on conn's
-// session (MariaDB's @@last_gtid), "" when there is none to tell (no
-// binary log, MySQL, SQLite).
-func LastGTID(ctx context.Context, tx *gorm.DB) (string, error) {
-	if tx.Dialector.Name() != "mysql" {
-		return "", nil
+// session (MariaDB's @@last_gtid), "" when it has none (no binary log);
+// ErrNoGTIDs on SQLite and MySQL.
+func LastGTID(ctx context.Context, conn *gorm.DB) (string, error) {
+	if conn.Dialector.Name() != "mysql" {
+		return "", ErrNoGTIDs
 	}
 	var g sql.NullString
-	err := tx.WithContext(ctx).Raw("SELECT @@last_gtid").Row().Scan(&g)
+	err := conn.WithContext(ctx).Raw("SELECT @@last_gtid").Row().Scan(&g)
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == 1193 {
-		return "", nil
+		return "", ErrNoGTIDs
 	}
 	if err != nil {
 		return "", fmt.Errorf("read the last gtid: %w", err)
 	}
 	return g.String, nil
+}
+
+// Lineage is the database's lineage token (the db_lineage table): the
+// same on a replica promoted after a failover as on the primary it copied,
+// another after a restore from a dump.
+func Lineage(ctx context.Context, g *gorm.DB) (string, error) {
+	var token string
+	if err := g.WithContext(ctx).Raw("SELECT token FROM db_lineage WHERE id = 1").Row().Scan(&token); err != nil {
+		return "", fmt.Errorf("read the database's lineage: %w", err)
+	}
+	return token, nil
 }
