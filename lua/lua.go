@@ -53,6 +53,10 @@ var (
 	drawEnterSrc string
 	//go:embed lock_take.lua
 	lockTakeSrc string
+	//go:embed requeue.lua
+	requeueSrc string
+	//go:embed db_reset.lua
+	dbResetSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -129,3 +133,11 @@ func DrawEnter() *redis.Script { return redis.NewScript(drawEnterSrc) }
 // LockTake takes a batch's buyer locks on one lock node, each as redsync's
 // Mutex takes one; redsync releases and extends them.
 func LockTake() *redis.Script { return redis.NewScript(lockTakeSrc) }
+
+// Requeue queues again an order the database lost while Redis still holds
+// it, as the purchase queued it, for the worker to write.
+func Requeue() *redis.Script { return redis.NewScript(requeueSrc) }
+
+// DBReset brings a shard's record of the database down to what the
+// database holds.
+func DBReset() *redis.Script { return redis.NewScript(dbResetSrc) }

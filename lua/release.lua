@@ -1,5 +1,11 @@
 -- release.lua: give back the Redis reservation of an order that will never
--- be written (it was dead-lettered).
+-- be written (it was dead-lettered), or the unit of an order that ended
+-- (cancelled, expired or refunded).
+--
+-- For an order that ended, it also records how, beside the voucher's
+-- buyers: what Redis still knows of the end if the database loses it (a
+-- failover to a replica that had not received it). Package failover
+-- writes such an end again.
 --
 -- Idempotent: the buyer entry is removed only while it still names this
 -- order, and the stock is returned in the same step, so a reservation is
@@ -19,9 +25,13 @@
 -- KEYS[2] seckill:{<shard>}:voucher:<voucher id>  voucher state (hash: stock, begin_ms, end_ms)
 -- KEYS[3] seckill:{<shard>}:voucher:<voucher id>:buyers  voucher buyers (hash: user id -> order id)
 -- KEYS[4] seckill:{<shard>}:pending  shard pending-order index (hash: order id -> "user:voucher")
+-- KEYS[5] seckill:{<shard>}:voucher:<voucher id>:ended  the bucket's ended orders (hash: order
+--         id -> "user id:how"); only with ARGV[4]
 -- ARGV[1] user id
 -- ARGV[2] order id
 -- ARGV[3] "1" to return the unit to stock, "0" to only drop the buyer entry
+-- ARGV[4] for an order that ended, how (cancelled, expired, refunded): recorded in
+--         KEYS[5], whether or not the unit was still held; absent for a dead letter
 --
 -- Everything is read and checked before the first write: a key of the
 -- wrong type (a stray write, a hand edit) would raise half-way, after the
@@ -40,7 +50,7 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
-for i = 2, 4 do
+for i = 2, #KEYS do
   local t = redis.call('TYPE', KEYS[i]).ok
   if t ~= 'hash' and t ~= 'none' then
     return -2
@@ -51,6 +61,9 @@ if stock and not string.match(stock, '^-?%d+$') then
   return -2
 end
 redis.call('HDEL', KEYS[4], ARGV[2])
+if ARGV[4] and KEYS[5] then
+  redis.call('HSET', KEYS[5], ARGV[2], ARGV[1] .. ':' .. ARGV[4])
+end
 if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[2] then
   return 0
 end

@@ -24,13 +24,23 @@
 -- left as it was, pending included; the other orders are settled. The
 -- caller tries it again once the keys are mended.
 --
+-- It also records, in the shard's record of the database, the transaction
+-- that wrote the orders (its GTID): the highest sequence number per origin
+-- (domain and server_id) the shard's orders were committed at. A database
+-- that later lacks one of them lost it (a failover to a replica that had
+-- not received it): package failover reads the record.
+--
 -- Keys are shown with the default prefix seckill (SECKILL_KEY_PREFIX).
 -- KEYS[1] seckill:{<shard>}:ready  shard ready marker
 -- KEYS[2] seckill:{<shard>}:pending  shard pending-order index (hash: order id -> "user:voucher")
--- KEYS[2i+1], KEYS[2i+2] for order i (i = 1..n): its voucher's state
+-- KEYS[3] seckill:{<shard>}:db  the shard's record of the database (hash: lineage -> token,
+--   g:<domain>-<server> -> highest sequence number seen; a missing key is an empty record)
+-- KEYS[2i+2], KEYS[2i+3] for order i (i = 1..n): its voucher's state
 --   seckill:{<shard>}:voucher:<voucher id> (hash: stock, ...) and buyers
 --   seckill:{<shard>}:voucher:<voucher id>:buyers (hash: user id -> order id)
--- ARGV[3i-2], ARGV[3i-1], ARGV[3i] for order i: user id, order id,
+-- ARGV[1] the GTID of the transaction that wrote the orders, domain-server-sequence,
+--   or "" when the database tells none (no binary log, MySQL, SQLite)
+-- ARGV[3i-1], ARGV[3i], ARGV[3i+1] for order i: user id, order id,
 --   voucher id
 --
 -- Returns {0} when the shard is not ready (nothing settled), else {1, a_1,
@@ -89,8 +99,8 @@ local did = {1}
 local dropped, gone, first = {}, {}, true
 -- settle does order i and returns what it did (the answers above).
 local function settle(i)
-  local user, order, voucher = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
-  local state, buyers = KEYS[2 * i + 1], KEYS[2 * i + 2]
+  local user, order, voucher = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
+  local state, buyers = KEYS[2 * i + 2], KEYS[2 * i + 3]
   local ok, held = read(state, buyers, user)
   if not ok then
     return 4
@@ -122,12 +132,23 @@ local function settle(i)
   end
   return 0
 end
-for i = 1, #ARGV / 3 do
+for i = 1, (#ARGV - 1) / 3 do
   did[i + 1] = settle(i)
 end
 -- In slices: unpack's arguments go on Lua's stack, which is bounded.
 local slice = 500
 for from = 1, #dropped, slice do
   redis.call('HDEL', KEYS[2], unpack(dropped, from, math.min(from + slice - 1, #dropped)))
+end
+-- Last: by now a write was made, which a full memory no longer refuses. A
+-- record of another type (a stray write) is left as it is, read
+-- protected: the orders are settled all the same.
+local origin, seq = string.match(ARGV[1], '^(%d+%-%d+)%-(%d+)$')
+if origin and not first then
+  local field = 'g:' .. origin
+  local seen = redis.pcall('HGET', KEYS[3], field)
+  if not (type(seen) == 'table' and seen.err) and tonumber(seen or '-1') < tonumber(seq) then
+    redis.call('HSET', KEYS[3], field, seq)
+  end
 end
 return did

@@ -79,6 +79,8 @@ type Metrics struct {
 	httpSeries   map[httpKey]httpSeries
 
 	ordersWritten prometheus.Counter
+	ordersHealed  prometheus.Counter
+	endsHealed    map[string]prometheus.Counter
 	batchSize     prometheus.Histogram
 	writeTook     prometheus.Histogram
 	deadLetters   map[string]prometheus.Counter
@@ -110,7 +112,21 @@ type Metrics struct {
 	bucketNotReady prometheus.Gauge
 	bucketMu       sync.Mutex
 	bucketSeen     int // bucket_stock series set
+
+	dbPrimary   *prometheus.GaugeVec
+	dbSince     prometheus.Gauge
+	dbWritable  prometheus.Gauge
+	dbChanges   prometheus.Counter
+	dbRollbacks prometheus.Counter
+	dbRestores  prometheus.Counter
+	dbMu        sync.Mutex
+	dbLabel     string // the server dbPrimary names now
 }
+
+// EndsHealed are how an order ended, as the heal writes an end the
+// database lost again (voucher.EndedCancelled, EndedExpired,
+// EndedRefunded).
+var EndsHealed = []string{"cancelled", "expired", "refunded"}
 
 // BucketMoveResults are how a transfer of units between a voucher's
 // buckets ended: applied (the receiver took them in) or returned (given
@@ -138,6 +154,14 @@ func New() *Metrics {
 		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}, "route", "method")
 
 	m.ordersWritten = m.counter("orders_written_total", "Orders committed to the database (redeliveries of written orders not counted).")
+	m.ordersHealed = m.counter("orders_healed_total", "Orders written again after the database lost them (a failover to a replica that had not received them): Redis still held them. Also counted in seckill_orders_written_total.")
+	m.endsHealed = series(m.counterVec("order_ends_healed_total", "Cancellations, expiries and refunds written again after the database lost them: Redis still knew the order had ended, by how it ended.", "how"), EndsHealed)
+	m.dbPrimary = m.gaugeVec("database_primary_info", "1 for the database server this instance writes to (its name and server_id as it reports them); the series of an earlier server is removed when another takes over.", "server")
+	m.dbSince = m.gauge("database_primary_since_seconds", "When this instance first saw the database server it writes to now (Unix seconds).")
+	m.dbWritable = m.gauge("database_writable", "1 while the database server this instance reaches takes writes (read_only off, a ready Galera node), 0 while it does not (a replica, a node cut off) or does not answer.")
+	m.dbChanges = m.counter("database_primary_changes_total", "Times this instance found its database address reaching another server than before: a failover or a switchover.")
+	m.dbRollbacks = m.counter("database_rollbacks_total", "Times this instance found the database lacking commits the sale's Redis had seen it make: a failover to a replica that had not received them. The service writes back what Redis still holds.")
+	m.dbRestores = m.counter("database_restores_total", "Times this instance found the database of another lineage than the sale's Redis knew: it was restored from a dump. Redis is rebuilt from it; nothing is written back.")
 	m.batchSize = m.histogram("worker_batch_size", "Stream messages per batch the order writer handled.",
 		[]float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000})
 	m.writeTook = m.histogram("order_write_duration_seconds", "Time of a batch's database transaction, retries included.",
@@ -253,6 +277,46 @@ func (m *Metrics) Batch(size int, took time.Duration) {
 	m.batchSize.Observe(float64(size))
 	m.writeTook.Observe(took.Seconds())
 }
+
+// Healed counts orders written again after the database lost them.
+func (m *Metrics) Healed(orders int) { m.ordersHealed.Add(float64(orders)) }
+
+// EndHealed counts an end written again after the database lost it.
+func (m *Metrics) EndHealed(how string) { m.pick(m.endsHealed, how).Inc() }
+
+// DatabaseSeen records the database server this instance reaches now
+// (label), since when, and whether it takes writes; changed says it is
+// another server than before.
+func (m *Metrics) DatabaseSeen(label string, since time.Time, writable, changed bool) {
+	m.dbMu.Lock()
+	defer m.dbMu.Unlock()
+	if label != m.dbLabel {
+		if m.dbLabel != "" {
+			m.dbPrimary.DeleteLabelValues(m.dbLabel)
+		}
+		m.dbPrimary.WithLabelValues(label).Set(1)
+		m.dbLabel = label
+	}
+	m.dbSince.Set(float64(since.Unix()))
+	if writable {
+		m.dbWritable.Set(1)
+	} else {
+		m.dbWritable.Set(0)
+	}
+	if changed {
+		m.dbChanges.Inc()
+	}
+}
+
+// DatabaseDown records that the database did not answer: it takes no
+// writes.
+func (m *Metrics) DatabaseDown() { m.dbWritable.Set(0) }
+
+// DatabaseRolledBack counts a database found lacking commits Redis saw.
+func (m *Metrics) DatabaseRolledBack() { m.dbRollbacks.Inc() }
+
+// DatabaseRestored counts a database found of another lineage.
+func (m *Metrics) DatabaseRestored() { m.dbRestores.Inc() }
 
 // Written counts orders newly committed.
 func (m *Metrics) Written(orders int) { m.ordersWritten.Add(float64(orders)) }

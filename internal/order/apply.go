@@ -11,12 +11,18 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/db"
+	"seckill/internal/voucher"
 )
 
 // write decides every item from what MySQL holds and records it as an
 // order or a dead letter. Items already written or dead-lettered (a
 // redelivery) change nothing.
 func (w *Writer) write(tx *gorm.DB, items []*item) error {
+	// Checked on the transaction's own connection, once it is made: a
+	// connection to a new primary unverifies the pool as it is made.
+	if w.cfg.Verified != nil && !w.cfg.Verified() {
+		return errUnverified
+	}
 	if err := w.decideFromMySQL(tx, items); err != nil {
 		return err
 	}
@@ -349,7 +355,7 @@ func (w *Writer) newOrder(it *item, price int64, now time.Time) Order {
 	}
 	it.deadline = nil
 	if price > 0 {
-		d := now.Add(w.cfg.PayWindow)
+		d := w.deadlineOf(it.ord, now)
 		o.Status, o.PaidAt, o.PayDeadline = StatusAwaitingPayment, nil, &d
 		it.deadline = &d
 		return o
@@ -357,6 +363,22 @@ func (w *Writer) newOrder(it *item, price int64, now time.Time) Order {
 	code := newCode()
 	o.Code = &code
 	return o
+}
+
+// deadlineOf is the pay deadline of an order written now: the pay window
+// from now. A healed order keeps the deadline it had when first written
+// (as Redis still holds it), or else gets the window from its acceptance:
+// the buyer had that long from the first writing, a few milliseconds
+// later.
+func (w *Writer) deadlineOf(m voucher.Message, now time.Time) time.Time {
+	switch {
+	case !m.Healed:
+		return now.Add(w.cfg.PayWindow)
+	case !m.Due.IsZero():
+		return m.Due
+	default:
+		return m.AcceptedAt.Add(w.cfg.PayWindow)
+	}
 }
 
 // create inserts one order; a paid one's code that another order holds

@@ -14,7 +14,7 @@ import (
 // afterCommit tells the observer what the transaction recorded, then
 // makes Redis agree with it: the reservations of dead letters given back,
 // the written orders settled.
-func (w *Writer) afterCommit(ctx context.Context, work []*item) error {
+func (w *Writer) afterCommit(ctx context.Context, work []*item, gtid string) error {
 	w.observeCommitted(work)
 	if w.cfg.AfterCommit != nil {
 		w.cfg.AfterCommit()
@@ -28,7 +28,7 @@ func (w *Writer) afterCommit(ctx context.Context, work []*item) error {
 		}
 		return err
 	}
-	did, err := w.settle(ctx, work)
+	did, err := w.settle(ctx, work, gtid)
 	if err != nil {
 		return err
 	}
@@ -162,13 +162,18 @@ func scriptFlag(b bool) string {
 }
 
 // observeCommitted tells the observer what the committed transaction
-// recorded for the first time.
+// recorded for the first time, and logs each order healed: one the
+// database had lost, written again.
 func (w *Writer) observeCommitted(items []*item) {
-	orders := 0
+	orders, healed := 0, 0
 	for _, it := range items {
 		switch it.v.effects().count {
 		case countOrder:
 			orders++
+			if it.ord.Healed {
+				healed++
+				w.logHealed(it)
+			}
 		case countLetter:
 			w.cfg.Observer.DeadLettered(it.v.reason)
 		}
@@ -176,6 +181,19 @@ func (w *Writer) observeCommitted(items []*item) {
 	if orders > 0 {
 		w.cfg.Observer.Written(orders)
 	}
+	if healed > 0 {
+		w.cfg.Observer.Healed(healed)
+	}
+}
+
+// logHealed logs one line for an order written again after the database
+// lost it.
+func (w *Writer) logHealed(it *item) {
+	attrs := []any{"order_id", it.ord.OrderID, "user_id", it.ord.UserID, "voucher_id", it.ord.VoucherID, "accepted_at", it.ord.AcceptedAt}
+	if it.deadline != nil {
+		attrs = append(attrs, "pay_deadline", *it.deadline)
+	}
+	w.log.Warn("order healed: the database had lost it and redis still held it; written again", attrs...)
 }
 
 // restocks says which dead letters give their unit back to the Redis
@@ -243,9 +261,11 @@ func (w *Writer) giveBack(ctx context.Context, items []*item) error {
 // While a shard is being rebuilt it cannot settle, and the batch is tried
 // again. Once settled, the orders are announced (Events.Written): an
 // instance that remembers a buyer's order asks Redis again, which names
-// the written one after a takeover. It returns what it did for each order
+// the written one after a takeover. Each call also records gtid, the
+// transaction that wrote the orders, in the shard's record of the
+// database (Keys.DBSeen). It returns what it did for each order
 // (undoEnded needs it).
-func (w *Writer) settle(ctx context.Context, items []*item) (map[int64]settled, error) {
+func (w *Writer) settle(ctx context.Context, items []*item, gtid string) (map[int64]settled, error) {
 	calls := map[int]*settleCall{}
 	var written []voucher.Message
 	for _, it := range items {
@@ -257,7 +277,7 @@ func (w *Writer) settle(ctx context.Context, items []*item) (map[int64]settled, 
 		shard := shardOf(w.keys, o)
 		c := calls[shard]
 		if c == nil {
-			c = &settleCall{shard: shard, keys: []string{w.keys.Ready(shard), w.keys.Pending(shard)}}
+			c = &settleCall{shard: shard, keys: []string{w.keys.Ready(shard), w.keys.Pending(shard), w.keys.DBSeen(shard)}, args: []any{gtid}}
 			calls[shard] = c
 		}
 		c.keys = append(c.keys, w.keys.StateAt(shard, o.VoucherID), w.keys.BuyersAt(shard, o.VoucherID))

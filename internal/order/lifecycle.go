@@ -418,8 +418,10 @@ func (e *LeftError) Unwrap() []error {
 
 // GiveBack returns an ended order's unit to the live sale in Redis, once:
 // the script removes the buyer entry and adds the unit only while the
-// entry still names this order. Then it records when (unit_back_at) and
-// tells every instance's local refusals.
+// entry still names this order, and records how the order ended beside the
+// voucher's buyers (voucher.EndedAt: if the database loses the end, Redis
+// still knows it). Then it records when (unit_back_at) and tells every
+// instance's local refusals.
 func (l *Lifecycle) GiveBack(ctx context.Context, o *Order) error {
 	if o.Live != nil || o.UnitBackAt != nil {
 		return nil
@@ -455,7 +457,8 @@ func (l *Lifecycle) giveBackAll(ctx context.Context, orders []*Order) error {
 	for i, o := range orders {
 		nb := layouts[o.VoucherID]
 		shard := l.keys.BucketShard(o.VoucherID, voucher.Home(o.UserID, nb), nb)
-		cmds[i] = l.release.Eval(ctx, pipe, releaseKeys(l.keys, shard, o.VoucherID), o.UserID, o.ID, "1")
+		keys := append(releaseKeys(l.keys, shard, o.VoucherID), l.keys.EndedAt(shard, o.VoucherID))
+		cmds[i] = l.release.Eval(ctx, pipe, keys, o.UserID, o.ID, "1", endedHow(o))
 	}
 	_, _ = pipe.Exec(ctx) // each command's answer is read below
 	var (
@@ -486,6 +489,19 @@ func (l *Lifecycle) giveBackAll(ctx context.Context, orders []*Order) error {
 		}
 	}
 	return left.err()
+}
+
+// endedHow is how an ended order ended, as Redis records it beside the
+// voucher's buyers (voucher.EndedAt).
+func endedHow(o *Order) string {
+	switch {
+	case o.Status == StatusRefunded:
+		return voucher.EndedRefunded
+	case o.CancelReason != nil && *o.CancelReason == CancelExpired:
+		return voucher.EndedExpired
+	default:
+		return voucher.EndedCancelled
+	}
 }
 
 // layouts returns the bucket count of the orders' vouchers: a unit goes

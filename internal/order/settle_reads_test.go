@@ -36,8 +36,8 @@ func TestSettleReadsStockOncePerVoucher(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	keys := []string{k.Ready(0), k.Pending(0)}
-	var args []any
+	keys := []string{k.Ready(0), k.Pending(0), k.DBSeen(0)}
+	args := []any{""}
 	for i := range n + 2 {
 		v, user, order := good, int64(1000+i), int64(5000+i)
 		if i >= n {
@@ -132,8 +132,8 @@ func TestSettleSeesItsOwnDrops(t *testing.T) {
 	if err := rdb.Set(ctx, k.Ready(0), "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{k.Ready(0), k.Pending(0), k.StateAt(0, v), k.BuyersAt(0, v), k.StateAt(0, v), k.BuyersAt(0, v)}
-	res, err := lua.Settle().Run(ctx, rdb, keys, user, first, v, user, second, v).Int64Slice()
+	keys := []string{k.Ready(0), k.Pending(0), k.DBSeen(0), k.StateAt(0, v), k.BuyersAt(0, v), k.StateAt(0, v), k.BuyersAt(0, v)}
+	res, err := lua.Settle().Run(ctx, rdb, keys, "", user, first, v, user, second, v).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestSettleDropsFirst(t *testing.T) {
 		if err := rdb.Set(ctx, k.Ready(0), "1", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		return []string{k.Ready(0), k.Pending(0), k.StateAt(0, v), k.BuyersAt(0, v)}, []any{7, 501, v}
+		return []string{k.Ready(0), k.Pending(0), k.DBSeen(0), k.StateAt(0, v), k.BuyersAt(0, v)}, []any{"0-1-9", 7, 501, v}
 	}
 	t.Run("pending index of another type", func(t *testing.T) {
 		rdb := testenv.StartRedis(t, testenv.RedisOptions{}).Client(t)
@@ -207,5 +207,70 @@ func TestSettleDropsFirst(t *testing.T) {
 		if held, err := rdb.HGet(ctx, k.BuyersAt(0, v), "7").Int64(); err != nil || held != 501 {
 			t.Fatalf("buyer entry %d, %v; want 501", held, err)
 		}
+		if seen, err := rdb.HGet(ctx, k.DBSeen(0), "g:0-1").Result(); err != nil || seen != "9" {
+			t.Fatalf("gtid recorded at the memory limit: %q, %v; want 9", seen, err)
+		}
 	})
+}
+
+// TestSettleRecordsGTID: settle records the GTID of the transaction that
+// wrote its orders in the shard's record of the database, the highest
+// sequence number per origin: a lower one, an empty one and a call that
+// settled nothing leave it as it is; a record of another type is left
+// alone and the orders are settled all the same.
+func TestSettleRecordsGTID(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.StartRedis(t, testenv.RedisOptions{}).Client(t)
+	ctx := context.Background()
+	k := voucher.NewKeys("settle-gtid", 1)
+	const v = int64(1)
+	if err := rdb.Set(ctx, k.Ready(0), "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, k.StateAt(0, v), "stock", 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	order := int64(600)
+	settle := func(gtid string, orders int) []int64 {
+		t.Helper()
+		keys, args := []string{k.Ready(0), k.Pending(0), k.DBSeen(0)}, []any{gtid}
+		for range orders {
+			order++
+			keys = append(keys, k.StateAt(0, v), k.BuyersAt(0, v))
+			args = append(args, order, order, v)
+		}
+		res, err := lua.Settle().Run(ctx, rdb, keys, args...).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	record := func() map[string]string {
+		t.Helper()
+		m, err := rdb.HGetAll(ctx, k.DBSeen(0)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	settle("0-1-10", 2)
+	settle("0-1-7", 1)
+	settle("0-2-3", 1)
+	settle("", 1)
+	settle("0-1-99", 0)
+	if got := record(); len(got) != 2 || got["g:0-1"] != "10" || got["g:0-2"] != "3" {
+		t.Fatalf("record %v; want g:0-1 10 and g:0-2 3", got)
+	}
+	if err := rdb.Del(ctx, k.DBSeen(0)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, k.DBSeen(0), "stray", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res := settle("0-1-11", 1); len(res) != 2 || res[0] != 1 || res[1] != int64(settledTook) {
+		t.Fatalf("settle beside a record of another type: %v", res)
+	}
+	if got, err := rdb.Get(ctx, k.DBSeen(0)).Result(); err != nil || got != "stray" {
+		t.Fatalf("record of another type: %q, %v; want it left as it was", got, err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,6 +67,12 @@ type WriterConfig struct {
 	// which the expirer cancels it if still unpaid. Without it only the
 	// sweeper does, later.
 	Expiries *Expiries
+	// Verified, when set, holds writes back while it reports false: the
+	// database's address reached another server (a failover) that the
+	// database watcher has not checked yet, and what that server lost may
+	// have to be written back first (package failover). The batch fails
+	// and is tried again after the consumer's backoff.
+	Verified func() bool
 	// Events, when set, announces to every instance's local refusals the
 	// reservations given back and the orders written; nil publishes
 	// nothing, and the instances learn of them only when their answers
@@ -81,6 +88,9 @@ type Observer interface {
 	Batch(size int, took time.Duration)
 	// Written: orders newly committed (redelivered ones not counted).
 	Written(orders int)
+	// Healed: of those, orders the database had lost and Redis still held
+	// (package failover queued them again).
+	Healed(orders int)
 	// DeadLettered: one new dead letter was committed.
 	DeadLettered(reason string)
 	// LockConflicts: messages whose buyer lock was held elsewhere.
@@ -94,6 +104,7 @@ type nopObserver struct{}
 
 func (nopObserver) Batch(int, time.Duration) {}
 func (nopObserver) Written(int)              {}
+func (nopObserver) Healed(int)               {}
 func (nopObserver) DeadLettered(string)      {}
 func (nopObserver) LockConflicts(int)        {}
 func (nopObserver) RedisError(string)        {}
@@ -113,6 +124,9 @@ type Writer struct {
 	settleScript *redis.Script
 	// inserts holds insertSQL's statements by row count (int -> string).
 	inserts sync.Map
+	// gtids is tellsGTIDs's answer: whether the database gives each
+	// transaction a GTID (a binary log), or not known yet.
+	gtids atomic.Int32
 }
 
 // NewWriter returns a Writer; it owns none of its clients.
@@ -178,10 +192,11 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 	if len(work) == 0 {
 		return outcomes, nil
 	}
-	if err := w.commit(ctx, work, len(batch)); err != nil {
+	gtid, err := w.commit(ctx, work, len(batch))
+	if err != nil {
 		return nil, err
 	}
-	if err := w.afterCommit(ctx, work); err != nil {
+	if err := w.afterCommit(ctx, work, gtid); err != nil {
 		return nil, err
 	}
 	for i := range items {
@@ -193,12 +208,16 @@ func (w *Writer) Handle(ctx context.Context, batch []mq.Message) ([]mq.Outcome, 
 }
 
 // commit writes the work in one transaction, tried again after a deadlock
-// or lock wait timeout.
-func (w *Writer) commit(ctx context.Context, work []*item, size int) error {
-	var err error
+// or lock wait timeout (on Galera, a certification conflict at commit is a
+// deadlock too: the whole transaction is tried again, and the guards find
+// what a concurrent writer committed). It returns the transaction's GTID
+// ("" when the database tells none), read on the connection that
+// committed it, which settle records in Redis: a database that later
+// lacks it lost these orders.
+func (w *Writer) commit(ctx context.Context, work []*item, size int) (gtid string, err error) {
 	began := time.Now()
 	for attempt := 1; attempt <= w.cfg.Attempts; attempt++ {
-		err = w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(tx, work) }, w.txOptions())
+		gtid, err = w.commitOnce(ctx, work)
 		if err == nil || !db.IsRetryable(err) {
 			break
 		}
@@ -206,9 +225,66 @@ func (w *Writer) commit(ctx context.Context, work []*item, size int) error {
 	w.cfg.Observer.Batch(size, time.Since(began))
 	if err != nil {
 		w.cfg.Observer.MySQLError("write")
-		return fmt.Errorf("write %d orders: %w", len(work), err)
+		return "", fmt.Errorf("write %d orders: %w", len(work), err)
 	}
-	return nil
+	return gtid, nil
+}
+
+// commitOnce runs the transaction and, where the database keeps a binary
+// log, reads its GTID on the same connection. A GTID that cannot be read
+// costs the record, not the batch: the orders are committed.
+func (w *Writer) commitOnce(ctx context.Context, work []*item) (gtid string, err error) {
+	if !w.tellsGTIDs(ctx) {
+		return "", w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return w.write(tx, work) }, w.txOptions())
+	}
+	err = w.db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
+		if err := conn.Transaction(func(tx *gorm.DB) error { return w.write(tx, work) }, w.txOptions()); err != nil {
+			return err
+		}
+		var gerr error
+		gtid, gerr = db.LastGTID(ctx, conn)
+		if errors.Is(gerr, db.ErrNoGTIDs) {
+			w.gtids.Store(gtidsNone)
+		} else if gerr != nil {
+			w.log.Warn("the gtid of a committed batch could not be read: a failover that loses this batch is not seen from its record",
+				"err", gerr)
+		}
+		return nil
+	})
+	return gtid, err
+}
+
+// The answers of tellsGTIDs, kept in Writer.gtids.
+const (
+	gtidsUnknown int32 = iota
+	gtidsTold
+	gtidsNone
+)
+
+// tellsGTIDs reports whether the database gives each transaction a GTID
+// worth recording: MySQL or MariaDB with a binary log (log_bin, fixed at
+// the server's start). Asked once; SQLite never does.
+func (w *Writer) tellsGTIDs(ctx context.Context) bool {
+	switch w.gtids.Load() {
+	case gtidsTold:
+		return true
+	case gtidsNone:
+		return false
+	}
+	if w.db.Dialector.Name() != "mysql" {
+		w.gtids.Store(gtidsNone)
+		return false
+	}
+	var logBin int
+	if err := w.db.WithContext(ctx).Raw("SELECT @@global.log_bin").Row().Scan(&logBin); err != nil {
+		return false // asked again with the next batch
+	}
+	if logBin == 0 {
+		w.gtids.Store(gtidsNone)
+		return false
+	}
+	w.gtids.Store(gtidsTold)
+	return true
 }
 
 // txOptions runs the batch at READ COMMITTED on MySQL: its locking reads
@@ -232,6 +308,10 @@ func (w *Writer) locking(query string) string {
 	}
 	return query
 }
+
+// errUnverified means the database's primary changed and has not been
+// checked yet (WriterConfig.Verified).
+var errUnverified = errors.New("the database's new primary is not checked yet; writes wait")
 
 // errNotReady means a shard's Redis state is being rebuilt.
 var errNotReady = errors.New("shard state not ready")

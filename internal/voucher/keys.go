@@ -142,6 +142,28 @@ func (k Keys) Pending(shard int) string { return k.Tag(shard) + ":pending" }
 // shard's stream (a buyer lock was held elsewhere).
 func (k Keys) Delayed(shard int) string { return k.Tag(shard) + ":delayed" }
 
+// DBSeen is a shard's record of the database: the database's lineage
+// token, and per GTID origin (domain and server_id) the highest
+// transaction whose orders the shard settled or whose commit an instance
+// saw (hash: lineage -> token, g:<domain>-<server> -> sequence number).
+// A database that lacks one of them lost it (package failover).
+func (k Keys) DBSeen(shard int) string { return k.Tag(shard) + ":db" }
+
+// EndedAt records, beside the buyers of a voucher's bucket in shard, the
+// orders whose unit went back on sale because they ended (hash: order id
+// -> "user id:how", how one of the Ended* values): what Redis still knows
+// of an order's cancellation or refund if the database loses it.
+func (k Keys) EndedAt(shard int, voucherID int64) string {
+	return k.StateAt(shard, voucherID) + ":ended"
+}
+
+// How an order ended, as EndedAt records it.
+const (
+	EndedCancelled = "cancelled"
+	EndedExpired   = "expired"
+	EndedRefunded  = "refunded"
+)
+
 // Events is the pub/sub channel on which whatever can make an instance's
 // local refusals wrong is announced (refusals.go): a unit given back, a
 // buyer entry removed, a shard rebuilt, a voucher's state loaded. Classic

@@ -19,6 +19,15 @@ type Message struct {
 	// neither): its keys are on shard Keys.BucketShard(VoucherID, Bucket,
 	// Buckets).
 	Bucket, Buckets int
+	// Healed marks an order written again after the database lost it (a
+	// failover): Redis still held it, and package failover queued it once
+	// more, with its acceptance time taken from its id. Field "healed",
+	// "1"; absent on a purchase's message.
+	Healed bool
+	// Due is the pay deadline the order had when it was first written, as
+	// Redis still holds it (a healed order's); zero when not known, and on
+	// a purchase's message. Field "due", Unix milliseconds.
+	Due time.Time
 }
 
 // messageVersion is the "v" field the script writes.
@@ -87,7 +96,42 @@ func Decode(values map[string]any) (Message, error) {
 	if err := m.decodeBucket(values, str); err != nil {
 		return Message{}, err
 	}
+	if err := m.decodeHealed(values, str, positive); err != nil {
+		return Message{}, err
+	}
 	return m, nil
+}
+
+// decodeHealed reads the fields a healed order's message carries: "healed"
+// ("1") and "due" (a pay deadline, Unix milliseconds, with "healed" only).
+func (m *Message) decodeHealed(values map[string]any, str func(string) (string, error), positive func(string) (int64, error)) error {
+	_, healed := values["healed"]
+	_, due := values["due"]
+	if !healed {
+		if due {
+			return fmt.Errorf("%w: field \"due\" without \"healed\"", ErrBadMessage)
+		}
+		return nil
+	}
+	h, err := str("healed")
+	if err != nil {
+		return err
+	}
+	if h != "1" {
+		return fmt.Errorf("%w: field \"healed\" is %q", ErrBadMessage, h)
+	}
+	m.Healed = true
+	if !due {
+		return nil
+	}
+	ms, err := positive("due")
+	if err != nil {
+		return err
+	}
+	if m.Due = time.UnixMilli(ms).UTC(); m.Due.Before(minAccepted) || !m.Due.Before(maxAccepted) {
+		return fmt.Errorf("%w: field \"due\" is out of range", ErrBadMessage)
+	}
+	return nil
 }
 
 // decodeBucket reads the fields "b" and "nb" a purchase of a voucher of
@@ -129,6 +173,12 @@ func (m Message) Encode() map[string]any {
 	if m.Buckets > 1 {
 		f["b"] = strconv.Itoa(m.Bucket)
 		f["nb"] = strconv.Itoa(m.Buckets)
+	}
+	if m.Healed {
+		f["healed"] = "1"
+		if !m.Due.IsZero() {
+			f["due"] = strconv.FormatInt(m.Due.UnixMilli(), 10)
+		}
 	}
 	return f
 }

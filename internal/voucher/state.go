@@ -24,6 +24,7 @@ type State struct {
 	reopen       *redis.Script
 	dropReady    *redis.Script
 	releaseLease *redis.Script
+	requeue      *redis.Script
 	// holder, when set, holds a voucher of several buckets still while
 	// its buckets are first loaded (HoldWith).
 	holder Holder
@@ -39,7 +40,7 @@ func (s *State) HoldWith(h Holder) { s.holder = h }
 
 // NewState returns a State; it does not own rdb.
 func NewState(rdb redis.UniversalClient, keys Keys) *State {
-	return &State{rdb: rdb, keys: keys, load: lua.Load(), replace: lua.Replace(), reopen: lua.Reopen(), dropReady: lua.DropReady(), releaseLease: lua.ReleaseLease()}
+	return &State{rdb: rdb, keys: keys, load: lua.Load(), replace: lua.Replace(), reopen: lua.Reopen(), dropReady: lua.DropReady(), releaseLease: lua.ReleaseLease(), requeue: lua.Requeue()}
 }
 
 // buyerChunk bounds the fields of one HSET when buyers are loaded.
