@@ -313,8 +313,9 @@ if [ -n "${SECKILL_ADMIN_ADDR:-}" ] && [ "$SECKILL_ADMIN_ADDR" != off ] && [ "$i
   die "SECKILL_ADMIN_ADDR=$SECKILL_ADMIN_ADDR would be one address for $instances instances: leave it unset (each gets its port + 10000) or set it to off"
 fi
 
-# On any failure, stop what was started.
-trap 'say "start failed; stopping what was started"; SECKILL_CLUSTER_DIR=$dir "$root/scripts/cluster-down.sh" >&2 || true' ERR
+# On any failure, stop what was started: a failed command (set -e) or a
+# die, whose exit an ERR trap does not see.
+trap 'rc=$?; if [ $rc -ne 0 ]; then say "start failed; stopping what was started"; SECKILL_CLUSTER_DIR=$dir "$root/scripts/cluster-down.sh" >&2 || true; fi' EXIT
 
 if [ -n "${SECKILL_API_BIN:-}" ]; then
   cp "$SECKILL_API_BIN" "$dir/bin/api"
@@ -495,7 +496,7 @@ if [ -n "${SECKILL_CLUSTER_WATCH_PID:-}" ]; then
     'while kill -0 "$1" 2>/dev/null; do sleep 1; done; SECKILL_CLUSTER_DIR="$2" exec "$3/scripts/cluster-down.sh"' \
     watchdog "$SECKILL_CLUSTER_WATCH_PID" "$dir" "$root"
 fi
-trap - ERR
+trap - EXIT
 
 redis_desc=Redis
 [ "$redis_mode" = single ] || redis_desc="a Redis Cluster (3 masters, 3 replicas)"
