@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # cluster-down.sh: stops what scripts/cluster-up.sh started, by the pids it
 # recorded, and nothing else: nginx (and the ceiling server and Prometheus) first, then the
-# instances (SIGTERM lets them finish the batch in flight), then MariaDB,
-# Redis (or the nodes of the Redis Cluster) and the lock Redis.
+# instances (SIGTERM lets them finish the batch in flight), then MariaDB (or
+# the servers of the replicated database, one at a time), Redis (or the
+# nodes of the Redis Cluster) and the lock Redis. It fails if a mariadbd on
+# the cluster's data still runs afterwards.
 #
 #   scripts/cluster-down.sh           stop; keep the data for the next cluster-up.sh
 #   scripts/cluster-down.sh --purge   stop and delete the state directory
@@ -58,6 +60,13 @@ if [ -d "$run" ]; then
   done
   wait
   stop mariadb
+  # The replicated database's servers (SECKILL_CLUSTER_DB), one at a time,
+  # the last first: the Galera node stopped last is the one safe to
+  # bootstrap the next start from. A server db-failover killed is gone
+  # already; its pidfile goes.
+  for i in 3 2 1; do
+    stop "mariadb-$i"
+  done
   stop redis
   # The nodes of a Redis Cluster, together.
   for f in "$run"/redis-node-*.pid; do
@@ -66,6 +75,19 @@ if [ -d "$run" ]; then
   done
   wait
   stop redis-locks
+fi
+# Nothing may be left running on the cluster's data, whatever the pidfiles
+# said (a database server started but not recorded, one restarted by hand).
+if [ -d "$dir" ]; then
+  abs=$(cd "$dir" && pwd)
+  left=$(for p in /proc/[0-9]*; do
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+    case $cmd in *mariadbd*"--datadir=$abs/"*) echo "${p#/proc/}" ;; esac
+  done)
+  if [ -n "$left" ]; then
+    say "mariadbd still runs on data in $abs: pid $(echo $left); not started by cluster-up.sh as recorded, so not stopped here"
+    exit 1
+  fi
 fi
 if $purge; then
   rm -rf "$dir"

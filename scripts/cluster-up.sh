@@ -3,7 +3,9 @@
 # from the installed binaries: redis-server (AOF, fsync always, noeviction),
 # or a Redis Cluster of six such servers (SECKILL_CLUSTER_REDIS=cluster),
 # a second redis-server for buyer locks only (no persistence), mariadbd (its
-# own datadir), two or more API instances and nginx in front.
+# own datadir), or a replicated database (SECKILL_CLUSTER_DB: a primary and
+# a semi-synchronous replica, or a three-node Galera cluster), two or more
+# API instances and nginx in front.
 # Prints the URL and an admin token; scripts/cluster-down.sh stops it.
 #
 #   scripts/cluster-up.sh           start the cluster
@@ -14,6 +16,15 @@
 #                                   (loadtest/README.md)
 #   scripts/cluster-up.sh ceiling   add loadtest/ceiling (the bare purchase script behind Gin) on
 #                                   the cluster's Redis, the yardstick of loadtest/README.md
+#   scripts/cluster-up.sh db-failover  the replicated database loses a server: semisync kills -9 the
+#                                   primary and promotes the replica (its relay log applied
+#                                   first, then STOP SLAVE, RESET SLAVE ALL, read_only OFF);
+#                                   galera kills -9 the first node of SECKILL_MYSQL_DSN still up
+#                                   and waits for the others to drop it. Prints the primary, or
+#                                   the cluster's size, after it
+#   scripts/cluster-up.sh db-status    one line per database server: port, pid, alive, role,
+#                                   read_only, GTID positions (binlog, slave), semi-sync or
+#                                   wsrep state
 #
 # State (pids, logs, data, cluster.env) lives in SECKILL_CLUSTER_DIR, default
 # .cluster/ in the repository; data is kept across down/up unless
@@ -35,7 +46,24 @@
 #                                its port + 10000)
 #   SECKILL_CLUSTER_LOCK_REDIS_PORT  redis-server for buyer locks, no persistence (16380);
 #                                the instances get it as SECKILL_LOCK_NODES
-#   SECKILL_CLUSTER_MYSQL_PORT   mariadbd (13306)
+#   SECKILL_CLUSTER_DB           the database: "single", one mariadbd (the default); "semisync",
+#                                a primary and a replica (binary log with GTIDs, row format,
+#                                semi-synchronous replication AFTER_SYNC, the replica read_only
+#                                and replicating with MASTER_USE_GTID=slave_pos); or "galera",
+#                                three MariaDB Galera nodes (mysqldump state transfer). The
+#                                instances' SECKILL_MYSQL_DSN names every server,
+#                                root@tcp(127.0.0.1:13306,127.0.0.1:13307)/seckill: they use
+#                                the first one that takes writes
+#   SECKILL_CLUSTER_MYSQL_PORT   mariadbd, or the first database server; the others follow (13306)
+#   SECKILL_CLUSTER_MYSQL_PORTS  or each database server's port, space-separated (one, two or
+#                                three, as SECKILL_CLUSTER_DB has servers)
+#   SECKILL_CLUSTER_SEMISYNC_TIMEOUT_MS  rpl_semi_sync_master_timeout: how long a commit on the
+#                                primary waits for the replica's acknowledgement before the
+#                                primary goes on without it, asynchronously (10000)
+#   SECKILL_CLUSTER_GALERA_PORTS each Galera node's group communication port (gmcast.listen_addr),
+#                                space-separated (default: its SQL port + 10000)
+#   SECKILL_CLUSTER_GALERA_IST_PORTS  each node's incremental state transfer port (ist.recv_addr;
+#                                default: its SQL port + 20000)
 #   SECKILL_CLUSTER_SOLO_PORT    the instance of "cluster-up.sh api" (18089)
 #   SECKILL_CLUSTER_WORKER_PORT  probes and metrics of the first "cluster-up.sh worker"; the
 #                                next ones follow (18101)
@@ -77,6 +105,9 @@ redis_port=${SECKILL_CLUSTER_REDIS_PORT:-16379}
 redis_node_port=${SECKILL_CLUSTER_REDIS_NODE_PORT:-16400}
 lock_redis_port=${SECKILL_CLUSTER_LOCK_REDIS_PORT:-16380}
 mysql_port=${SECKILL_CLUSTER_MYSQL_PORT:-13306}
+db_mode=${SECKILL_CLUSTER_DB:-single}
+semisync_timeout=${SECKILL_CLUSTER_SEMISYNC_TIMEOUT_MS:-10000}
+galera_provider=/usr/lib/galera/libgalera_smm.so
 solo_port=${SECKILL_CLUSTER_SOLO_PORT:-18089}
 worker_port=${SECKILL_CLUSTER_WORKER_PORT:-18101}
 ceiling_port=${SECKILL_CLUSTER_CEILING_PORT:-18090}
@@ -184,6 +215,326 @@ cluster_ready() {
   done
 }
 
+# db_cli PORT ARGS...: the mariadb client, as root, on the database server
+# on PORT.
+db_cli() { mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$1" -u root "${@:2}"; }
+
+# db_sql PORT SQL: runs SQL there; rows tab-separated, no header.
+db_sql() { db_cli "$1" -N -B -e "$2"; }
+
+# db_var PORT NAME: the status variable NAME of the server on PORT.
+db_var() { db_sql "$1" "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME='$2'"; }
+
+# slave_field PORT FIELD: FIELD of SHOW SLAVE STATUS there, empty when the
+# server replicates from no one.
+slave_field() { db_cli "$1" -e 'SHOW SLAVE STATUS\G' | sed -n "s/^ *$2: //p"; }
+
+# db_name I, db_dir I: the pidfile name and the state directory (datadir,
+# tmpdir, pid file) of database server I (1, 2, 3) of SECKILL_CLUSTER_DB.
+# The single server keeps the names it always had.
+db_name() { if [ "$db_mode" = single ]; then echo mariadb; else echo "mariadb-$1"; fi; }
+db_dir() { if [ "$db_mode" = single ]; then echo "$dir/mysql"; else echo "$dir/mysql-$db_mode-$1"; fi; }
+db_pid() { cut -d' ' -f1 "$run/$(db_name "$1").pid" 2>/dev/null; }
+
+# semisync_primary: the server (1 or 2) that is the semisync primary; it
+# changes with db-failover and is kept with the data.
+semisync_primary() { cat "$dir/mysql-semisync.primary" 2>/dev/null || echo 1; }
+
+# db_install I: a new datadir for server I, unless it has one.
+db_install() {
+  local d log=$logs/mariadb-install-$1.log args
+  d=$(db_dir "$1")
+  [ -d "$d/data/mysql" ] && return 0
+  mkdir -p "$d/tmp"
+  args=(--no-defaults "--datadir=$d/data" "--tmpdir=$d/tmp" --skip-name-resolve --innodb-log-file-size=64M
+    "${root_user[@]}" --auth-root-authentication-method=normal --skip-test-db)
+  # One more try on a clean datadir before giving up, as for the single server.
+  mariadb-install-db "${args[@]}" </dev/null >>"$log" 2>&1 || {
+    rm -rf "$d/data"
+    say "mariadb-install-db failed for database server $1; once more"
+    mariadb-install-db "${args[@]}" </dev/null >>"$log" 2>&1
+  } || die "mariadb-install-db failed for database server $1; see $log"
+}
+
+# db_start I ROLE [OPTIONS...]: starts database server I as "primary" or
+# "replica" (semisync) or as a "galera" node, with the single server's
+# options and those of its role.
+db_start() {
+  local i=$1 role=$2 d port args
+  shift 2
+  d=$(db_dir "$i")
+  port=${db_ports[$((i - 1))]}
+  args=(--no-defaults "--datadir=$d/data" "--tmpdir=$d/tmp" --skip-name-resolve --innodb-log-file-size=64M
+    "${root_user[@]}" --port="$port" --bind-address=127.0.0.1 --socket=mysqld.sock --pid-file="$d/mariadbd.pid"
+    --innodb-buffer-pool-size=256M --innodb-flush-log-at-trx-commit=1 --max-connections=500
+    --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci)
+  case $role in
+    primary | replica)
+      # Binary log with GTIDs on both, so that either can be the primary;
+      # server_id is the server's number, whatever its role. The replica's
+      # master side stays off: with it on and nobody replicating from it,
+      # its first applied transaction waits rpl_semi_sync_master_timeout
+      # for an acknowledgement (measured: the replica lagged that long).
+      args+=(--server-id="$i" --log-bin=mysql-bin --relay-log=relay-bin --binlog-format=ROW
+        --log-slave-updates=ON --gtid-strict-mode=ON --sync-binlog=1
+        --rpl-semi-sync-slave-enabled=ON --rpl-semi-sync-master-wait-point=AFTER_SYNC
+        --rpl-semi-sync-master-timeout="$semisync_timeout")
+      if [ "$role" = primary ]; then
+        args+=(--rpl-semi-sync-master-enabled=ON --read-only=OFF)
+      else
+        args+=(--rpl-semi-sync-master-enabled=OFF --read-only=ON --skip-slave-start)
+      fi
+      ;;
+    galera)
+      args+=(--skip-log-bin --binlog-format=ROW --innodb-autoinc-lock-mode=2 --wsrep-on=ON
+        --wsrep-provider="$galera_provider" --wsrep-cluster-name=seckill
+        --wsrep-cluster-address="gcomm://$(printf '127.0.0.1:%s,' "${galera_ports[@]}" | sed 's/,$//')"
+        --wsrep-node-name="node$i" --wsrep-node-address=127.0.0.1
+        --wsrep-provider-options="gmcast.listen_addr=tcp://127.0.0.1:${galera_ports[$((i - 1))]};ist.recv_addr=127.0.0.1:${ist_ports[$((i - 1))]}"
+        --wsrep-sst-method=mysqldump --wsrep-sst-auth=root: --wsrep-sst-receive-address="127.0.0.1:$port")
+      ;;
+  esac
+  start "mariadb-$i" "$logs/mariadb-$i.log" mariadbd "${args[@]}" "$@"
+  db_started+=("$i")
+}
+
+# wait_db WHAT SECONDS COMMAND...: polls COMMAND until it succeeds, failing
+# early if a database server started exited.
+wait_db() {
+  local what=$1 secs=$2 i
+  shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    for i in "${db_started[@]}"; do
+      alive "mariadb-$i" || die "database server $i (127.0.0.1:${db_ports[$((i - 1))]}) exited while waiting for $what; see $logs/mariadb-$i.log"
+    done
+    [ $SECONDS -lt $deadline ] || die "$what not after ${secs}s; see $logs/mariadb-*.log"
+    sleep 0.2
+  done
+}
+
+# semisync_clients N: the primary has N semi-synchronous replicas.
+semisync_clients() { [ "$(db_var "${db_ports[$((db_primary - 1))]}" Rpl_semi_sync_master_clients)" = "$1" ]; }
+
+# applied PORT POS: the replica on PORT has applied GTID position POS.
+applied() { [ "$(db_sql "$1" "SELECT MASTER_GTID_WAIT('$2', 1)")" = 0 ]; }
+
+# galera_synced N: every node is Synced in a cluster of N.
+galera_synced() {
+  local p
+  for p in "${db_ports[@]}"; do
+    [ "$(db_var "$p" wsrep_local_state_comment)" = Synced ] && [ "$(db_var "$p" wsrep_cluster_size)" = "$1" ] || return 1
+  done
+}
+
+# up_semisync: the primary and its replica, replicating semi-synchronously.
+# After a db-failover the promoted server stays the primary; the one killed
+# may hold transactions the new primary never received (commits it had
+# not yet sent when it died), so its datadir is made anew and filled from
+# the primary's binary log.
+up_semisync() {
+  local i port pids=() p pos
+  db_primary=$(semisync_primary)
+  for i in $(seq 1 ${#db_ports[@]}); do
+    if [ -e "$(db_dir "$i")/stale" ]; then
+      say "database server $i was the primary db-failover killed: its datadir is made anew, a replica of server $db_primary"
+      rm -rf "$(db_dir "$i")"
+    fi
+  done
+  for i in $(seq 1 ${#db_ports[@]}); do
+    [ -d "$(db_dir "$i")/data/mysql" ] || say "creating the datadir of database server $i"
+    db_install "$i" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || die "mariadb-install-db failed; see $logs/mariadb-install-*.log"; done
+  for i in $(seq 1 ${#db_ports[@]}); do
+    if [ "$i" = "$db_primary" ]; then
+      say "mariadbd primary (server $i) on 127.0.0.1:${db_ports[$((i - 1))]}"
+      db_start "$i" primary
+    else
+      say "mariadbd replica (server $i) on 127.0.0.1:${db_ports[$((i - 1))]}"
+      db_start "$i" replica
+    fi
+  done
+  for i in "${db_started[@]}"; do
+    wait_db "database server $i" 60 db_sql "${db_ports[$((i - 1))]}" 'SELECT 1'
+  done
+  for i in "${db_started[@]}"; do
+    [ "$i" = "$db_primary" ] && continue
+    port=${db_ports[$((i - 1))]}
+    db_sql "$port" "STOP SLAVE; CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=${db_ports[$((db_primary - 1))]}, MASTER_USER='root', MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos; START SLAVE" 2>/dev/null ||
+      die "the replica on 127.0.0.1:$port does not replicate; see $logs/mariadb-$i.log"
+  done
+  wait_db "the replica's semi-synchronous connection (Rpl_semi_sync_master_clients = $((${#db_ports[@]} - 1)) on the primary)" 60 \
+    semisync_clients $((${#db_ports[@]} - 1))
+  # A replica made anew replays the primary's whole binary log: wait until
+  # it holds what the primary held at start, so that a db-failover right
+  # after the start has no backlog to apply.
+  pos=$(db_sql "${db_ports[$((db_primary - 1))]}" 'SELECT @@gtid_binlog_pos')
+  for i in "${db_started[@]}"; do
+    [ "$i" = "$db_primary" ] && continue
+    wait_db "database server $i applying the primary's binary log up to $pos" 120 applied "${db_ports[$((i - 1))]}" "$pos"
+  done
+  echo "$db_primary" >"$dir/mysql-semisync.primary"
+}
+
+# up_galera: three Galera nodes. The first is bootstrapped (a new cluster);
+# with kept data, the node stopped last, the one grastate.dat calls
+# safe_to_bootstrap, is. The others join and receive its state (IST, or
+# SST by mysqldump: rsync's fails when mariadbd runs as root).
+up_galera() {
+  local i kept=0 pids=() p
+  db_primary=1
+  for i in $(seq 1 ${#db_ports[@]}); do
+    [ -f "$(db_dir "$i")/data/grastate.dat" ] || continue
+    kept=1
+    if grep -q '^safe_to_bootstrap: *1' "$(db_dir "$i")/data/grastate.dat"; then db_primary=$i; fi
+  done
+  if [ $kept = 1 ] && ! grep -q '^safe_to_bootstrap: *1' "$(db_dir "$db_primary")/data/grastate.dat"; then
+    die "no Galera node in $dir/mysql-galera-* is safe to bootstrap (grastate.dat): every one stopped uncleanly; cluster-down.sh --purge starts afresh"
+  fi
+  for i in $(seq 1 ${#db_ports[@]}); do
+    [ -d "$(db_dir "$i")/data/mysql" ] || say "creating the datadir of Galera node $i"
+    db_install "$i" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || die "mariadb-install-db failed; see $logs/mariadb-install-*.log"; done
+  say "Galera node $db_primary on 127.0.0.1:${db_ports[$((db_primary - 1))]} bootstraps the cluster"
+  db_start "$db_primary" galera --wsrep-new-cluster
+  wait_db "Galera node $db_primary" 60 galera_node_synced "${db_ports[$((db_primary - 1))]}"
+  for i in $(seq 1 ${#db_ports[@]}); do
+    [ "$i" = "$db_primary" ] && continue
+    say "Galera node $i on 127.0.0.1:${db_ports[$((i - 1))]} joins"
+    db_start "$i" galera
+  done
+  wait_db "every Galera node Synced, wsrep_cluster_size ${#db_ports[@]}" 120 galera_synced ${#db_ports[@]}
+}
+
+galera_node_synced() { [ "$(db_var "$1" wsrep_local_state_comment)" = Synced ]; }
+
+# db_load: the database settings of the cluster in $dir (db.env, written
+# when its database started).
+db_load() {
+  [ -f "$dir/db.env" ] || die "no cluster database in $dir; start one with scripts/cluster-up.sh"
+  # shellcheck disable=SC1091
+  . "$dir/db.env"
+  read -r -a db_ports <<<"$db_ports_list"
+}
+
+# db_status: one line per database server.
+db_status() {
+  local i port pid up role ro binlog slave state fmt='%-6s %-8s %-5s %-8s %-9s %-22s %-22s %s\n'
+  printf "$fmt" port pid alive role read_only gtid_binlog_pos gtid_slave_pos state
+  for i in $(seq 1 ${#db_ports[@]}); do
+    port=${db_ports[$((i - 1))]}
+    pid=$(db_pid "$i")
+    if ! alive "$(db_name "$i")" || ! db_sql "$port" 'SELECT 1' >/dev/null 2>&1; then
+      up=no
+      alive "$(db_name "$i")" && up="yes (no answer)"
+      printf "$fmt" "$port" "${pid:--}" "$up" - - - - -
+      continue
+    fi
+    IFS=$'\t' read -r ro binlog slave < <(db_sql "$port" 'SELECT IF(@@read_only, "ON", "OFF"), @@gtid_binlog_pos, @@gtid_slave_pos')
+    case $db_mode in
+      single) role=single state=- ;;
+      galera)
+        role=galera
+        state="wsrep=$(db_var "$port" wsrep_local_state_comment) size=$(db_var "$port" wsrep_cluster_size) last_committed=$(db_var "$port" wsrep_last_committed)"
+        ;;
+      semisync)
+        if [ -n "$(slave_field "$port" Slave_IO_Running)" ]; then
+          role=replica
+          state="semi-sync slave=$(db_var "$port" Rpl_semi_sync_slave_status) io=$(slave_field "$port" Slave_IO_Running) sql=$(slave_field "$port" Slave_SQL_Running) io_pos=$(slave_field "$port" Gtid_IO_Pos)"
+        else
+          role=primary
+          state="semi-sync clients=$(db_var "$port" Rpl_semi_sync_master_clients) status=$(db_var "$port" Rpl_semi_sync_master_status)"
+        fi
+        ;;
+    esac
+    printf "$fmt" "$port" "$pid" yes "$role" "$ro" "${binlog:--}" "${slave:--}" "$state"
+  done
+}
+
+# kill_server I: SIGKILL database server I and wait until it is gone.
+kill_server() {
+  local name pid exe
+  name=$(db_name "$1")
+  read -r pid exe <"$run/$name.pid"
+  kill -KILL "$pid"
+  while [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$exe" ]; do sleep 0.05; done
+}
+
+# now_ms: milliseconds since the epoch.
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# failover_semisync: kill -9 the primary and promote the replica. The
+# replica first applies all it received (STOP SLAVE IO_THREAD, then
+# MASTER_GTID_WAIT up to its Gtid_IO_Pos): with AFTER_SYNC every commit the
+# primary acknowledged is at least in the replica's relay log, and RESET
+# SLAVE ALL would delete what was not applied yet.
+failover_semisync() {
+  local p r="" i t0 io waited status pport rport
+  t0=$(now_ms)
+  p=$(semisync_primary)
+  for i in $(seq 1 ${#db_ports[@]}); do
+    [ "$i" != "$p" ] && alive "mariadb-$i" && [ -n "$(slave_field "${db_ports[$((i - 1))]}" Slave_IO_Running 2>/dev/null)" ] && r=$i
+  done
+  pport=${db_ports[$((p - 1))]}
+  [ -n "$r" ] || die "no replica runs to promote (the primary is server $p on 127.0.0.1:$pport; see scripts/cluster-up.sh db-status)"
+  rport=${db_ports[$((r - 1))]}
+  if alive "mariadb-$p"; then
+    status=$(db_var "$pport" Rpl_semi_sync_master_status 2>/dev/null || echo unknown)
+    kill_server "$p"
+    say "killed the primary, server $p on 127.0.0.1:$pport (pid $(db_pid "$p")), with SIGKILL; its semi-sync was $status$([ "$status" = ON ] && echo ": every commit it acknowledged is on the replica")"
+  else
+    say "the primary, server $p on 127.0.0.1:$pport, is already down"
+  fi
+  # Its data may hold commits never sent: the next cluster-up.sh makes it
+  # anew as a replica.
+  touch "$(db_dir "$p")/stale"
+  db_sql "$rport" 'STOP SLAVE IO_THREAD'
+  io=$(slave_field "$rport" Gtid_IO_Pos)
+  if [ -n "$io" ]; then
+    waited=$(db_sql "$rport" "SELECT MASTER_GTID_WAIT('$io', 60)")
+    [ "$waited" = 0 ] || die "the replica on 127.0.0.1:$rport did not apply its relay log up to $io within 60s; not promoted"
+  fi
+  db_sql "$rport" 'STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only=OFF'
+  echo "$r" >"$dir/mysql-semisync.primary"
+  say "promoted in $(($(now_ms) - t0)) ms; it has no replica until the next cluster-up.sh makes server $p one"
+  echo "primary: server $r on 127.0.0.1:$rport (pid $(db_pid "$r"), gtid_binlog_pos $(db_sql "$rport" 'SELECT @@gtid_binlog_pos'))"
+}
+
+# cluster_sizes I...: each listed node's wsrep_cluster_size, space-separated.
+cluster_sizes() {
+  local i out=()
+  for i in "$@"; do out+=("$(db_var "${db_ports[$((i - 1))]}" wsrep_cluster_size 2>/dev/null)"); done
+  echo "${out[*]}"
+}
+
+# failover_galera: kill -9 the first node of the DSN still up; the others
+# drop it from the cluster after their suspicion timeout (about 6 s).
+failover_galera() {
+  local v="" i t0 rest=() want deadline
+  t0=$(now_ms)
+  for i in $(seq 1 ${#db_ports[@]}); do
+    if alive "mariadb-$i"; then
+      if [ -z "$v" ]; then v=$i; else rest+=("$i"); fi
+    fi
+  done
+  [ -n "$v" ] || die "no Galera node runs"
+  [ ${#rest[@]} -gt 0 ] || die "only node $v runs: killing it would leave no database"
+  kill_server "$v"
+  say "killed Galera node $v on 127.0.0.1:${db_ports[$((v - 1))]} (pid $(db_pid "$v")) with SIGKILL"
+  want=$(printf "${#rest[@]} %.0s" "${rest[@]}")
+  deadline=$((SECONDS + 60))
+  until [ "$(cluster_sizes "${rest[@]}") " = "$want" ]; do
+    [ $SECONDS -lt $deadline ] || die "the other nodes still report cluster sizes $(cluster_sizes "${rest[@]}") after 60s"
+    sleep 0.2
+  done
+  say "the others dropped it in $(($(now_ms) - t0)) ms"
+  echo "cluster size: ${#rest[@]} (nodes $(printf '127.0.0.1:%s ' $(for i in "${rest[@]}"; do echo "${db_ports[$((i - 1))]}"; done) | sed 's/ $//'))"
+}
+
 # instance_env: the settings every instance gets. Buyer locks need no
 # durability (MySQL's keys are the real guard): on the AOF Redis every lock
 # write would wait for an fsync.
@@ -195,7 +546,9 @@ instance_env() {
     export SECKILL_REDIS_URL="redis://127.0.0.1:$redis_port/0"
   fi
   export SECKILL_LOCK_NODES="redis://127.0.0.1:$lock_redis_port/0"
-  export SECKILL_MYSQL_DSN="root@tcp(127.0.0.1:$mysql_port)/seckill"
+  # Every database server, in port order: the service uses the first one
+  # that takes writes.
+  export SECKILL_MYSQL_DSN="root@tcp($db_hosts)/seckill"
   SECKILL_TOKEN_SECRET=$(cat "$dir/token-secret")
   export SECKILL_TOKEN_SECRET
   # Payments: with a database server the service's default is off (no
@@ -270,19 +623,45 @@ if [ "${1:-}" = "api" ]; then
   exit 0
 fi
 
+if [ "${1:-}" = "db-status" ]; then
+  db_load
+  db_status
+  exit 0
+fi
+
+if [ "${1:-}" = "db-failover" ]; then
+  db_load
+  case $db_mode in
+    semisync) failover_semisync ;;
+    galera) failover_galera ;;
+    *) die "SECKILL_CLUSTER_DB=$db_mode: one database server, nothing to fail over to" ;;
+  esac
+  exit 0
+fi
+
+[ -z "${1:-}" ] || die "unknown command $1: want none, worker, api, ceiling, db-failover or db-status"
+
 case $redis_mode in
   single | cluster) ;;
   *) die "SECKILL_CLUSTER_REDIS=$redis_mode: want single or cluster" ;;
 esac
+case $db_mode in
+  single) db_servers=1 ;;
+  semisync) db_servers=2 ;;
+  galera) db_servers=3 ;;
+  *) die "SECKILL_CLUSTER_DB=$db_mode: want single, semisync or galera" ;;
+esac
+[ "$semisync_timeout" -ge 0 ] 2>/dev/null || die "SECKILL_CLUSTER_SEMISYNC_TIMEOUT_MS=$semisync_timeout: want milliseconds"
 need redis-server
 [ "$redis_mode" = single ] || need redis-cli
 need mariadbd
 need mariadb-install-db
 need mariadb
 need nginx
+[ "$db_mode" != galera ] || [ -f "$galera_provider" ] || die "$galera_provider not found; apt-get install galera-4"
 [ -z "$prometheus_port" ] || need prometheus
-mkdir -p "$run" "$logs" "$dir/redis" "$dir/redis-locks" "$dir/mysql" "$dir/nginx/logs" "$dir/nginx/temp" "$dir/bin"
-for name in nginx redis redis-node-{1..6} redis-locks mariadb prometheus; do
+mkdir -p "$run" "$logs" "$dir/redis" "$dir/redis-locks" "$dir/nginx/logs" "$dir/nginx/temp" "$dir/bin"
+for name in nginx redis redis-node-{1..6} redis-locks mariadb mariadb-{1..3} prometheus; do
   alive "$name" && die "a cluster already runs in $dir (scripts/cluster-down.sh stops it)"
 done
 read -r -a api_ports <<<"${SECKILL_CLUSTER_API_PORTS:-}"
@@ -304,7 +683,29 @@ if [ "$redis_mode" = cluster ]; then
   # Every node is a seed: the client finds the cluster through any of them.
   cluster_url="redis-cluster://127.0.0.1:${node_ports[0]}?$(printf 'addr=127.0.0.1:%s&' "${node_ports[@]:1}" | sed 's/&$//')"
 fi
-for p in "$http_port" "${redis_ports[@]}" "$lock_redis_port" "$mysql_port" "${api_ports[@]}" $prometheus_port; do
+read -r -a db_ports <<<"${SECKILL_CLUSTER_MYSQL_PORTS:-}"
+if [ ${#db_ports[@]} -eq 0 ]; then
+  for i in $(seq 0 $((db_servers - 1))); do db_ports+=($((mysql_port + i))); done
+fi
+[ ${#db_ports[@]} -eq $db_servers ] ||
+  die "SECKILL_CLUSTER_DB=$db_mode has $db_servers database servers: SECKILL_CLUSTER_MYSQL_PORTS names ${#db_ports[@]} ports"
+mysql_port=${db_ports[0]}
+db_hosts=$(printf '127.0.0.1:%s,' "${db_ports[@]}" | sed 's/,$//')
+galera_ports=()
+ist_ports=()
+if [ "$db_mode" = galera ]; then
+  read -r -a galera_ports <<<"${SECKILL_CLUSTER_GALERA_PORTS:-}"
+  read -r -a ist_ports <<<"${SECKILL_CLUSTER_GALERA_IST_PORTS:-}"
+  if [ ${#galera_ports[@]} -eq 0 ]; then
+    for p in "${db_ports[@]}"; do galera_ports+=($((p + 10000))); done
+  fi
+  if [ ${#ist_ports[@]} -eq 0 ]; then
+    for p in "${db_ports[@]}"; do ist_ports+=($((p + 20000))); done
+  fi
+  [ ${#galera_ports[@]} -eq 3 ] && [ ${#ist_ports[@]} -eq 3 ] ||
+    die "a Galera cluster here has three nodes: SECKILL_CLUSTER_GALERA_PORTS and _IST_PORTS name three ports each"
+fi
+for p in "$http_port" "${redis_ports[@]}" "$lock_redis_port" "${db_ports[@]}" "${galera_ports[@]}" "${ist_ports[@]}" "${api_ports[@]}" $prometheus_port; do
   [ "$p" -ge 1 ] 2>/dev/null && [ "$p" -le 65535 ] || die "port $p is no port"
   port_free "$p" || die "port $p is taken; choose others with SECKILL_CLUSTER_*_PORT"
 done
@@ -378,32 +779,44 @@ wait_for "redis-server for locks" 30 redis-locks redis_ok "$lock_redis_port"
 
 root_user=()
 [ "$(id -u)" -eq 0 ] && root_user=(--user=root) # mariadbd refuses root otherwise
-# Temporary files in a directory of its own: servers sharing /tmp have had
-# the installer fail on a temporary table another one removed.
-mkdir -p "$dir/mysql/tmp"
-common=(--no-defaults "--datadir=$dir/mysql/data" "--tmpdir=$dir/mysql/tmp" --skip-name-resolve
-  --innodb-log-file-size=64M "${root_user[@]}")
-if [ ! -d "$dir/mysql/data/mysql" ]; then
-  say "creating the mariadb datadir"
-  install_db() {
-    mariadb-install-db "${common[@]}" --auth-root-authentication-method=normal --skip-test-db \
-      </dev/null >>"$logs/mariadb-install.log" 2>&1
-  }
-  # One more try on a clean datadir before giving up: a failed run of the
-  # whole suite costs far more than a second install.
-  install_db || { rm -rf "$dir/mysql/data"; say "mariadb-install-db failed; once more"; install_db; } ||
-    die "mariadb-install-db failed; see $logs/mariadb-install.log"
+# Temporary files in a directory of its own (every database server has one):
+# servers sharing /tmp have had the installer fail on a temporary table
+# another one removed.
+db_started=()
+if [ "$db_mode" = single ]; then
+  mkdir -p "$dir/mysql/tmp"
+  common=(--no-defaults "--datadir=$dir/mysql/data" "--tmpdir=$dir/mysql/tmp" --skip-name-resolve
+    --innodb-log-file-size=64M "${root_user[@]}")
+  if [ ! -d "$dir/mysql/data/mysql" ]; then
+    say "creating the mariadb datadir"
+    install_db() {
+      mariadb-install-db "${common[@]}" --auth-root-authentication-method=normal --skip-test-db \
+        </dev/null >>"$logs/mariadb-install.log" 2>&1
+    }
+    # One more try on a clean datadir before giving up: a failed run of the
+    # whole suite costs far more than a second install.
+    install_db || { rm -rf "$dir/mysql/data"; say "mariadb-install-db failed; once more"; install_db; } ||
+      die "mariadb-install-db failed; see $logs/mariadb-install.log"
+  fi
+  say "mariadbd on 127.0.0.1:$mysql_port"
+  # The socket path is relative to the datadir: a deep absolute path can pass
+  # the 108-byte limit of socket names.
+  start mariadb "$logs/mariadb.log" mariadbd "${common[@]}" --port="$mysql_port" --bind-address=127.0.0.1 \
+    --socket=mysqld.sock --pid-file="$dir/mysql/mariadbd.pid" --skip-log-bin \
+    --innodb-buffer-pool-size=256M --innodb-flush-log-at-trx-commit=1 --max-connections=500 \
+    --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci
+  mysql_cli=(mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$mysql_port" -u root)
+  wait_for mariadbd 60 mariadb "${mysql_cli[@]}" -e 'SELECT 1'
+  db_primary=1
+else
+  "up_$db_mode"
 fi
-say "mariadbd on 127.0.0.1:$mysql_port"
-# The socket path is relative to the datadir: a deep absolute path can pass
-# the 108-byte limit of socket names.
-start mariadb "$logs/mariadb.log" mariadbd "${common[@]}" --port="$mysql_port" --bind-address=127.0.0.1 \
-  --socket=mysqld.sock --pid-file="$dir/mysql/mariadbd.pid" --skip-log-bin \
-  --innodb-buffer-pool-size=256M --innodb-flush-log-at-trx-commit=1 --max-connections=500 \
-  --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci
-mysql_cli=(mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$mysql_port" -u root)
-wait_for mariadbd 60 mariadb "${mysql_cli[@]}" -e 'SELECT 1'
-"${mysql_cli[@]}" -e 'CREATE DATABASE IF NOT EXISTS seckill CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci'
+# Where the cluster's database is, for db-status and db-failover.
+{
+  echo "db_mode='$db_mode'"
+  echo "db_ports_list='${db_ports[*]}'"
+} >"$dir/db.env"
+db_sql "${db_ports[$((db_primary - 1))]}" 'CREATE DATABASE IF NOT EXISTS seckill CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci'
 
 instance_env
 # Instances sharing a machine each get their share of its cores: Go's
@@ -480,6 +893,7 @@ admin=$("$dir/bin/api" token --user 1 --admin --ttl 24h)
   echo "SECKILL_KEY_PREFIX='${SECKILL_KEY_PREFIX:-seckill}'"
   echo "SECKILL_SHARDS='${SECKILL_SHARDS:-1}'"
   echo "SECKILL_CLUSTER_REDIS='$redis_mode'"
+  echo "SECKILL_CLUSTER_DB='$db_mode'"
   # The pay settings, so that "cluster-up.sh worker" (which sources this
   # file) expires orders as the cluster's instances were told to.
   echo "SECKILL_PAY_PROVIDER='$SECKILL_PAY_PROVIDER'"
@@ -500,15 +914,21 @@ trap - EXIT
 
 redis_desc=Redis
 [ "$redis_mode" = single ] || redis_desc="a Redis Cluster (3 masters, 3 replicas)"
+case $db_mode in
+  single) db_desc=MariaDB ;;
+  semisync) db_desc="MariaDB (a primary and a semi-synchronous replica)" ;;
+  galera) db_desc="MariaDB Galera (3 nodes)" ;;
+esac
 cat <<EOF
 
-seckill cluster is up: nginx in front of $instances instances, $redis_desc, a lock Redis and MariaDB on loopback.
+seckill cluster is up: nginx in front of $instances instances, $redis_desc, a lock Redis and $db_desc on loopback.
 
   URL          http://127.0.0.1:$http_port
   instances    ${urls[*]}
   admin token  $admin
   settings     $dir/cluster.env   (set -a; . $dir/cluster.env; set +a)
   logs         $logs/
+  database     $SECKILL_MYSQL_DSN$([ "$db_mode" = single ] || echo "   (scripts/cluster-up.sh db-status, db-failover)")
 ${cluster_url:+  redis        $cluster_url   (SECKILL_SHARDS=$SECKILL_SHARDS)
   see it       redis-cli -c -p ${node_ports[0]} cluster nodes
 }${prometheus_port:+  prometheus   http://127.0.0.1:$prometheus_port (alerts: /alerts)
