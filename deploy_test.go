@@ -711,3 +711,119 @@ func TestClusterScriptRedisCluster(t *testing.T) {
 		t.Error("cluster-down.sh does not stop the Redis Cluster's nodes")
 	}
 }
+
+// TestClusterScriptReplicatedDatabase: SECKILL_CLUSTER_DB=semisync starts
+// a primary and a replica with the binary log, GTIDs and semi-synchronous
+// replication waiting AFTER_SYNC, the replica read-only and replicating by
+// GTID; galera starts three nodes, the first bootstrapping, each on ports
+// of its own, with the state transfer that works as root; start-up waits
+// for the replica's connection or every node Synced; the instances and
+// cluster.env get one DSN naming every server; cluster-down.sh stops them.
+func TestClusterScriptReplicatedDatabase(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("scripts/cluster-up.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(b)
+	fn := regexp.MustCompile(`(?s)\ndb_start\(\) \{\n(.*?)\n\}\n`).FindStringSubmatch(script)
+	if fn == nil {
+		t.Fatal("cluster-up.sh has no db_start function")
+	}
+	arm := func(label string) string {
+		_, rest, ok := strings.Cut(fn[1], "\n    "+label+")\n")
+		if !ok {
+			t.Errorf("db_start has no %s) arm", label)
+			return ""
+		}
+		body, _, _ := strings.Cut(rest, "\n      ;;")
+		return body
+	}
+	// Every server gets the single server's options.
+	for _, want := range []string{"--innodb-flush-log-at-trx-commit=1", "--bind-address=127.0.0.1", `--port="$port"`, `start "mariadb-$i"`} {
+		if !strings.Contains(fn[1], want) {
+			t.Errorf("db_start lacks %q", want)
+		}
+	}
+	semisync := arm("primary | replica")
+	for _, want := range []string{
+		`--server-id="$i"`, "--log-bin=", "--binlog-format=ROW", "--log-slave-updates=ON", "--gtid-strict-mode=ON",
+		"--sync-binlog=1", "--rpl-semi-sync-slave-enabled=ON", "--rpl-semi-sync-master-wait-point=AFTER_SYNC",
+		`--rpl-semi-sync-master-timeout="$semisync_timeout"`, "--rpl-semi-sync-master-enabled=ON --read-only=OFF",
+		"--read-only=ON --skip-slave-start",
+	} {
+		if !strings.Contains(semisync, want) {
+			t.Errorf("db_start's semisync servers lack %q", want)
+		}
+	}
+	galera := arm("galera")
+	for _, want := range []string{
+		"--wsrep-on=ON", `--wsrep-provider="$galera_provider"`, "--binlog-format=ROW", "--innodb-autoinc-lock-mode=2",
+		"gmcast.listen_addr=tcp://127.0.0.1:${galera_ports[", "ist.recv_addr=127.0.0.1:${ist_ports[",
+		"--wsrep-sst-method=mysqldump", "--wsrep-sst-auth=root:", `--wsrep-sst-receive-address="127.0.0.1:$port"`,
+	} {
+		if !strings.Contains(galera, want) {
+			t.Errorf("db_start's Galera nodes lack %q", want)
+		}
+	}
+	for _, want := range []string{
+		`SECKILL_CLUSTER_SEMISYNC_TIMEOUT_MS:-10000`, `galera_provider=/usr/lib/galera/libgalera_smm.so`,
+		"MASTER_USE_GTID=slave_pos", "semisync_clients $((${#db_ports[@]} - 1))", // Rpl_semi_sync_master_clients
+		`db_start "$db_primary" galera --wsrep-new-cluster`, "galera_synced ${#db_ports[@]}", "safe_to_bootstrap",
+		"STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only=OFF", "MASTER_GTID_WAIT",
+		// One DSN naming every server, in port order, for the instances and cluster.env.
+		`db_hosts=$(printf '127.0.0.1:%s,' "${db_ports[@]}" | sed 's/,$//')`,
+		`export SECKILL_MYSQL_DSN="root@tcp($db_hosts)/seckill"`, `echo "SECKILL_MYSQL_DSN='$SECKILL_MYSQL_DSN'"`,
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("cluster-up.sh lacks %q", want)
+		}
+	}
+	if strings.Contains(script, "--wsrep-sst-method=rsync") {
+		t.Error("cluster-up.sh uses rsync state transfer, which fails when mariadbd runs as root")
+	}
+	// Each mode's server count and its ports checked like every other port.
+	for _, want := range []string{"single) db_servers=1", "semisync) db_servers=2", "galera) db_servers=3"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("cluster-up.sh lacks %q", want)
+		}
+	}
+	if !regexp.MustCompile(`for p in [^\n]*"\$\{db_ports\[@\]\}" "\$\{galera_ports\[@\]\}" "\$\{ist_ports\[@\]\}"[^\n]*; do\n[^\n]*is no port`).MatchString(script) {
+		t.Error("cluster-up.sh does not check the database servers' ports (SQL, group communication, IST) like the others")
+	}
+	if down, err := os.ReadFile("scripts/cluster-down.sh"); err != nil {
+		t.Error(err)
+	} else if !regexp.MustCompile(`for i in 3 2 1; do\n\s*stop "mariadb-\$i"`).Match(down) {
+		t.Error("cluster-down.sh does not stop the replicated database's servers one at a time")
+	}
+}
+
+// TestClusterScriptDocumentsSettings: every SECKILL_CLUSTER_* setting the
+// script reads is described in its header, and each subcommand it answers
+// is listed there.
+func TestClusterScriptDocumentsSettings(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("scripts/cluster-up.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(b)
+	header, _, ok := strings.Cut(script, "\nset -euo pipefail\n")
+	if !ok {
+		t.Fatal("cluster-up.sh has no set -euo pipefail after its header")
+	}
+	read := regexp.MustCompile(`\$\{(SECKILL_CLUSTER_[A-Z0-9_]+)`).FindAllStringSubmatch(script, -1)
+	if len(read) < 10 {
+		t.Fatalf("found %d settings read: is the script read?", len(read))
+	}
+	for _, m := range read {
+		if !regexp.MustCompile(`(?m)^#.*\b` + m[1] + `\b`).MatchString(header) {
+			t.Errorf("cluster-up.sh reads %s, which its header does not describe", m[1])
+		}
+	}
+	for _, m := range regexp.MustCompile(`if \[ "\$\{1:-\}" = "([a-z-]+)" \]; then`).FindAllStringSubmatch(script, -1) {
+		if !strings.Contains(header, "#   scripts/cluster-up.sh "+m[1]+" ") {
+			t.Errorf("cluster-up.sh answers %s, which its header does not list", m[1])
+		}
+	}
+}
