@@ -26,6 +26,9 @@ type cluster struct {
 	// nodePorts are the Redis Cluster nodes' ports this start picked
 	// (used with SECKILL_CLUSTER_REDIS=cluster).
 	nodePorts []string
+	// dbPorts are the database servers' ports: one, or as many as
+	// SECKILL_CLUSTER_DB has servers.
+	dbPorts []string
 }
 
 // startCluster runs scripts/cluster-up.sh on free loopback ports in a
@@ -79,6 +82,10 @@ func tryCluster(t testing.TB, root string, extraEnv []string) (*cluster, []byte,
 		nodes = append(nodes, testenv.FreePort(t))
 		bus = append(bus, testenv.FreePort(t))
 	}
+	var dbPorts []string
+	for range dbServers(extraEnv) {
+		dbPorts = append(dbPorts, testenv.FreePort(t))
+	}
 	env := append(os.Environ(),
 		"SECKILL_CLUSTER_DIR="+dir,
 		"SECKILL_CLUSTER_REDIS_NODE_PORTS="+strings.Join(nodes, " "),
@@ -87,7 +94,7 @@ func tryCluster(t testing.TB, root string, extraEnv []string) (*cluster, []byte,
 		"SECKILL_CLUSTER_API_PORTS="+testenv.FreePort(t)+" "+testenv.FreePort(t),
 		"SECKILL_CLUSTER_REDIS_PORT="+testenv.FreePort(t),
 		"SECKILL_CLUSTER_LOCK_REDIS_PORT="+testenv.FreePort(t),
-		"SECKILL_CLUSTER_MYSQL_PORT="+testenv.FreePort(t),
+		"SECKILL_CLUSTER_MYSQL_PORTS="+strings.Join(dbPorts, " "),
 		"SECKILL_CLUSTER_WATCH_PID="+strconv.Itoa(os.Getpid()),
 		"SECKILL_KEY_PREFIX=seckill",
 		"SECKILL_LOG_LEVEL=warn",
@@ -95,8 +102,17 @@ func tryCluster(t testing.TB, root string, extraEnv []string) (*cluster, []byte,
 		// the range other tests' connections take ports from.
 		"SECKILL_ADMIN_ADDR=off",
 	)
+	if len(dbPorts) == 3 {
+		// Galera's group communication and IST ports too.
+		var galera, ist []string
+		for range dbPorts {
+			galera = append(galera, testenv.FreePort(t))
+			ist = append(ist, testenv.FreePort(t))
+		}
+		env = append(env, "SECKILL_CLUSTER_GALERA_PORTS="+strings.Join(galera, " "), "SECKILL_CLUSTER_GALERA_IST_PORTS="+strings.Join(ist, " "))
+	}
 	env = append(env, extraEnv...)
-	c := &cluster{dir: dir, nodePorts: nodes}
+	c := &cluster{dir: dir, nodePorts: nodes, dbPorts: dbPorts}
 	script := func(name string, args ...string) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
@@ -114,6 +130,21 @@ func tryCluster(t testing.TB, root string, extraEnv []string) (*cluster, []byte,
 	})
 	out, err := script("cluster-up.sh")
 	return c, out, err
+}
+
+// dbServers is how many database servers the SECKILL_CLUSTER_DB in env
+// starts.
+func dbServers(env []string) int {
+	n := 1
+	for _, kv := range env {
+		switch kv {
+		case "SECKILL_CLUSTER_DB=semisync":
+			n = 2
+		case "SECKILL_CLUSTER_DB=galera":
+			n = 3
+		}
+	}
+	return n
 }
 
 // portTaken reports whether a server of the cluster could not bind its
