@@ -439,7 +439,7 @@ db_status() {
       single) role=single state=- ;;
       galera)
         role=galera
-        state="wsrep=$(db_var "$port" wsrep_local_state_comment) size=$(db_var "$port" wsrep_cluster_size) last_committed=$(db_var "$port" wsrep_last_committed)"
+        state="wsrep=$(db_var "$port" wsrep_local_state_comment) size=$(db_var "$port" wsrep_cluster_size) component=$(db_var "$port" wsrep_cluster_status) last_committed=$(db_var "$port" wsrep_last_committed)"
         ;;
       semisync)
         if [ -n "$(slave_field "$port" Slave_IO_Running)" ]; then
@@ -514,7 +514,7 @@ cluster_sizes() {
 # failover_galera: kill -9 the first node of the DSN still up; the others
 # drop it from the cluster after their suspicion timeout (about 6 s).
 failover_galera() {
-  local v="" i t0 rest=() want deadline
+  local v="" i t0 rest=() want deadline status
   t0=$(now_ms)
   for i in $(seq 1 ${#db_ports[@]}); do
     if alive "mariadb-$i"; then
@@ -532,7 +532,10 @@ failover_galera() {
     sleep 0.2
   done
   say "the others dropped it in $(($(now_ms) - t0)) ms"
-  echo "cluster size: ${#rest[@]} (nodes $(printf '127.0.0.1:%s ' $(for i in "${rest[@]}"; do echo "${db_ports[$((i - 1))]}"; done) | sed 's/ $//'))"
+  # Fewer than half of the nodes the cluster had lose quorum: what is left
+  # is a non-Primary component and refuses queries.
+  status=$(db_var "${db_ports[$((rest[0] - 1))]}" wsrep_cluster_status)
+  echo "cluster size: ${#rest[@]} (nodes $(printf '127.0.0.1:%s ' $(for i in "${rest[@]}"; do echo "${db_ports[$((i - 1))]}"; done) | sed 's/ $//')), component $status$([ "$status" = Primary ] || echo ": no quorum, the nodes refuse queries")"
 }
 
 # instance_env: the settings every instance gets. Buyer locks need no
