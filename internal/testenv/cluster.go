@@ -262,7 +262,7 @@ func (c *Cluster) MasterOf(tb testing.TB, key string) *ClusterNode {
 func (c *Cluster) masterOfSlot(tb testing.TB, slot int) *ClusterNode {
 	tb.Helper()
 	var owner *ClusterNode
-	c.poll(tb, 30*time.Second, fmt.Sprintf("one master serving slot %d", slot), func(ctx context.Context) error {
+	poll(tb, 30*time.Second, fmt.Sprintf("one master serving slot %d", slot), func(ctx context.Context) error {
 		var claim []*ClusterNode
 		for _, n := range c.live() {
 			v, err := n.slotView(ctx)
@@ -306,7 +306,7 @@ func (c *Cluster) Masters(tb testing.TB) []*ClusterNode {
 // master is up. Use it after a failover, a restart or a resume.
 func (c *Cluster) WaitHealthy(tb testing.TB, within time.Duration) {
 	tb.Helper()
-	c.poll(tb, within, "redis cluster healthy", func(ctx context.Context) error {
+	poll(tb, within, "redis cluster healthy", func(ctx context.Context) error {
 		if err := c.agreed(ctx, nil); err != nil {
 			return err
 		}
@@ -331,7 +331,7 @@ func (c *Cluster) WaitHealthy(tb testing.TB, within time.Duration) {
 // may be dead or paused.
 func (c *Cluster) WaitFailover(tb testing.TB, killed *ClusterNode, within time.Duration) {
 	tb.Helper()
-	c.poll(tb, within, "failover of "+killed.Addr, func(ctx context.Context) error {
+	poll(tb, within, "failover of "+killed.Addr, func(ctx context.Context) error {
 		return c.agreed(ctx, killed)
 	})
 }
@@ -376,25 +376,6 @@ func (c *Cluster) agreed(ctx context.Context, not *ClusterNode) error {
 		}
 	}
 	return nil
-}
-
-// poll runs check until it returns nil, and fails the test with the last
-// error when within passes.
-func (c *Cluster) poll(tb testing.TB, within time.Duration, what string, check func(context.Context) error) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := check(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: not within %s: %v", what, within, err)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, not a wait for an event
-	}
 }
 
 // slotView returns who serves each slot as n sees it: a node id, or "".
@@ -537,7 +518,7 @@ func (m *Migration) Finish(tb testing.TB) {
 			m.do(tb, n, "CLUSTER", "SETSLOT", m.Slot, "NODE", m.To.ID)
 		}
 	}
-	m.c.poll(tb, 30*time.Second, fmt.Sprintf("every node sees slot %d on %s", m.Slot, m.To.Addr), func(ctx context.Context) error {
+	poll(tb, 30*time.Second, fmt.Sprintf("every node sees slot %d on %s", m.Slot, m.To.Addr), func(ctx context.Context) error {
 		for _, n := range m.c.live() {
 			v, err := n.slotView(ctx)
 			if err != nil {
