@@ -208,7 +208,7 @@ func sharedMySQL() (string, error) {
 		return "", err
 	}
 	atStop(func() { _ = os.RemoveAll(dir) })
-	d, err := startMariaDB(dir)
+	d, err := startMariaDB(dir, 0, MariaDBOptions{}, nil)
 	if err == nil {
 		atStop(d.close)
 		return d.DSN(""), nil

@@ -164,3 +164,44 @@ func TestStartMariaDBKeepsCommittedRowAcrossKill(t *testing.T) {
 		t.Fatalf("after kill and restart, id = %d, %v; want 42", id, err)
 	}
 }
+
+func TestStartMariaDBWithOptions(t *testing.T) {
+	t.Parallel()
+	d := testenv.StartMariaDBWith(t, testenv.MariaDBOptions{
+		ServerID: 7, LogBin: true, SemiSync: true, SemiSyncTimeout: 500 * time.Millisecond, ReadOnly: true,
+		ExtraArgs: []string{"--max-connections=42"},
+	})
+	for name, want := range map[string]string{
+		"server_id": "7", "log_bin": "ON", "binlog_format": "ROW", "log_slave_updates": "ON",
+		"gtid_strict_mode": "ON", "sync_binlog": "1", "read_only": "ON", "max_connections": "42",
+		"rpl_semi_sync_master_enabled": "ON", "rpl_semi_sync_slave_enabled": "ON",
+		"rpl_semi_sync_master_wait_point": "AFTER_SYNC", "rpl_semi_sync_master_timeout": "500",
+		"Rpl_semi_sync_master_status": "ON", // a status variable
+	} {
+		if got := d.Var(t, name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+
+	// Root writes through read_only. With no replica, the first commit
+	// waits out the semi-sync timeout, then the server falls back to
+	// asynchronous replication and the next ones do not wait.
+	began := time.Now()
+	d.Exec(t, "CREATE DATABASE d")
+	if waited := time.Since(began); waited < 500*time.Millisecond {
+		t.Errorf("first commit without a replica returned in %s, before the semi-sync timeout", waited)
+	}
+	d.Exec(t, "CREATE TABLE d.t (id INT PRIMARY KEY)")
+	d.Exec(t, "INSERT INTO d.t VALUES (?)", 1)
+	if got := d.Var(t, "Rpl_semi_sync_master_status"); got != "OFF" {
+		t.Errorf("Rpl_semi_sync_master_status = %q after a timeout, want OFF", got)
+	}
+	if pos := d.Var(t, "gtid_binlog_pos"); pos != "0-7-3" {
+		t.Errorf("gtid_binlog_pos = %q after three writes, want 0-7-3", pos)
+	}
+
+	plain := testenv.StartMariaDB(t)
+	if got := plain.Var(t, "log_bin"); got != "OFF" {
+		t.Errorf("StartMariaDB: log_bin = %q, want OFF", got)
+	}
+}
