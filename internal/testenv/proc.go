@@ -183,8 +183,9 @@ type server struct {
 	name string                // "redis" or "mariadb", for messages
 	run  func() (*proc, error) // starts the process and waits until it is ready
 
-	mu   sync.Mutex
-	proc *proc
+	mu     sync.Mutex
+	proc   *proc
+	paused bool // stopped by Pause, not yet resumed
 }
 
 // Kill sends SIGKILL and waits for the exit: a crash, with no chance to flush.
@@ -213,6 +214,7 @@ func (s *server) Restart(tb testing.TB) {
 		tb.Fatalf("restart %s: %v", s.name, err)
 	}
 	s.proc = p
+	s.paused = false
 }
 
 func (s *server) stop(tb testing.TB, sig syscall.Signal) {
@@ -222,6 +224,7 @@ func (s *server) stop(tb testing.TB, sig syscall.Signal) {
 	if err := s.proc.stop(sig, 30*time.Second); err != nil {
 		tb.Errorf("stop %s: %v", s.name, err)
 	}
+	s.paused = false // stop sends SIGCONT
 }
 
 func (s *server) signal(tb testing.TB, sig syscall.Signal) {
@@ -231,6 +234,20 @@ func (s *server) signal(tb testing.TB, sig syscall.Signal) {
 	if err := s.proc.signal(sig); err != nil {
 		tb.Fatal(err)
 	}
+	switch sig {
+	case syscall.SIGSTOP:
+		s.paused = true
+	case syscall.SIGCONT:
+		s.paused = false
+	}
+}
+
+// live reports whether the server runs and is not paused: whether it can
+// answer.
+func (s *server) live() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.paused && !s.proc.exited()
 }
 
 // close kills the server: its data is thrown away, so there is nothing to
