@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, what the tests and the local cluster need and the
-# machine lacks: redis-server and redis-cli, mariadb-server and its client, nginx, chromium, node and
-# prometheus (its promtool checks the alert rules).
+# machine lacks: redis-server and redis-cli, mariadb-server and its client, galera-4, nginx, chromium,
+# node and prometheus (its promtool checks the alert rules).
 # Source it or run it; it does nothing when everything is there.
 set -euo pipefail
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
@@ -15,6 +15,8 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 { command -v mariadbd && command -v mariadb-install-db; } >/dev/null 2>&1 || need+=(mariadb-server)
 # The backup and restore drill runs the guide's mariadb-dump and mariadb.
 { command -v mariadb && command -v mariadb-dump; } >/dev/null 2>&1 || need+=(mariadb-client)
+# The Galera cluster tests load its provider into mariadbd.
+[ -e /usr/lib/galera/libgalera_smm.so ] || need+=(galera-4)
 command -v nginx >/dev/null 2>&1 || need+=(nginx)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v node >/dev/null 2>&1 || need+=(nodejs)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test of seckill on a fresh Debian 12 machine: installs what
-# the tests use (redis-server, mariadb-server, nginx, chromium, promtool) when it is
+# the tests use (redis-server, mariadb-server, galera-4, nginx, chromium, promtool) when it is
 # missing, then vets and runs all tests with the race detector, then the
 # Helm chart's tests (deploy/helm). The tests start their own throwaway
 # servers on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Installs redis-server, mariadb-server, nginx, chromium, node and prometheus with
+# Installs redis-server, mariadb-server, galera-4, nginx, chromium, node and prometheus with
 # apt-get when they are missing.
 source scripts/deps.sh
 command -v go >/dev/null 2>&1 || { echo "go not found: install Go 1.26 (see README.md)" >&2; exit 1; }
