@@ -294,8 +294,9 @@ func (d *MariaDB) exec(ctx context.Context, query string, args ...any) error {
 	return nil
 }
 
-// value reads a status or system variable with SHOW, which a Galera node
-// answers even before it is ready to serve, when it refuses a SELECT.
+// value reads a status or system variable with SHOW ... WHERE, the name
+// passed as an argument, not spliced into the statement; a Galera node
+// answers it in any state, non-Primary included.
 func (d *MariaDB) value(ctx context.Context, name string) (string, error) {
 	for _, show := range []string{"SHOW GLOBAL STATUS", "SHOW GLOBAL VARIABLES"} {
 		var n, v sql.NullString

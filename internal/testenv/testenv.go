@@ -7,7 +7,9 @@
 // started from the installed redis-server / mariadbd; containers, when a
 // Docker engine answers. With none of these a test skips, or fails when
 // CI=true. Fault tests use StartRedis and StartMariaDB for servers of their
-// own to kill, pause and restart.
+// own to kill, pause and restart; failover tests use StartReplication or
+// StartGalera for a replicated database, and StartProxy for the address
+// that moves to the new primary.
 //
 // Only _test.go files import this package, and every test package calls Main
 // from TestMain.
