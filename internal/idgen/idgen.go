@@ -332,3 +332,9 @@ func markKey(lease string) string {
 	}
 	return "{" + lease + "}:mark"
 }
+
+// Time is when id was made: its milliseconds since Epoch. An order's id
+// names when it was accepted.
+func Time(id int64) time.Time {
+	return Epoch.Add(time.Duration(id>>(workerBits+seqBits)) * time.Millisecond).UTC()
+}

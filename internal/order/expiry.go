@@ -69,6 +69,21 @@ func (d deadline) member() string {
 	})
 }
 
+// Due is the pay deadline Redis holds for an order of voucher v (bucket
+// count nb): its queue's score, while the deadline has not fired; false
+// when the queue holds none.
+func (e *Expiries) Due(ctx context.Context, order, user, v int64, nb int) (time.Time, bool, error) {
+	d := deadlineOf(e.keys, order, user, v, nb, time.Time{})
+	ms, err := e.rdb.ZScore(ctx, e.queues[d.shard].Key(), d.member()).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read the pay deadline of order %d: %w", order, err)
+	}
+	return time.UnixMilli(int64(ms)).UTC(), true, nil
+}
+
 // schedule adds the deadlines to their shards' queues in one pipeline.
 func (e *Expiries) schedule(ctx context.Context, ds []deadline) error {
 	if len(ds) == 0 {

@@ -297,3 +297,21 @@ func (l *ledger) get(ctx context.Context, id int64) (Payment, error) {
 	}
 	return p, nil
 }
+
+// Refunder refunds paid orders outside a request, as an admin's refund
+// does (the order refunded and its unit back on sale, the payment that
+// paid it owed back): package failover writes again a refund the database
+// lost.
+type Refunder struct{ l *ledger }
+
+// NewRefunder returns a Refunder; it owns none of its arguments.
+func NewRefunder(db *gorm.DB, life *order.Lifecycle) *Refunder {
+	return &Refunder{l: &ledger{db: db, life: life, now: time.Now}}
+}
+
+// Refund refunds order id; moved is false when it was refunded already.
+// An order in another state than paid is an order.StateError.
+func (r *Refunder) Refund(ctx context.Context, id int64) (moved bool, err error) {
+	_, moved, _, err = r.l.refund(ctx, id)
+	return moved, err
+}
