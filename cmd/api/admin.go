@@ -10,6 +10,7 @@ import (
 
 	"seckill/internal/apierr"
 	"seckill/internal/auth"
+	"seckill/internal/failover"
 	"seckill/internal/order"
 	"seckill/internal/voucher"
 )
@@ -21,6 +22,8 @@ import (
 type admin struct {
 	dead   *order.DeadLetters
 	warmer *voucher.Warmer
+	// watcher writes back what a failover of the database lost (repair).
+	watcher *failover.Watcher
 	// health is the instance's readiness; /admin/readyz shows what failed.
 	health *health
 }
@@ -31,6 +34,7 @@ func addAdminRoutes(r *gin.Engine, signer *auth.Signer, a *admin) {
 	ops.GET("/dlq", a.listDLQ)
 	ops.POST("/dlq/:id/replay", a.replay)
 	ops.GET("/reconcile", a.reconcile)
+	ops.POST("/reconcile", a.repair)
 	ops.GET("/readyz", a.readyz)
 
 	// Profiles of the running process, behind the admin token like the
@@ -107,6 +111,26 @@ func (a *admin) reconcile(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"consistent": len(diffs) == 0, "differences": diffs})
+}
+
+// repair writes back what the database lost and the sale's Redis still
+// holds ("api reconcile --repair" in the embedded mode), then reconciles.
+func (a *admin) repair(c *gin.Context) {
+	rep, err := a.watcher.Repair(c.Request.Context())
+	switch {
+	case errors.Is(err, failover.ErrRestored):
+		apierr.Abort(c, http.StatusConflict, "database_restored", err.Error())
+		return
+	case err != nil:
+		apierr.Unavailable(c, "unavailable", err.Error())
+		return
+	}
+	diffs, err := a.warmer.Reconcile(c.Request.Context())
+	if err != nil {
+		apierr.Unavailable(c, "unavailable", err.Error())
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"repaired": rep, "consistent": len(diffs) == 0, "differences": diffs})
 }
 
 // readyz is the readiness probe with its details: each check, and what

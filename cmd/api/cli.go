@@ -57,8 +57,10 @@ var commands = []command{
 		flags: dlqListFlags},
 	{name: "dlq replay", synopsis: "ID", nargs: 1, doc: "send a dead-lettered order through the purchase script again",
 		flags: func(*flag.FlagSet) action { return dlqReplay }},
-	{name: "reconcile", doc: "report differences between Redis and the database; exit 1 if any",
-		flags: func(*flag.FlagSet) action { return reconcileCommand }},
+	{name: "reconcile", synopsis: "[--repair]", doc: "report differences between Redis and the database; exit 1 if any. " +
+		"--repair first writes back what the database lost and the sale's Redis still holds (a failover of the database: docs/operating.md, Database replication and failover). " +
+		"In the embedded mode it asks the running service, on SECKILL_ADMIN_ADDR",
+		flags: reconcileFlags},
 	{name: "recount", doc: "count every voucher's orders again and set the order counters (the console's figures, the orders-by-state metric) to what they say; print the vouchers whose counters were wrong",
 		flags: func(*flag.FlagSet) action { return recountCommand }},
 	{name: "shards", doc: "show where each shard lives: hash tag, slot, master",
@@ -343,6 +345,11 @@ func tokenFlags(fs *flag.FlagSet) action {
 	var ttl time.Duration
 	fs.Var(ttlFlag{&ttl}, "ttl", "how long the token is valid, such as 24h")
 	return func(_ context.Context, e *cmdEnv) error { return printToken(e, user, *admin, ttl) }
+}
+
+func reconcileFlags(fs *flag.FlagSet) action {
+	repair := fs.Bool("repair", false, "first write back what the database lost and the sale's Redis still holds: orders, and their cancellations, expiries and refunds")
+	return func(ctx context.Context, e *cmdEnv) error { return reconcileCommand(ctx, e, *repair) }
 }
 
 func dlqListFlags(fs *flag.FlagSet) action {

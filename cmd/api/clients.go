@@ -119,31 +119,38 @@ func runMiniredisClock(mr *miniredis.Miniredis) (stop func()) {
 // the migrations next) a MySQL database the DSN names that does not exist
 // yet is created first, when the DSN's user may.
 func openDB(ctx context.Context, cfg config, log *slog.Logger, create bool) (*gorm.DB, func(), error) {
+	g, _, closeDB, err := openPrimaryDB(ctx, cfg, log, create)
+	return g, closeDB, err
+}
+
+// openPrimaryDB is openDB, with the MySQL pool's db.Primary (nil for
+// SQLite): which server its connections reach, for the database watcher.
+func openPrimaryDB(ctx context.Context, cfg config, log *slog.Logger, create bool) (*gorm.DB, *db.Primary, func(), error) {
 	if !cfg.embeddedDB() {
-		g, err := db.OpenMySQL(cfg.MySQLDSN, 32)
+		g, p, err := db.OpenPrimary(cfg.MySQLDSN, 32)
 		if db.IsUnknownDatabase(err) {
 			if !create {
-				return nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w (the service and \"api migrate\" create it)", err)
+				return nil, nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w (the service and \"api migrate\" create it)", err)
 			}
 			if err := db.CreateMySQLDatabase(ctx, cfg.MySQLDSN); err != nil {
-				return nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", err)
+				return nil, nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", err)
 			}
 			log.Info("database created", "mysql", redactDSN(cfg.MySQLDSN))
-			g, err = db.OpenMySQL(cfg.MySQLDSN, 32)
+			g, p, err = db.OpenPrimary(cfg.MySQLDSN, 32)
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", err)
+			return nil, nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", err)
 		}
-		return g, func() { db.Close(g) }, nil
+		return g, p, func() { db.Close(g) }, nil
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("data dir: %w", err)
+		return nil, nil, nil, fmt.Errorf("data dir: %w", err)
 	}
 	g, err := db.OpenSQLite(filepath.Join(cfg.DataDir, "seckill.db"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return g, func() { db.Close(g) }, nil
+	return g, nil, func() { db.Close(g) }, nil
 }
 
 // secretPath is where the embedded mode keeps its token secret.

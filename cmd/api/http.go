@@ -19,6 +19,7 @@ import (
 
 	"seckill/internal/apierr"
 	"seckill/internal/auth"
+	"seckill/internal/failover"
 	"seckill/internal/redisconn"
 	"seckill/internal/voucher"
 	schema "seckill/sql"
@@ -136,6 +137,9 @@ type health struct {
 	log  *slog.Logger
 	// checks is seckill_ready_check{check}, set at each probe; nil: none.
 	checks *prometheus.GaugeVec
+	// watch is what the database watcher last found: which server the
+	// database's address reaches, since when, and whether it is verified.
+	watch func() failover.Status
 
 	mu   sync.Mutex // held while a probe runs: concurrent callers wait for it
 	last readiness
@@ -155,18 +159,29 @@ type readiness struct {
 func (h *health) live(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "up"}) }
 
 // ready is the public probe: 200 {"ready":true} or 503 {"ready":false}.
+// A direct caller (an orchestrator's probe, an operator on the instance's
+// own address; not a request nginx passed on) also gets "database": which
+// server the database's address reaches, since when, whether it takes
+// writes and whether it is verified (failover.Status).
 func (h *health) ready(c *gin.Context) {
 	r := h.current(c.Request.Context())
-	c.JSON(r.status(), gin.H{"ready": r.ok})
+	body := gin.H{"ready": r.ok}
+	if h.watch != nil && c.GetHeader("X-Forwarded-For") == "" && c.GetHeader("X-Real-IP") == "" {
+		body["database"] = h.watch()
+	}
+	c.JSON(r.status(), body)
 }
 
 // detailed is the operators' probe on the admin listener: each check, and
-// what failed.
+// what failed, and the database watcher's view.
 func (h *health) detailed(c *gin.Context) {
 	r := h.current(c.Request.Context())
 	body := gin.H{"ready": r.ok, "checks": r.checks, "checked_at": r.at.UTC()}
 	if len(r.detail) > 0 {
 		body["detail"] = r.detail
+	}
+	if h.watch != nil {
+		body["database"] = h.watch()
 	}
 	c.JSON(r.status(), body)
 }

@@ -6,27 +6,44 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strconv"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"seckill/internal/auth"
+	"seckill/internal/failover"
+	"seckill/internal/metrics"
 	"seckill/internal/order"
 	"seckill/internal/voucher"
 )
 
-// opsClients opens what the operator commands need: the database and Redis
+// opsClients is what the operator commands need: the database and Redis
 // of the running service (real servers; embedded mode's Redis is gone with
-// its process).
-func opsClients(ctx context.Context, cfg config, log *slog.Logger) (*order.DeadLetters, *voucher.Warmer, func(), error) {
+// its process), and what they build on them.
+type opsClients struct {
+	db     *gorm.DB
+	rdb    redis.UniversalClient
+	dead   *order.DeadLetters
+	warmer *voucher.Warmer
+	close  func()
+}
+
+// openOps opens the operator commands' clients.
+func openOps(ctx context.Context, cfg config, log *slog.Logger) (*opsClients, error) {
 	if cfg.embeddedRedis() {
-		return nil, nil, nil, fmt.Errorf("set SECKILL_REDIS_URL (and SECKILL_MYSQL_DSN) to the service's servers; or use the admin routes of a running embedded service")
+		return nil, fmt.Errorf("set SECKILL_REDIS_URL (and SECKILL_MYSQL_DSN) to the service's servers; or use the admin routes of a running embedded service")
 	}
 	rdb, closeRedis, err := openRedis(ctx, cfg, log)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	db, closeDB, err := openDB(ctx, cfg, log, false)
 	if err != nil {
 		closeRedis()
-		return nil, nil, nil, err
+		return nil, err
 	}
 	keys := saleKeys(cfg, rdb)
 	vstore := voucher.NewStore(db)
@@ -37,7 +54,7 @@ func opsClients(ctx context.Context, cfg config, log *slog.Logger) (*order.DeadL
 	// Reconcile counts the units of moves under way through the mover.
 	warmer.Quiesce(mover)
 	dead := order.NewDeadLetters(db, newReserver(cfg, rdb, keys, replicas, mover))
-	return dead, warmer, func() { closeDB(); closeRedis() }, nil
+	return &opsClients{db: db, rdb: rdb, dead: dead, warmer: warmer, close: func() { closeDB(); closeRedis() }}, nil
 }
 
 // dlqList runs "api dlq list [--limit N]".
@@ -45,12 +62,12 @@ func dlqList(ctx context.Context, e *cmdEnv, limit int) error {
 	if limit < 1 || limit > 500 {
 		return fmt.Errorf("--limit must be from 1 to 500")
 	}
-	dead, _, closeAll, err := opsClients(ctx, e.cfg, e.log)
+	ops, err := openOps(ctx, e.cfg, e.log)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
-	ds, err := dead.List(ctx, limit, 0)
+	defer ops.close()
+	ds, err := ops.dead.List(ctx, limit, 0)
 	if err != nil {
 		return err
 	}
@@ -63,35 +80,114 @@ func dlqReplay(ctx context.Context, e *cmdEnv) error {
 	if err != nil || id <= 0 {
 		return fmt.Errorf("dead letter id must be a positive integer")
 	}
-	dead, _, closeAll, err := opsClients(ctx, e.cfg, e.log)
+	ops, err := openOps(ctx, e.cfg, e.log)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
-	d, err := dead.Replay(ctx, id)
+	defer ops.close()
+	d, err := ops.dead.Replay(ctx, id)
 	if err != nil {
 		return err
 	}
 	return printJSON(e.stdout, map[string]any{"dead_letter": d, "status": "pending"})
 }
 
-// reconcileCommand runs "api reconcile": it prints every difference
-// between Redis and the database, and fails when there is one.
-func reconcileCommand(ctx context.Context, e *cmdEnv) error {
-	_, warmer, closeAll, err := opsClients(ctx, e.cfg, e.log)
+// reconcileCommand runs "api reconcile [--repair]": with --repair it first
+// writes back what the database lost and the sale's Redis still holds;
+// then it prints every difference between Redis and the database, and
+// fails when there is one. In the embedded mode, whose Redis lives in the
+// service's process, the running service does both (its admin listener).
+func reconcileCommand(ctx context.Context, e *cmdEnv, repair bool) error {
+	if e.cfg.embeddedRedis() {
+		return reconcileEmbedded(ctx, e, repair)
+	}
+	ops, err := openOps(ctx, e.cfg, e.log)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
-	diffs, err := warmer.Reconcile(ctx)
+	defer ops.close()
+	out := map[string]any{}
+	if repair {
+		rep, err := newWatcher(e.cfg, ops.rdb, ops.db, nil, nil, e.log).Repair(ctx)
+		if err != nil {
+			return err
+		}
+		out["repaired"] = rep
+	}
+	diffs, err := ops.warmer.Reconcile(ctx)
 	if err != nil {
 		return err
 	}
-	if err := printJSON(e.stdout, map[string]any{"consistent": len(diffs) == 0, "differences": diffs}); err != nil {
+	out["consistent"], out["differences"] = len(diffs) == 0, diffs
+	if err := printJSON(e.stdout, out); err != nil {
 		return err
 	}
 	if len(diffs) > 0 {
 		return fmt.Errorf("%d differences between Redis and the database", len(diffs))
+	}
+	return nil
+}
+
+// newWatcher is the database watcher of an instance or a command: it
+// heals with a lifecycle of its own, hears through m (nil: nothing).
+func newWatcher(cfg config, rdb redis.UniversalClient, g *gorm.DB, gate failover.Gate, m *metrics.Metrics, log *slog.Logger) *failover.Watcher {
+	keys := saleKeys(cfg, rdb)
+	lcfg := order.LifecycleConfig{Events: voucher.NewEvents(rdb, keys, log)}
+	wcfg := failover.WatchConfig{}
+	var hobs failover.Observer
+	if m != nil {
+		lcfg.Observer, wcfg.Observer, hobs = m, m, m
+	}
+	life := order.NewLifecycle(g, rdb, keys, lcfg, log)
+	log = log.With("component", "failover")
+	return failover.NewWatcher(g, gate, rdb, keys, failover.NewHealer(g, rdb, keys, life, hobs, log), wcfg, log)
+}
+
+// reconcileEmbedded asks the running embedded service, on its admin
+// listener, to reconcile (and repair), with an admin token signed with
+// the data dir's secret.
+func reconcileEmbedded(ctx context.Context, e *cmdEnv, repair bool) error {
+	if e.cfg.AdminAddr == "off" {
+		return fmt.Errorf("the embedded mode's Redis lives in the service's process: reconcile asks the running service on SECKILL_ADMIN_ADDR, which is off")
+	}
+	secret, _, _, err := tokenSecret(e.cfg, false)
+	if err != nil {
+		return err
+	}
+	signer, err := auth.NewSigner([]byte(secret))
+	if err != nil {
+		return err
+	}
+	tok, err := signer.Mint(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Minute)
+	if err != nil {
+		return err
+	}
+	method := http.MethodGet
+	if repair {
+		method = http.MethodPost
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+e.cfg.AdminAddr+"/admin/reconcile", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
+	if err != nil {
+		return fmt.Errorf("the embedded mode's Redis lives in the service's process: is it running, with its admin listener on %s? %w", e.cfg.AdminAddr, err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return fmt.Errorf("the service's answer (%s): %w", resp.Status, err)
+	}
+	if err := printJSON(e.stdout, out); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the service answered %s", resp.Status)
+	}
+	if consistent, _ := out["consistent"].(bool); !consistent {
+		return fmt.Errorf("differences between Redis and the database")
 	}
 	return nil
 }

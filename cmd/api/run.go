@@ -23,7 +23,9 @@ import (
 
 	"seckill/internal/auth"
 	"seckill/internal/bucket"
+	"seckill/internal/db"
 	"seckill/internal/draw"
+	"seckill/internal/failover"
 	"seckill/internal/fleet"
 	"seckill/internal/idgen"
 	"seckill/internal/metrics"
@@ -152,7 +154,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		return err
 	}
 	defer closeRedis()
-	db, closeDB, err := openDB(ctx, cfg, log, true)
+	db, primary, closeDB, err := openPrimaryDB(ctx, cfg, log, true)
 	if err != nil {
 		return err
 	}
@@ -170,7 +172,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	if err := checkCoverage(ctx, cfg, rdb, log); err != nil {
 		return err
 	}
-	c := newCore(ctx, cfg, rdb, db, log)
+	c := newCore(ctx, cfg, rdb, db, primary, log)
 	warnUnpayable(ctx, cfg, c)
 	if firstStart {
 		if err := announceAdmin(cfg, signer, stdout); err != nil {
@@ -276,12 +278,17 @@ type core struct {
 	mover *bucket.Mover
 	// replicas is the replica-less policy (nil when off).
 	replicas *redisconn.Replicas
+	// primary is the MySQL pool's view of which server it reaches (nil on
+	// SQLite); watcher checks that server and writes back what a failover
+	// of it lost.
+	primary *db.Primary
+	watcher *failover.Watcher
 }
 
 // newCore builds the shared components and warms the voucher state once.
 // A warm-up that fails is logged, not fatal: purchases answer not_ready
 // and the warmer's loop tries again.
-func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gorm.DB, log *slog.Logger) *core {
+func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gorm.DB, primary *db.Primary, log *slog.Logger) *core {
 	m := metrics.New()
 	m.WatchRedisPool(rdb.PoolStats)
 	// A master with no replica confirms purchases and transfers alone
@@ -304,6 +311,9 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
 	c.life = order.NewLifecycle(db, rdb, keys, order.LifecycleConfig{Events: c.events, Observer: m}, log)
+	c.primary = primary
+	c.watcher = newWatcher(cfg, rdb, db, gateOf(primary), m, log)
+	c.health.watch = c.watcher.Status
 	describeRedis(ctx, cfg, rdb, keys, log)
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
 	c.warmer.OnRebuild(m.ShardRebuilt)
@@ -321,6 +331,14 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		log.Info("voucher state warmed", "loaded", n)
 	}
 	return c
+}
+
+// gateOf is the pool's failover gate for the watcher: none on SQLite.
+func gateOf(p *db.Primary) failover.Gate {
+	if p == nil {
+		return nil
+	}
+	return p
 }
 
 // saleKeys names the sale's keys: on a Redis Cluster each shard's hash
@@ -441,7 +459,7 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	recoverer := bucket.NewRecoverer(c.mover)
 	rebalancer := bucket.NewRebalancer(c.mover, liveBuckets(c.vstore))
 	rebalancer.Report(observeBuckets(c.m, c.mover, recoverer))
-	s.background = append(s.background, c.warmer, newSampler(cfg, c), recoverer, rebalancer)
+	s.background = append(s.background, c.warmer, newSampler(cfg, c), recoverer, rebalancer, c.watcher)
 	// Listed as running, with the schema it knows, so that a newer
 	// release's migration waits until this instance stopped.
 	latest, _ := schema.Latest(c.db.Dialector.Name())
@@ -450,7 +468,7 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 		s.buildWorker(cfg, c, locks)
 	}
 	if lns.admin != nil {
-		s.admin = adminEngine(c.log, c.m, signer, &admin{dead: order.NewDeadLetters(c.db, c.reserver), warmer: c.warmer, health: c.health})
+		s.admin = adminEngine(c.log, c.m, signer, &admin{dead: order.NewDeadLetters(c.db, c.reserver), warmer: c.warmer, health: c.health, watcher: c.watcher})
 	}
 	if !cfg.serveAPI() {
 		s.main = workerEngine(c.log, c.m, c.health)
@@ -509,6 +527,15 @@ func newSampler(cfg config, c *core) *metrics.Sampler {
 	return metrics.NewSampler(c.rdb, c.m, metrics.SamplerConfig{Group: orderGroup, Shards: sampled, Every: cfg.MetricsEvery}, c.log)
 }
 
+// verifiedOf holds the order writer back while the database's primary is
+// not verified (failover.Watcher); SQLite has no failover.
+func verifiedOf(p *db.Primary) func() bool {
+	if p == nil {
+		return nil
+	}
+	return p.Verified
+}
+
 // pollIdle is the longest a delay-queue poller sleeps while nothing in its
 // queue is due sooner. What this instance schedules wakes its poller in
 // time; what another instance schedules waits up to this much more, when
@@ -523,7 +550,7 @@ func (s *instance) buildWorker(cfg config, c *core, locks *order.Locks) {
 	writer := order.NewWriter(c.db, c.rdb, c.keys, order.WriterConfig{
 		Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
 		AfterCommit: crash.afterCommit, Observer: c.m, Events: c.events,
-		PayWindow: cfg.Pay.Window, Expiries: expiries,
+		PayWindow: cfg.Pay.Window, Expiries: expiries, Verified: verifiedOf(c.primary),
 	}, c.log)
 	expirer := order.NewExpirer(c.life, expiries, c.log)
 	name := mq.ConsumerName()
