@@ -3,7 +3,6 @@ package fault
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"net/http"
@@ -992,20 +991,5 @@ func TestClusterTwoMastersLostInTurn(t *testing.T) {
 // absent).
 func (w *bucketSale) counter(in *instance, name string) float64 {
 	w.t.Helper()
-	resp, err := w.http.Get(in.base + "/metrics")
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			n, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return n
-		}
-	}
-	return 0
+	return readCounter(w.t, w.http, in.base, name)
 }
