@@ -165,8 +165,10 @@ func (s webService) db(t testing.TB) *gorm.DB {
 
 // snapshot is what a refused request must leave as it was: every Redis key
 // of the service (but the id lease and the list of running instances, which
-// renew themselves) and the row counts
-// and stock of the database.
+// renew themselves, the shards' records of the database, which the
+// database watcher writes at its first check, and the expiry streams,
+// whose groups the expirers make as they start: what start-up writes
+// after /healthz answers) and the row counts and stock of the database.
 type snapshot struct {
 	redis map[string]string
 	rows  map[string]int64
@@ -180,8 +182,9 @@ func (s webService) snapshot(t testing.TB, rdb *redis.Client, g *gorm.DB) snapsh
 	var keys []string
 	iter := rdb.Scan(ctx, 0, s.prefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {
-		if !strings.Contains(iter.Val(), ":idgen:") && iter.Val() != fleet.Key(s.prefix) {
-			keys = append(keys, iter.Val())
+		k := iter.Val()
+		if !strings.Contains(k, ":idgen:") && k != fleet.Key(s.prefix) && !strings.HasSuffix(k, ":db") && !strings.HasSuffix(k, ":expiries") {
+			keys = append(keys, k)
 		}
 	}
 	if err := iter.Err(); err != nil {

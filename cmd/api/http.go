@@ -159,21 +159,16 @@ type readiness struct {
 func (h *health) live(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "up"}) }
 
 // ready is the public probe: 200 {"ready":true} or 503 {"ready":false}.
-// A direct caller (an orchestrator's probe, an operator on the instance's
-// own address; not a request nginx passed on) also gets "database": which
-// server the database's address reaches, since when, whether it takes
-// writes and whether it is verified (failover.Status).
+// It names nothing: the details are the admin listener's.
 func (h *health) ready(c *gin.Context) {
 	r := h.current(c.Request.Context())
-	body := gin.H{"ready": r.ok}
-	if h.watch != nil && c.GetHeader("X-Forwarded-For") == "" && c.GetHeader("X-Real-IP") == "" {
-		body["database"] = h.watch()
-	}
-	c.JSON(r.status(), body)
+	c.JSON(r.status(), gin.H{"ready": r.ok})
 }
 
 // detailed is the operators' probe on the admin listener: each check, and
-// what failed, and the database watcher's view.
+// what failed, and the database watcher's view (failover.Status: which
+// server the database's address reaches, since when, whether it takes
+// writes and whether it is verified).
 func (h *health) detailed(c *gin.Context) {
 	r := h.current(c.Request.Context())
 	body := gin.H{"ready": r.ok, "checks": r.checks, "checked_at": r.at.UTC()}
@@ -181,7 +176,7 @@ func (h *health) detailed(c *gin.Context) {
 		body["detail"] = r.detail
 	}
 	if h.watch != nil {
-		body["database"] = h.watch()
+		body["database_server"] = h.watch()
 	}
 	c.JSON(r.status(), body)
 }

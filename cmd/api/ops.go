@@ -177,7 +177,9 @@ func reconcileEmbedded(ctx context.Context, e *cmdEnv, repair bool) error {
 	}
 	defer resp.Body.Close()
 	var out map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	dec := json.NewDecoder(resp.Body)
+	dec.UseNumber() // passed on as the service wrote them
+	if err := dec.Decode(&out); err != nil {
 		return fmt.Errorf("the service's answer (%s): %w", resp.Status, err)
 	}
 	if err := printJSON(e.stdout, out); err != nil {

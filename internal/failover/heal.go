@@ -88,9 +88,9 @@ type Report struct {
 	Vouchers int `json:"vouchers"`
 	// Requeued lists the orders it queued again: the worker writes them
 	// (seckill_orders_healed_total counts those it writes).
-	Requeued []int64 `json:"requeued"`
+	Requeued []ID `json:"requeued"`
 	// Ends lists the ends it wrote again, by how the order ended.
-	Ends map[string][]int64 `json:"ends"`
+	Ends map[string][]ID `json:"ends"`
 	// Left lists what it found and did not write, with why.
 	Left []Left `json:"left"`
 	// Failed names the shards it could not heal (not ready, or a call
@@ -98,9 +98,25 @@ type Report struct {
 	Failed map[int]string `json:"failed_shards"`
 }
 
+// ID is an order id; in JSON a string, as the API spells order ids
+// (they exceed JavaScript's exact integers).
+type ID int64
+
+// MarshalJSON spells the id as a JSON string.
+func (id ID) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + strconv.FormatInt(int64(id), 10) + `"`), nil
+}
+
+// UnmarshalJSON reads an id spelt as a JSON string.
+func (id *ID) UnmarshalJSON(b []byte) error {
+	n, err := strconv.ParseInt(strings.Trim(string(b), `"`), 10, 64)
+	*id = ID(n)
+	return err
+}
+
 // Left is an order the heal found and did not write back.
 type Left struct {
-	OrderID   int64  `json:"order_id"`
+	OrderID   int64  `json:"order_id,string"`
 	UserID    int64  `json:"user_id"`
 	VoucherID int64  `json:"voucher_id"`
 	Why       string `json:"why"`
@@ -120,7 +136,7 @@ func (r Report) Healed(shard int) bool { _, failed := r.Failed[shard]; return !f
 // and named in the report's Failed; the others go on. The error is
 // non-nil only when the vouchers cannot be listed.
 func (h *Healer) Heal(ctx context.Context, shards map[int]bool) (Report, error) {
-	rep := Report{Requeued: []int64{}, Ends: map[string][]int64{}, Left: []Left{}, Failed: map[int]string{}}
+	rep := Report{Requeued: []ID{}, Ends: map[string][]ID{}, Left: []Left{}, Failed: map[int]string{}}
 	vs, err := h.vouchers.Live(ctx, h.now().Add(-Horizon))
 	if err != nil {
 		return rep, err
@@ -244,7 +260,7 @@ func (h *Healer) end(ctx context.Context, f endFate, id int64, e endRecord, vouc
 			"order_id", id, "voucher_id", voucherID)
 		how = voucher.EndedCancelled
 	}
-	rep.Ends[how] = append(rep.Ends[how], id)
+	rep.Ends[how] = append(rep.Ends[how], ID(id))
 	h.obs.EndHealed(how)
 	h.log.Warn("order end healed: the database had lost it and redis still knew it; written again",
 		"order_id", id, "user_id", e.user, "voucher_id", voucherID, "end", how)
@@ -336,7 +352,7 @@ func (h *Healer) requeue(ctx context.Context, ms []voucher.Message, rep *Report)
 		m := ms[i]
 		switch r {
 		case voucher.RequeueQueued:
-			rep.Requeued = append(rep.Requeued, m.OrderID)
+			rep.Requeued = append(rep.Requeued, ID(m.OrderID))
 			h.log.Info("heal: an order the database lost is queued again", "order_id", m.OrderID, "user_id", m.UserID, "voucher_id", m.VoucherID)
 		case voucher.RequeueNotReady:
 			return errNotReady

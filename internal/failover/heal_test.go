@@ -231,7 +231,7 @@ func TestHealWritesBackWhatTheDatabaseLost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(rep.Requeued, lost) || len(rep.Failed) != 0 {
+			if !slices.Equal(ids64(rep.Requeued), lost) || len(rep.Failed) != 0 {
 				t.Fatalf("requeued %v (failed %v); want %v", rep.Requeued, rep.Failed, lost)
 			}
 			var why []int64
@@ -339,13 +339,13 @@ func TestHealWritesBackLostEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(rep.Requeued, []int64{rebought}) || len(rep.Failed) != 0 {
+	if !slices.Equal(ids64(rep.Requeued), []int64{rebought}) || len(rep.Failed) != 0 {
 		t.Fatalf("requeued %v, failed %v; want the second purchase %d", rep.Requeued, rep.Failed, rebought)
 	}
 	r.drain(t)
 	want := map[string][]int64{voucher.EndedCancelled: {cancelled}, voucher.EndedExpired: {expired}, voucher.EndedRefunded: {refunded}}
 	for how, ids := range want {
-		if !slices.Equal(rep.Ends[how], ids) {
+		if !slices.Equal(ids64(rep.Ends[how]), ids) {
 			t.Fatalf("ends %v; want %v", rep.Ends, want)
 		}
 	}
@@ -365,4 +365,12 @@ func TestHealWritesBackLostEnds(t *testing.T) {
 	if dbStock, redisStock := r.stocks(t); dbStock != redisStock {
 		t.Fatalf("after the heal: stock %d in the database, %d in redis", dbStock, redisStock)
 	}
+}
+
+func ids64(ids []ID) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
 }
