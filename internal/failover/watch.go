@@ -31,6 +31,7 @@ type Gate interface {
 // WatchObserver hears what the Watcher finds (metrics).
 type WatchObserver interface {
 	DatabaseSeen(server string, since time.Time, writable, changed bool)
+	DatabaseVerified(ok bool)
 	DatabaseDown()
 	DatabaseRolledBack()
 	DatabaseRestored()
@@ -108,6 +109,7 @@ func NewWatcher(g *gorm.DB, gate Gate, rdb redis.UniversalClient, keys voucher.K
 type nopWatchObserver struct{}
 
 func (nopWatchObserver) DatabaseSeen(string, time.Time, bool, bool) {}
+func (nopWatchObserver) DatabaseVerified(bool)                      {}
 func (nopWatchObserver) DatabaseDown()                              {}
 func (nopWatchObserver) DatabaseRolledBack()                        {}
 func (nopWatchObserver) DatabaseRestored()                          {}
@@ -175,6 +177,7 @@ func (w *Watcher) Check(ctx context.Context) error {
 	w.mu.Lock()
 	w.status.Verified, w.status.Error = true, ""
 	w.mu.Unlock()
+	w.cfg.Observer.DatabaseVerified(true)
 	return nil
 }
 
@@ -199,6 +202,9 @@ func (w *Watcher) seen(s db.Server) {
 		w.log.Info("database server", "server", s.Label(), "takes_writes", s.Primary(), "galera", s.Galera, "gtid_state", s.History.String())
 	}
 	w.cfg.Observer.DatabaseSeen(s.Label(), since, s.Primary(), changed)
+	if changed || !s.Primary() {
+		w.cfg.Observer.DatabaseVerified(false)
+	}
 }
 
 // failed records a failed check, logged when such failures begin.
@@ -209,6 +215,7 @@ func (w *Watcher) failed(msg string, logged *bool, err error) {
 		w.status.Writable = false
 	}
 	w.mu.Unlock()
+	w.cfg.Observer.DatabaseVerified(false)
 	if !*logged {
 		w.log.Warn(msg, "err", err)
 		*logged = true
@@ -297,6 +304,7 @@ func (w *Watcher) rolledBack(ctx context.Context, s db.Server, lineage string, l
 	w.mu.Lock()
 	w.status.Verified, w.status.Error = false, "the database lacks commits redis saw it make: healing"
 	w.mu.Unlock()
+	w.cfg.Observer.DatabaseVerified(false)
 	// One instance heals at a time. The lease only saves work: every
 	// write of a heal meets a guard (the worker's, the lifecycle's), so
 	// two heals at once, after a lease lost to a pause, write nothing

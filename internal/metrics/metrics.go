@@ -116,6 +116,7 @@ type Metrics struct {
 	dbPrimary   *prometheus.GaugeVec
 	dbSince     prometheus.Gauge
 	dbWritable  prometheus.Gauge
+	dbVerified  prometheus.Gauge
 	dbChanges   prometheus.Counter
 	dbRollbacks prometheus.Counter
 	dbRestores  prometheus.Counter
@@ -159,6 +160,7 @@ func New() *Metrics {
 	m.dbPrimary = m.gaugeVec("database_primary_info", "1 for the database server this instance writes to (its name and server_id as it reports them); the series of an earlier server is removed when another takes over.", "server")
 	m.dbSince = m.gauge("database_primary_since_seconds", "When this instance first saw the database server it writes to now (Unix seconds).")
 	m.dbWritable = m.gauge("database_writable", "1 while the database server this instance reaches takes writes (read_only off, a ready Galera node), 0 while it does not (a replica, a node cut off) or does not answer.")
+	m.dbVerified = m.gauge("database_verified", "1 while the database server this instance writes to is verified: it holds every commit the sale's Redis saw it make (or what it lacked was written back); 0 while it is not, and the instance's workers wait.")
 	m.dbChanges = m.counter("database_primary_changes_total", "Times this instance found its database address reaching another server than before: a failover or a switchover.")
 	m.dbRollbacks = m.counter("database_rollbacks_total", "Times this instance found the database lacking commits the sale's Redis had seen it make: a failover to a replica that had not received them. The service writes back what Redis still holds.")
 	m.dbRestores = m.counter("database_restores_total", "Times this instance found the database of another lineage than the sale's Redis knew: it was restored from a dump. Redis is rebuilt from it; nothing is written back.")
@@ -310,7 +312,16 @@ func (m *Metrics) DatabaseSeen(label string, since time.Time, writable, changed 
 
 // DatabaseDown records that the database did not answer: it takes no
 // writes.
-func (m *Metrics) DatabaseDown() { m.dbWritable.Set(0) }
+func (m *Metrics) DatabaseDown() { m.dbWritable.Set(0); m.dbVerified.Set(0) }
+
+// DatabaseVerified records whether the database server is verified.
+func (m *Metrics) DatabaseVerified(ok bool) {
+	if ok {
+		m.dbVerified.Set(1)
+	} else {
+		m.dbVerified.Set(0)
+	}
+}
 
 // DatabaseRolledBack counts a database found lacking commits Redis saw.
 func (m *Metrics) DatabaseRolledBack() { m.dbRollbacks.Inc() }
