@@ -12,8 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
-
+	"seckill/internal/db"
 	"seckill/loadtest/load"
 	"seckill/loadtest/proc"
 )
@@ -187,8 +186,11 @@ func autoSpecs(target string, d deployment) []procSpec {
 	}
 	redisGroup("redis", []string{d.redis})
 	redisGroup("locks", strings.Split(d.locks, ","))
-	if cfg, err := mysql.ParseDSN(d.mysql); err == nil && d.mysql != "" && cfg.Net == "tcp" {
-		add("database", loopbackPort(cfg.Addr, ""))
+	// Of a DSN listing several hosts, the first: the primary of a local
+	// cluster until a failover.
+	if cfg, err := db.ParseDSN(d.mysql); err == nil && d.mysql != "" && cfg.Net == "tcp" {
+		first, _, _ := strings.Cut(cfg.Addr, ",")
+		add("database", loopbackPort(first, ""))
 	}
 	return out
 }

@@ -16,8 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
+	"seckill/internal/db"
 	"seckill/loadtest/grow"
 	"seckill/loadtest/load"
 )
@@ -67,7 +66,7 @@ func growCmd(ctx context.Context, args []string, getenv func(string) string, std
 
 // growDSN is dsn with its database named seckill_grow ("" stays "").
 func growDSN(dsn string) string {
-	cfg, err := mysql.ParseDSN(dsn)
+	cfg, err := db.ParseDSN(dsn)
 	if dsn == "" || err != nil {
 		return dsn
 	}
