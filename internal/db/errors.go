@@ -36,3 +36,10 @@ func IsRetryable(err error) bool {
 	}
 	return false
 }
+
+// IsUnknownVariable reports MySQL error 1193: a system variable the server
+// does not have (a MariaDB one asked of MySQL).
+func IsUnknownVariable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1193
+}

@@ -12,7 +12,7 @@ func TestParseGTIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := db.History{{0, 1}: 100, {0, 2}: 7, {1, 1}: 3}
+	want := db.History{{Domain: 0, Server: 1}: 100, {Domain: 0, Server: 2}: 7, {Domain: 1, Server: 1}: 3}
 	if h.String() != want.String() || len(h) != len(want) {
 		t.Fatalf("parsed %s; want %s", h, want)
 	}
@@ -31,7 +31,7 @@ func TestParseGTIDs(t *testing.T) {
 // writes (server 2) go past 1000 in the domain; one that received them all
 // lacks nothing.
 func TestHistoryLacks(t *testing.T) {
-	seen := db.History{{0, 1}: 1000, {0, 3}: 12}
+	seen := db.History{{Domain: 0, Server: 1}: 1000, {Domain: 0, Server: 3}: 12}
 	cases := []struct {
 		name string
 		now  string

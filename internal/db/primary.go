@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,9 +15,10 @@ import (
 )
 
 // Primary connects to the database server that takes writes, among the
-// hosts of a DSN (user:pass@tcp(db1:3306,db2:3306)/seckill: the first
-// that answers and takes writes), and lets go of every connection it made
-// once that server may no longer be the primary (Recycle).
+// hosts of a DSN (user:pass@tcp(db1:3306,db2:3306)/seckill: the one that
+// took writes last while it still does, else the first that answers and
+// takes writes), and lets go of every connection it made once that server
+// may no longer be the primary (Recycle).
 //
 // A failover moves the primary: behind a proxy or a DNS name the same
 // address reaches another server, and with several hosts another host
@@ -44,6 +45,8 @@ type Primary struct {
 	hosts []driver.Connector
 	addrs []string
 	gen   atomic.Uint64
+	// last is the host that took writes last: tried first.
+	last atomic.Int32
 	// reached is the server the last new connection reached (hostname:port
 	// server_id); verified the last one Verify was called for.
 	mu       sync.Mutex
@@ -72,6 +75,15 @@ func newPrimary(cfg *mysql.Config) (*Primary, error) {
 	return p, nil
 }
 
+// seq is 0, 1, ..., n-1.
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 // Hosts lists the addresses the DSN names, in the order they are tried.
 func (p *Primary) Hosts() []string { return p.addrs }
 
@@ -79,13 +91,17 @@ func (p *Primary) Hosts() []string { return p.addrs }
 // reused, from the next time the pool hands it out or takes it back.
 func (p *Primary) Recycle() { p.gen.Add(1) }
 
-// Connect returns a connection to the first host that answers and takes
-// writes.
+// Connect returns a connection to the host that took writes last, while
+// it still does, else to the first host of the DSN's order that answers
+// and takes writes: a failed-over primary restarted writable does not
+// draw the pool back, and a dead first host costs no dial per connection.
 func (p *Primary) Connect(ctx context.Context) (driver.Conn, error) {
 	gen := p.gen.Load()
 	var errs []error
-	for i, host := range p.hosts {
-		c, err := host.Connect(ctx)
+	last := int(p.last.Load())
+	order := append([]int{last}, slices.DeleteFunc(seq(len(p.hosts)), func(i int) bool { return i == last })...)
+	for _, i := range order {
+		c, err := p.hosts[i].Connect(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p.addrs[i], err))
 			continue
@@ -96,6 +112,7 @@ func (p *Primary) Connect(ctx context.Context) (driver.Conn, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", p.addrs[i], err))
 			continue
 		}
+		p.last.Store(int32(i))
 		p.mu.Lock()
 		p.reached = server
 		p.mu.Unlock()
@@ -131,34 +148,23 @@ func (p *Primary) Driver() driver.Driver { return p.hosts[0].Driver() }
 // ErrNotPrimary means a server answered but does not take writes.
 var ErrNotPrimary = errors.New("database server does not take writes")
 
-// takesWrites asks a new connection's server whether it takes writes:
-// read_only off (a replica is read-only, and MariaDB lets an account with
-// the READ ONLY ADMIN privilege, root included, write on one anyway), and
-// on Galera the node ready (a node cut off from the primary component
-// refuses every query). It returns the server's label, as Server.Label
-// spells it.
+// takesWrites asks a new connection's server whether it takes writes, by
+// Server.Primary's rule (MariaDB lets an account with the READ ONLY ADMIN
+// privilege, root included, write on a read-only replica anyway: the
+// service does not), and returns the server's Identity.
 func takesWrites(ctx context.Context, c driver.Conn) (string, error) {
 	q := c.(driver.QueryerContext)
-	vars, err := pairs(ctx, q, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_on', 'hostname', 'port', 'server_id')")
+	s, err := serverOf(ctx, func(ctx context.Context, query string) (map[string]string, error) { return pairs(ctx, q, query) })
 	if err != nil {
 		return "", err
 	}
-	if vars["read_only"] != "OFF" {
-		return "", fmt.Errorf("%w: read_only is %s", ErrNotPrimary, vars["read_only"])
+	switch {
+	case s.ReadOnly:
+		return "", fmt.Errorf("%w: read_only is on", ErrNotPrimary)
+	case !s.Primary():
+		return "", fmt.Errorf("%w: galera node not ready (%s)", ErrNotPrimary, s.GaleraState)
 	}
-	id, _ := strconv.ParseUint(vars["server_id"], 10, 32)
-	server := Server{Name: vars["hostname"] + ":" + vars["port"], ID: uint32(id)}.Label()
-	if vars["wsrep_on"] != "ON" {
-		return server, nil
-	}
-	status, err := pairs(ctx, q, "SHOW GLOBAL STATUS LIKE 'wsrep_ready'")
-	if err != nil {
-		return "", err
-	}
-	if status["wsrep_ready"] != "ON" {
-		return "", fmt.Errorf("%w: galera node not ready (wsrep_ready %s)", ErrNotPrimary, status["wsrep_ready"])
-	}
-	return server, nil
+	return s.Identity(), nil
 }
 
 // pairs runs a SHOW ... VARIABLES or STATUS on c and returns its rows,
@@ -226,7 +232,9 @@ func (c *conn) stale() bool { return c.gen != c.p.gen.Load() }
 // longer takes writes.
 func (c *conn) seen(err error) error {
 	if err != nil && isReadOnlyRefusal(err) {
-		c.p.Recycle()
+		// Once per generation: the refusals of connections already made
+		// stale do not drop the new ones as well.
+		c.p.gen.CompareAndSwap(c.gen, c.gen+1)
 	}
 	return err
 }

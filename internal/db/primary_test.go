@@ -93,9 +93,9 @@ func TestPrimaryOfSeveralHosts(t *testing.T) {
 		t.Fatal("verified before any Verify")
 	}
 	serverB := describe(t, g)
-	p.Verify(serverB.Label())
+	p.Verify(serverB.Identity())
 	if !p.Verified() {
-		t.Fatalf("not verified after Verify(%q)", serverB.Label())
+		t.Fatalf("not verified after Verify(%q)", serverB.Identity())
 	}
 
 	// The roles swap: b is demoted, a promoted. The pool's connection
@@ -116,7 +116,7 @@ func TestPrimaryOfSeveralHosts(t *testing.T) {
 	if p.Verified() {
 		t.Fatal("still verified after connecting to another server")
 	}
-	p.Verify(describe(t, g).Label())
+	p.Verify(describe(t, g).Identity())
 	if !p.Verified() {
 		t.Fatal("not verified after verifying the new server")
 	}
@@ -131,7 +131,7 @@ func TestPrimaryOfSeveralHosts(t *testing.T) {
 	if p.Verified() {
 		t.Fatal("verified while reaching a server verified before another")
 	}
-	p.Verify(serverB.Label())
+	p.Verify(serverB.Identity())
 	if !p.Verified() {
 		t.Fatal("not verified once the server reached is verified again")
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 )
 
@@ -25,33 +24,48 @@ type Server struct {
 	ReadOnly bool
 	// History is how far the server's history reaches (MariaDB's
 	// @@gtid_binlog_state and @@gtid_slave_pos together); empty without a
-	// binary log, on MySQL and on SQLite, where no failover is told from
-	// the history.
+	// binary log, on MySQL, on Galera (whose nodes' GTIDs need not agree)
+	// and on SQLite, where no loss is told from the history.
 	History History
-	// Galera is true on a Galera node; GaleraState is its
-	// wsrep_local_state_comment (Synced, Donor/Desynced, ...) and
-	// GaleraSize the nodes of its primary component.
-	Galera      bool
-	GaleraState string
-	GaleraSize  int
+	// Galera is true on a Galera node: GaleraCluster is its cluster's
+	// state uuid (wsrep_cluster_state_uuid, the same on every node of one
+	// cluster), GaleraReady whether it takes queries (wsrep_ready),
+	// GaleraState its wsrep_local_state_comment (Synced, Donor/Desynced,
+	// ...) and GaleraSize the nodes of its primary component.
+	Galera        bool
+	GaleraCluster string
+	GaleraReady   bool
+	GaleraState   string
+	GaleraSize    int
 }
 
-// Label names the server in logs and metrics: its name and server id.
+// Label names the server in logs and metrics: its name and server id, and
+// on Galera its node state.
 func (s Server) Label() string {
-	if s.ID == 0 {
-		return s.Name
+	l := s.Name
+	if s.ID != 0 {
+		l += " (server_id " + strconv.FormatUint(uint64(s.ID), 10) + ")"
 	}
-	return s.Name + " (server_id " + strconv.FormatUint(uint64(s.ID), 10) + ")"
+	return l
 }
 
-// Primary reports whether the server takes the service's writes.
-func (s Server) Primary() bool {
-	return !s.ReadOnly && (!s.Galera || s.GaleraState == "Synced")
+// Identity names what holds the database's commits: the server (Label),
+// or on Galera the cluster, whose every node holds every commit, so that a
+// move from one node to another is not a change of primary.
+func (s Server) Identity() string {
+	if s.Galera {
+		return "galera cluster " + s.GaleraCluster
+	}
+	return s.Label()
 }
 
-// Describe asks the server g reaches who it is. Each query runs on
-// whatever connection the pool hands out; on a pool that reaches one
-// server at a time (OpenPrimary) they agree.
+// Primary reports whether the server takes the service's writes: read_only
+// off and, on Galera, the node ready. A new connection is kept by the same
+// rule (Primary.Connect).
+func (s Server) Primary() bool { return !s.ReadOnly && (!s.Galera || s.GaleraReady) }
+
+// Describe asks the server g reaches who it is, on one connection, so that
+// every answer is of one server.
 func Describe(ctx context.Context, g *gorm.DB) (Server, error) {
 	if g.Dialector.Name() != "mysql" {
 		return Server{Name: "sqlite"}, nil
@@ -60,39 +74,69 @@ func Describe(ctx context.Context, g *gorm.DB) (Server, error) {
 	if err != nil {
 		return Server{}, err
 	}
-	// One connection for every query, so they describe one server.
 	conn, err := sqlDB.Conn(ctx)
 	if err != nil {
 		return Server{}, fmt.Errorf("describe database server: %w", err)
 	}
 	defer conn.Close()
-	var (
-		s        Server
-		host     string
-		port     int
-		readOnly int
-	)
-	if err := conn.QueryRowContext(ctx, "SELECT @@hostname, @@port, @@server_id, @@global.read_only").Scan(&host, &port, &s.ID, &readOnly); err != nil {
+	s, err := serverOf(ctx, func(ctx context.Context, query string) (map[string]string, error) {
+		return sqlPairs(ctx, conn, query)
+	})
+	if err != nil {
 		return Server{}, fmt.Errorf("describe database server: %w", err)
 	}
-	s.Name, s.ReadOnly = host+":"+strconv.Itoa(port), readOnly != 0
+	if s.Galera {
+		s.History = History{}
+		return s, nil
+	}
 	if s.History, err = history(ctx, conn); err != nil {
 		return Server{}, err
 	}
-	status, err := wsrepStatus(ctx, conn)
+	return s, nil
+}
+
+// pairsFn runs a SHOW ... VARIABLES or STATUS and returns its rows, name
+// to value.
+type pairsFn func(ctx context.Context, query string) (map[string]string, error)
+
+// serverOf reads a server's identity and whether it takes writes: its
+// variables, and on Galera its status. MySQL has no wsrep_on (no Galera).
+func serverOf(ctx context.Context, pairs pairsFn) (Server, error) {
+	vars, err := pairs(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_on', 'hostname', 'port', 'server_id')")
 	if err != nil {
 		return Server{}, err
 	}
-	if status["wsrep_on"] == "ON" {
-		ready := status["wsrep_ready"]
-		s.Galera = true
-		s.GaleraState = status["wsrep_local_state_comment"]
-		s.GaleraSize, _ = strconv.Atoi(status["wsrep_cluster_size"])
-		if ready != "ON" {
-			s.GaleraState = "not ready: " + s.GaleraState
-		}
+	id, _ := strconv.ParseUint(vars["server_id"], 10, 32)
+	s := Server{Name: vars["hostname"] + ":" + vars["port"], ID: uint32(id), ReadOnly: vars["read_only"] != "OFF"}
+	if vars["wsrep_on"] != "ON" {
+		return s, nil
 	}
+	status, err := pairs(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_size', 'wsrep_local_state_comment', 'wsrep_cluster_state_uuid')")
+	if err != nil {
+		return Server{}, err
+	}
+	s.Galera, s.GaleraReady = true, status["wsrep_ready"] == "ON"
+	s.GaleraCluster, s.GaleraState = status["wsrep_cluster_state_uuid"], status["wsrep_local_state_comment"]
+	s.GaleraSize, _ = strconv.Atoi(status["wsrep_cluster_size"])
 	return s, nil
+}
+
+// sqlPairs runs a SHOW on conn, name to value.
+func sqlPairs(ctx context.Context, conn *sql.Conn, query string) (map[string]string, error) {
+	rows, err := conn.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, rows.Err()
 }
 
 // history reads MariaDB's GTID state: the last transaction of each origin
@@ -102,8 +146,7 @@ func Describe(ctx context.Context, g *gorm.DB) (Server, error) {
 func history(ctx context.Context, conn *sql.Conn) (History, error) {
 	var binlog, slave string
 	err := conn.QueryRowContext(ctx, "SELECT @@global.gtid_binlog_state, @@global.gtid_slave_pos").Scan(&binlog, &slave)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1193 {
+	if IsUnknownVariable(err) {
 		return History{}, nil
 	}
 	if err != nil {
@@ -121,38 +164,6 @@ func history(ctx context.Context, conn *sql.Conn) (History, error) {
 	return h, nil
 }
 
-// wsrepStatus reads whether Galera is on (wsrep_on) and, when it is, its
-// status: wsrep_ready, wsrep_cluster_size, wsrep_local_state_comment.
-// MySQL has none of them: an empty map.
-func wsrepStatus(ctx context.Context, conn *sql.Conn) (map[string]string, error) {
-	out := map[string]string{}
-	for _, q := range []string{
-		"SHOW GLOBAL VARIABLES LIKE 'wsrep_on'",
-		"SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_size', 'wsrep_local_state_comment')",
-	} {
-		rows, err := conn.QueryContext(ctx, q)
-		if err != nil {
-			return nil, fmt.Errorf("read the database's galera status: %w", err)
-		}
-		for rows.Next() {
-			var k, v string
-			if err := rows.Scan(&k, &v); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[k] = v
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		if out["wsrep_on"] != "ON" {
-			return map[string]string{}, nil
-		}
-	}
-	return out, nil
-}
-
 // ErrNoGTIDs means the database gives its transactions no GTID this
 // package reads: SQLite, or MySQL (whose GTIDs are another kind).
 var ErrNoGTIDs = errors.New("the database tells no MariaDB gtid")
@@ -166,8 +177,7 @@ func LastGTID(ctx context.Context, conn *gorm.DB) (string, error) {
 	}
 	var g sql.NullString
 	err := conn.WithContext(ctx).Raw("SELECT @@last_gtid").Row().Scan(&g)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1193 {
+	if IsUnknownVariable(err) {
 		return "", ErrNoGTIDs
 	}
 	if err != nil {
