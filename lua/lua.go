@@ -55,8 +55,8 @@ var (
 	lockTakeSrc string
 	//go:embed requeue.lua
 	requeueSrc string
-	//go:embed db_reset.lua
-	dbResetSrc string
+	//go:embed db_sync.lua
+	dbSyncSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -138,6 +138,6 @@ func LockTake() *redis.Script { return redis.NewScript(lockTakeSrc) }
 // it, as the purchase queued it, for the worker to write.
 func Requeue() *redis.Script { return redis.NewScript(requeueSrc) }
 
-// DBReset brings a shard's record of the database down to what the
-// database holds.
-func DBReset() *redis.Script { return redis.NewScript(dbResetSrc) }
+// DBSync brings a shard's record of the database in line with the server
+// the database's address reaches.
+func DBSync() *redis.Script { return redis.NewScript(dbSyncSrc) }

@@ -147,8 +147,11 @@ local origin, seq = string.match(ARGV[1], '^(%d+%-%d+)%-(%d+)$')
 if origin and not first then
   local field = 'g:' .. origin
   local seen = redis.pcall('HGET', KEYS[3], field)
-  if not (type(seen) == 'table' and seen.err) and tonumber(seen or '-1') < tonumber(seq) then
-    redis.call('HSET', KEYS[3], field, seq)
+  if not (type(seen) == 'table' and seen.err) then
+    local n = tonumber(seen)
+    if n == nil or n < tonumber(seq) then
+      redis.call('HSET', KEYS[3], field, seq)
+    end
   end
 end
 return did

@@ -310,10 +310,12 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		health:   &health{rdb: rdb, db: db, keys: keys, log: log, checks: readyChecks(m.Registry())},
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
-	c.life = order.NewLifecycle(db, rdb, keys, order.LifecycleConfig{Events: c.events, Observer: m}, log)
 	c.primary = primary
 	c.watcher = newWatcher(cfg, rdb, db, gateOf(primary), m, log)
 	c.health.watch = c.watcher.Status
+	// Moves of written orders wait while the database's new primary is
+	// not checked, or what it lost is not written back.
+	c.life = order.NewLifecycle(db, rdb, keys, order.LifecycleConfig{Events: c.events, Observer: m, Verified: c.watcher.AllReady}, log)
 	describeRedis(ctx, cfg, rdb, keys, log)
 	c.warmer = voucher.NewWarmer(c.vstore, c.vstate, c.ostore, keys, cfg.Warm, log)
 	c.warmer.OnRebuild(m.ShardRebuilt)
@@ -324,6 +326,12 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 	c.warmer.LeaseTTL(cfg.RebuildLease)
 	if crash := crashPoint(cfg.CrashPoint); crash.afterBucket != nil {
 		c.warmer.AfterBucket(crash.afterBucket)
+	}
+	c.warmer.ReplaceWhen(c.watcher.Ready)
+	// The database checked first: the writers and a rebuild of a shard
+	// whose state Redis still holds wait for it.
+	if err := c.watcher.Check(ctx); err != nil {
+		log.Warn("checking the database failed; checked again each second", "err", err)
 	}
 	if n, err := c.warmer.Warm(ctx); err != nil {
 		log.Warn("warming voucher state failed; purchases answer not_ready until it works", "err", err)
@@ -527,15 +535,6 @@ func newSampler(cfg config, c *core) *metrics.Sampler {
 	return metrics.NewSampler(c.rdb, c.m, metrics.SamplerConfig{Group: orderGroup, Shards: sampled, Every: cfg.MetricsEvery}, c.log)
 }
 
-// verifiedOf holds the order writer back while the database's primary is
-// not verified (failover.Watcher); SQLite has no failover.
-func verifiedOf(p *db.Primary) func() bool {
-	if p == nil {
-		return nil
-	}
-	return p.Verified
-}
-
 // pollIdle is the longest a delay-queue poller sleeps while nothing in its
 // queue is due sooner. What this instance schedules wakes its poller in
 // time; what another instance schedules waits up to this much more, when
@@ -550,7 +549,7 @@ func (s *instance) buildWorker(cfg config, c *core, locks *order.Locks) {
 	writer := order.NewWriter(c.db, c.rdb, c.keys, order.WriterConfig{
 		Locks: locks, KeyPrefix: cfg.KeyPrefix, MaxDeliveries: int64(cfg.MaxDeliveries), MaxAttempts: cfg.MaxAttempts,
 		AfterCommit: crash.afterCommit, Observer: c.m, Events: c.events,
-		PayWindow: cfg.Pay.Window, Expiries: expiries, Verified: verifiedOf(c.primary),
+		PayWindow: cfg.Pay.Window, Expiries: expiries, Verified: c.watcher.Ready,
 	}, c.log)
 	expirer := order.NewExpirer(c.life, expiries, c.log)
 	name := mq.ConsumerName()

@@ -16,11 +16,11 @@
 package failover
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,10 +41,6 @@ import (
 // back).
 const Horizon = 24 * time.Hour
 
-// page is how many hash fields one HSCAN asks for, and how many orders one
-// query of the database names.
-const page = 500
-
 // Observer hears what the heal writes back (metrics). The orders it
 // queues again are counted by the worker that writes them.
 type Observer interface {
@@ -59,7 +55,6 @@ func (nopObserver) EndHealed(string) {}
 // holds, for the live vouchers of some shards (Heal).
 type Healer struct {
 	db       *gorm.DB
-	rdb      redis.UniversalClient
 	keys     voucher.Keys
 	vouchers *voucher.Store
 	state    *voucher.State
@@ -77,7 +72,7 @@ func NewHealer(g *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, life *o
 		obs = nopObserver{}
 	}
 	return &Healer{
-		db: g, rdb: rdb, keys: keys, vouchers: voucher.NewStore(g), state: voucher.NewState(rdb, keys), life: life,
+		db: g, keys: keys, vouchers: voucher.NewStore(g), state: voucher.NewState(rdb, keys), life: life,
 		refunds: payment.NewRefunder(g, life), expiries: order.NewExpiries(rdb, keys), obs: obs, log: log, now: time.Now,
 	}
 }
@@ -93,8 +88,12 @@ type Report struct {
 	Ends map[string][]ID `json:"ends"`
 	// Left lists what it found and did not write, with why.
 	Left []Left `json:"left"`
-	// Failed names the shards it could not heal (not ready, or a call
-	// failed), with why; every other shard it looked at is healed.
+	// NotReady lists the shards whose sale state was not loaded (Redis
+	// lost it, or a rebuild from the database is under way): Redis holds
+	// nothing there to write back.
+	NotReady []int `json:"shards_not_ready"`
+	// Failed names the shards it could not finish (a call failed), with
+	// why; every other shard it looked at is healed.
 	Failed map[int]string `json:"failed_shards"`
 }
 
@@ -122,7 +121,7 @@ type Left struct {
 	Why       string `json:"why"`
 }
 
-// Healed reports whether the heal left shard whole: it did not fail there.
+// Healed reports whether the heal left shard whole: no call failed there.
 func (r Report) Healed(shard int) bool { _, failed := r.Failed[shard]; return !failed }
 
 // Heal writes back, for every voucher whose sale has not ended or ended
@@ -132,18 +131,20 @@ func (r Report) Healed(shard int) bool { _, failed := r.Failed[shard]; return !f
 // that the database has neither written nor dead-lettered, and that is not
 // on its way there). decideEnd and decideOrder say what each becomes.
 //
-// A shard that is not ready (being rebuilt), or whose calls fail, is left
-// and named in the report's Failed; the others go on. The error is
-// non-nil only when the vouchers cannot be listed.
+// An order that cannot be moved as decided (it moved on meanwhile, its
+// voucher's stock is at its total) is left, named in the report; a shard
+// whose calls fail is named in its Failed and tried again by the caller;
+// a shard that is not ready holds nothing to write back (NotReady). The
+// error is non-nil only when the vouchers cannot be listed.
 func (h *Healer) Heal(ctx context.Context, shards map[int]bool) (Report, error) {
-	rep := Report{Requeued: []ID{}, Ends: map[string][]ID{}, Left: []Left{}, Failed: map[int]string{}}
+	rep := Report{Requeued: []ID{}, Ends: map[string][]ID{}, Left: []Left{}, NotReady: []int{}, Failed: map[int]string{}}
 	vs, err := h.vouchers.Live(ctx, h.now().Add(-Horizon))
 	if err != nil {
 		return rep, err
 	}
 	rep.Vouchers = len(vs)
-	// Each shard's pending index is read once, on first use.
-	pending := map[int]map[int64]bool{}
+	ready := map[int]bool{}
+	pending := map[int]map[int64]bool{} // each shard's pending index, read once
 	for _, v := range vs {
 		nb := v.BucketCount()
 		// Every bucket's ends first: an order its buyer cancelled and
@@ -155,8 +156,19 @@ func (h *Healer) Heal(ctx context.Context, shards map[int]bool) (Report, error) 
 				if shards != nil && !shards[shard] || !rep.Healed(shard) {
 					continue
 				}
-				if err := h.ready(ctx, shard); err != nil {
-					rep.Failed[shard] = err.Error()
+				ok, seen := ready[shard]
+				if !seen {
+					var err error
+					if ok, err = h.state.Ready(ctx, shard); err != nil {
+						rep.Failed[shard] = err.Error()
+						continue
+					}
+					ready[shard] = ok
+					if !ok {
+						rep.NotReady = append(rep.NotReady, shard)
+					}
+				}
+				if !ok {
 					continue
 				}
 				if err := pass(ctx, v, b, shard, &rep, pending); err != nil {
@@ -169,49 +181,25 @@ func (h *Healer) Heal(ctx context.Context, shards map[int]bool) (Report, error) 
 	return rep, nil
 }
 
-// errNotReady means a shard's sale state is being rebuilt.
-var errNotReady = errors.New("shard not ready (its sale state is being rebuilt)")
-
-func (h *Healer) ready(ctx context.Context, shard int) error {
-	n, err := h.rdb.Exists(ctx, h.keys.Ready(shard)).Result()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return errNotReady
-	}
-	return nil
-}
-
 // healEnds writes back the ends the database lost of voucher v's orders
 // in bucket b (on shard), a page of Redis's record at a time.
 func (h *Healer) healEnds(ctx context.Context, v voucher.Voucher, _, shard int, rep *Report, _ map[int]map[int64]bool) error {
-	return scanHash(ctx, h.rdb, h.keys.EndedAt(shard, v.ID), func(fields []string) error {
-		ended := map[int64]endRecord{}
-		for i := 0; i+1 < len(fields); i += 2 {
-			id, err1 := strconv.ParseInt(fields[i], 10, 64)
-			user, how, ok := strings.Cut(fields[i+1], ":")
-			uid, err2 := strconv.ParseInt(user, 10, 64)
-			if err1 != nil || err2 != nil || !ok {
-				continue // not written by release.lua
-			}
-			ended[id] = endRecord{user: uid, how: how}
-		}
+	return h.state.EndedOrders(ctx, shard, v.ID, func(ended map[int64]voucher.Ended) error {
 		var rows []struct {
 			ID     int64
 			Status string
 		}
-		if err := h.db.WithContext(ctx).Raw("SELECT id, status FROM orders WHERE id IN ?", keysOf(ended)).Scan(&rows).Error; err != nil {
+		if err := h.db.WithContext(ctx).Raw("SELECT id, status FROM orders WHERE id IN ?", slices.Collect(maps.Keys(ended))).Scan(&rows).Error; err != nil {
 			return fmt.Errorf("read ended orders of voucher %d: %w", v.ID, err)
 		}
 		status := make(map[int64]string, len(rows))
 		for _, r := range rows {
 			status[r.ID] = r.Status
 		}
-		for _, id := range sortedKeys(ended) {
+		for _, id := range slices.Sorted(maps.Keys(ended)) {
 			e := ended[id]
 			st, found := status[id]
-			if err := h.end(ctx, decideEnd(found, st, e.how), id, e, v.ID, rep); err != nil {
+			if err := h.end(ctx, decideEnd(found, st, e.How), id, e, v.ID, rep); err != nil {
 				return err
 			}
 		}
@@ -219,42 +207,37 @@ func (h *Healer) healEnds(ctx context.Context, v voucher.Voucher, _, shard int, 
 	})
 }
 
-// endRecord is an end as Redis recorded it.
-type endRecord struct {
-	user int64
-	how  string
-}
-
-// end does what f says for ended order id.
-func (h *Healer) end(ctx context.Context, f endFate, id int64, e endRecord, voucherID int64, rep *Report) error {
+// end does what f says for ended order id. An order the move cannot take
+// now (it moved on since it was read, its voucher's stock is at its total,
+// it is gone) is left, named; any other error fails the shard's heal.
+func (h *Healer) end(ctx context.Context, f endFate, id int64, e voucher.Ended, voucherID int64, rep *Report) error {
 	var err error
 	switch f {
 	case endHeld:
 		return nil
 	case endGone:
-		rep.Left = append(rep.Left, Left{id, e.user, voucherID, "its order and its " + e.how + " both lost: its unit is on sale, its record is not written again"})
+		rep.Left = append(rep.Left, Left{id, e.User, voucherID, "its order and its " + e.How + " both lost: its unit is on sale, its record is not written again"})
 		return nil
 	case endConflict:
-		rep.Left = append(rep.Left, Left{id, e.user, voucherID, "recorded " + e.how + " in redis, in a state the database cannot move from"})
-		h.log.Warn("heal: an ended order is in a state its end cannot follow; left as it is", "order_id", id, "voucher_id", voucherID, "redis_end", e.how)
+		rep.Left = append(rep.Left, Left{id, e.User, voucherID, "recorded " + e.How + " in redis, in a state the database cannot move from"})
 		return nil
 	case endCancel:
 		_, _, err = h.life.Do(ctx, order.Cancel, id)
 	case endExpire:
 		_, _, err = h.life.Do(ctx, order.Expire, id)
-		if errors.Is(err, order.ErrNotDue) {
-			rep.Left = append(rep.Left, Left{id, e.user, voucherID, "expired in redis, its pay deadline not passed in the database"})
-			return nil
-		}
 	case endRefund:
 		_, err = h.refunds.Refund(ctx, id)
 	}
-	// A unit not back in Redis yet is the sweeper's to finish: the end is
-	// written.
-	if err != nil && !errors.Is(err, order.ErrUnitNotBack) {
-		return fmt.Errorf("write back the %s of order %d: %w", e.how, id, err)
+	switch {
+	case errors.Is(err, order.ErrWrongState), errors.Is(err, order.ErrNotDue), errors.Is(err, order.ErrNotFound), errors.Is(err, order.ErrStockFull):
+		rep.Left = append(rep.Left, Left{id, e.User, voucherID, "recorded " + e.How + " in redis; the database's order cannot take it: " + err.Error()})
+		return nil
+	case err != nil && !errors.Is(err, order.ErrUnitNotBack):
+		// A unit not back in Redis yet is the sweeper's to finish: the
+		// end is written. Anything else is tried again.
+		return fmt.Errorf("write back the %s of order %d: %w", e.How, id, err)
 	}
-	how := e.how
+	how := e.How
 	if f == endCancel && how == voucher.EndedRefunded {
 		h.log.Warn("heal: the database lost an order's payment and refund; written back as cancelled, its unit on sale as it was",
 			"order_id", id, "voucher_id", voucherID)
@@ -263,7 +246,7 @@ func (h *Healer) end(ctx context.Context, f endFate, id int64, e endRecord, vouc
 	rep.Ends[how] = append(rep.Ends[how], ID(id))
 	h.obs.EndHealed(how)
 	h.log.Warn("order end healed: the database had lost it and redis still knew it; written again",
-		"order_id", id, "user_id", e.user, "voucher_id", voucherID, "end", how)
+		"order_id", id, "user_id", e.User, "voucher_id", voucherID, "end", how)
 	return nil
 }
 
@@ -271,22 +254,14 @@ func (h *Healer) end(ctx context.Context, f endFate, id int64, e endRecord, vouc
 // that Redis holds and the database lost, a page of buyers at a time.
 func (h *Healer) healOrders(ctx context.Context, v voucher.Voucher, b, shard int, rep *Report, pending map[int]map[int64]bool) error {
 	if pending[shard] == nil {
-		p, err := h.pendingOf(ctx, shard)
+		p, err := h.state.InFlight(ctx, shard)
 		if err != nil {
 			return err
 		}
 		pending[shard] = p
 	}
-	return scanHash(ctx, h.rdb, h.keys.BuyersAt(shard, v.ID), func(fields []string) error {
-		held := map[int64]int64{} // order -> buyer
-		for i := 0; i+1 < len(fields); i += 2 {
-			user, err1 := strconv.ParseInt(fields[i], 10, 64)
-			id, err2 := strconv.ParseInt(fields[i+1], 10, 64)
-			if err1 == nil && err2 == nil {
-				held[id] = user
-			}
-		}
-		ids := keysOf(held)
+	return h.state.Buyers(ctx, shard, v.ID, func(held map[int64]int64) error {
+		ids := slices.Collect(maps.Keys(held))
 		written, err := h.idsIn(ctx, "SELECT id FROM orders WHERE id IN ?", ids)
 		if err != nil {
 			return err
@@ -300,7 +275,7 @@ func (h *Healer) healOrders(ctx context.Context, v voucher.Voucher, b, shard int
 			return err
 		}
 		var queue []voucher.Message
-		for _, id := range sortedKeys(held) {
+		for _, id := range slices.Sorted(maps.Keys(held)) {
 			user := held[id]
 			other, otherLive := others[user]
 			switch decideOrder(pending[shard][id], written[id], lettered[id], otherLive && other != id) {
@@ -314,8 +289,6 @@ func (h *Healer) healOrders(ctx context.Context, v voucher.Voucher, b, shard int
 				rep.Left = append(rep.Left, Left{id, user, v.ID, "redis holds it and the database its dead letter"})
 			case orderConflict:
 				rep.Left = append(rep.Left, Left{id, user, v.ID, fmt.Sprintf("the buyer holds order %d of the voucher in the database", other)})
-				h.log.Warn("heal: redis holds a buyer's order and the database another live one; left as it is",
-					"order_id", id, "other_order_id", other, "user_id", user, "voucher_id", v.ID)
 			}
 		}
 		return h.requeue(ctx, queue, rep)
@@ -365,20 +338,8 @@ func (h *Healer) requeue(ctx context.Context, ms []voucher.Message, rep *Report)
 	return nil
 }
 
-// pendingOf reads a shard's pending index: the orders accepted and not yet
-// written (on the stream, or in the delay queue).
-func (h *Healer) pendingOf(ctx context.Context, shard int) (map[int64]bool, error) {
-	out := map[int64]bool{}
-	err := scanHash(ctx, h.rdb, h.keys.Pending(shard), func(fields []string) error {
-		for i := 0; i < len(fields); i += 2 {
-			if id, err := strconv.ParseInt(fields[i], 10, 64); err == nil {
-				out[id] = true
-			}
-		}
-		return nil
-	})
-	return out, err
-}
+// errNotReady means a shard's sale state went away during the heal.
+var errNotReady = errors.New("shard not ready (its sale state is being rebuilt)")
 
 // idsIn runs query, which selects one id column WHERE ... IN ?, for ids.
 func (h *Healer) idsIn(ctx context.Context, query string, ids []int64) (map[int64]bool, error) {
@@ -396,17 +357,14 @@ func (h *Healer) idsIn(ctx context.Context, query string, ids []int64) (map[int6
 	return out, nil
 }
 
-// liveOrders returns, for the buyers of held, the live order each holds of
-// voucher v in the database.
+// liveOrders returns, for the buyers of held (order -> buyer), the live
+// order each holds of the voucher in the database.
 func (h *Healer) liveOrders(ctx context.Context, voucherID int64, held map[int64]int64) (map[int64]int64, error) {
 	out := map[int64]int64{}
 	if len(held) == 0 {
 		return out, nil
 	}
-	users := make([]int64, 0, len(held))
-	for _, u := range held {
-		users = append(users, u)
-	}
+	users := slices.Collect(maps.Values(held))
 	var rows []struct{ ID, UserID int64 }
 	if err := h.db.WithContext(ctx).Raw("SELECT id, user_id FROM orders WHERE voucher_id = ? AND user_id IN ? AND live = 1", voucherID, users).Scan(&rows).Error; err != nil {
 		return nil, fmt.Errorf("heal: read the buyers' live orders of voucher %d: %w", voucherID, err)
@@ -415,49 +373,4 @@ func (h *Healer) liveOrders(ctx context.Context, voucherID int64, held map[int64
 		out[r.UserID] = r.ID
 	}
 	return out, nil
-}
-
-// scanHash reads a hash a page at a time (HSCAN), handing each page's
-// fields and values to fn.
-func scanHash(ctx context.Context, rdb redis.UniversalClient, key string, fn func(fields []string) error) error {
-	var cursor uint64
-	for {
-		kv, next, err := rdb.HScan(ctx, key, cursor, "", page).Result()
-		if err != nil {
-			return fmt.Errorf("read %s: %w", key, err)
-		}
-		if len(kv) > 0 {
-			if err := fn(kv); err != nil {
-				return err
-			}
-		}
-		if next == 0 {
-			return nil
-		}
-		cursor = next
-	}
-}
-
-func keysOf[V any](m map[int64]V) []int64 {
-	out := make([]int64, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
-func sortedKeys[V any](m map[int64]V) []int64 {
-	out := keysOf(m)
-	slices.Sort(out)
-	return out
-}
-
-// shardsOf lists the shards of a set, sorted.
-func shardsOf(set map[int]bool) []int {
-	out := make([]int, 0, len(set))
-	for s := range set {
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b int) int { return cmp.Compare(a, b) })
-	return out
 }

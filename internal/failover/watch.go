@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,11 +23,12 @@ import (
 )
 
 // Gate is the database pool's side of a failover (db.Primary): it drops
-// its connections to a server that no longer takes writes, and lets the
-// order writer write once the server it reaches is verified.
+// its connections to a server that is no longer the one to write to, and
+// is verified for the server the watcher checked.
 type Gate interface {
 	Recycle()
 	Verify(server string)
+	Verified() bool
 }
 
 // WatchObserver hears what the Watcher finds (metrics).
@@ -49,34 +52,100 @@ type WatchConfig struct {
 	Observer WatchObserver
 }
 
+// verdict is what a check finds of one shard's record of the database,
+// compared with the server the pool reaches; judge chooses it.
+type verdict uint8
+
+const (
+	recordHeld     verdict = iota // the server holds every commit the record names
+	recordLost                    // it lacks some: a failover lost them
+	recordMoved                   // it is another server than the record's, and holds them all
+	recordForeign                 // it holds none of an origin the record names
+	recordRestored                // the record names another lineage
+	recordUnread                  // the record cannot be read (its Redis is down)
+)
+
+// judge is the one place a shard's record is judged (rec: its fields, nil
+// when it could not be read; s: the server; lineage: the database's):
+//
+//	record unreadable                               -> unread    (left for the next check)
+//	record of another lineage                       -> restored  (rebuild the shard from the
+//	                                                              database; write nothing back)
+//	the server holds none of a recorded origin      -> foreign   (not a failover of this database:
+//	                                                              a restore without its lineage step,
+//	                                                              RESET MASTER; wait for an operator)
+//	the server lacks a recorded commit              -> lost      (heal, then set the record)
+//	the record names another server                 -> moved     (heal: what it lost may be ends
+//	                                                              no commit of the record names)
+//	otherwise                                       -> held      (raise the record to the server's history)
+//
+// On Galera nothing is compared: every node holds every commit, and the
+// record names the cluster, not a node.
+func judge(rec map[string]string, s db.Server, lineage string) (verdict, []db.GTID) {
+	if rec == nil {
+		return recordUnread, nil
+	}
+	if l := rec["lineage"]; l != "" && l != lineage {
+		return recordRestored, nil
+	}
+	var lacks []db.GTID
+	if !s.Galera {
+		lacks = s.History.Lacks(recorded(rec))
+	}
+	for _, g := range lacks {
+		if s.History[db.Origin{Domain: g.Domain, Server: g.Server}] == 0 {
+			return recordForeign, lacks
+		}
+	}
+	switch {
+	case len(lacks) > 0:
+		return recordLost, lacks
+	case rec["server"] != "" && rec["server"] != s.Identity():
+		return recordMoved, nil
+	}
+	return recordHeld, nil
+}
+
+// recorded is the history a shard's record names: its g:<origin> fields.
+func recorded(rec map[string]string) db.History {
+	h := db.History{}
+	for f, v := range rec {
+		if origin, ok := strings.CutPrefix(f, "g:"); ok {
+			if g, err := db.ParseGTID(origin + "-" + v); err == nil {
+				h.Add(g)
+			}
+		}
+	}
+	return h
+}
+
 // Watcher checks, every Every, which database server the pool reaches,
 // whether it takes writes, and whether it holds every commit the sale's
-// Redis recorded of it (each shard's record, Keys.DBSeen):
-//
-//	the server does not answer               -> down: nothing else checked
-//	it does not take writes                  -> the pool's connections recycled
-//	a shard's record names another lineage   -> restored: the shard is rebuilt from the
-//	                                            database (its ready marker dropped, its ended
-//	                                            orders forgotten), nothing written back
-//	the server lacks a GTID a record names   -> rolled back: Heal for those shards, then
-//	                                            their records lowered to what it holds
-//	otherwise                                -> verified: the order writer may write
-//
-// Every instance runs one; a heal is done by one at a time (a lease), and
-// the others find the records lowered once it is done.
+// Redis recorded of it (each shard's record, Keys.DBSeen; judge says
+// what each is found to be): a server that does not take writes has its
+// connections recycled; a shard whose record finds a loss, or another
+// server than it last verified, is healed (under a lease, by one instance
+// at a time) and its record set to what the server holds; a restored
+// database rebuilds the shard. Ready says, per shard, whether the order
+// writer may write: the pool verified for the server, and the shard
+// holding nothing unhealed.
 type Watcher struct {
 	db     *gorm.DB
 	gate   Gate
 	rdb    redis.UniversalClient
 	keys   voucher.Keys
+	state  *voucher.State
 	healer *Healer
 	cfg    WatchConfig
 	log    *slog.Logger
 	now    func() time.Time
-	reset  *redis.Script
+	sync   *redis.Script
 
 	mu     sync.Mutex
 	status Status
+	// unhealed are the shards found lacking what Redis saw (or foreign)
+	// and not yet healed: their writes wait.
+	unhealed map[int]bool
 	// what was last logged, so that a state is logged when it begins
 	down, notPrimary, lost bool
 }
@@ -87,12 +156,17 @@ type Status struct {
 	// Since when this instance first saw it there.
 	Server string    `json:"server,omitempty"`
 	Since  time.Time `json:"since,omitzero"`
-	// Writable: it takes writes. Verified: it holds every commit the
-	// sale's Redis recorded (or what it lacked was written back).
-	Writable bool `json:"writable"`
-	Verified bool `json:"verified"`
+	// Writable: it takes writes. Verified: the order writer may write to
+	// it (it holds every commit the sale's Redis recorded, or what it
+	// lacked was written back); Unhealed lists the shards whose writes
+	// still wait.
+	Writable bool  `json:"writable"`
+	Verified bool  `json:"verified"`
+	Unhealed []int `json:"unhealed_shards,omitempty"`
 	// Error is why the last check failed, if it did.
 	Error string `json:"error,omitempty"`
+	// identity is the server's Identity: what a change of server is.
+	identity string
 }
 
 // NewWatcher returns a Watcher; gate may be nil (SQLite), and it owns none
@@ -103,7 +177,8 @@ func NewWatcher(g *gorm.DB, gate Gate, rdb redis.UniversalClient, keys voucher.K
 	if cfg.Observer == nil {
 		cfg.Observer = nopWatchObserver{}
 	}
-	return &Watcher{db: g, gate: gate, rdb: rdb, keys: keys, healer: healer, cfg: cfg, log: log, now: time.Now, reset: lua.DBReset()}
+	return &Watcher{db: g, gate: gate, rdb: rdb, keys: keys, state: voucher.NewState(rdb, keys), healer: healer, cfg: cfg,
+		log: log, now: time.Now, sync: lua.DBSync(), unhealed: map[int]bool{}}
 }
 
 type nopWatchObserver struct{}
@@ -114,15 +189,39 @@ func (nopWatchObserver) DatabaseDown()                              {}
 func (nopWatchObserver) DatabaseRolledBack()                        {}
 func (nopWatchObserver) DatabaseRestored()                          {}
 
-// Status is what the last check found.
+// Status is what the last check found, and whether the writers may write
+// now.
 func (w *Watcher) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.status
+	st := w.status
+	st.Verified = w.verified()
+	st.Unhealed = slices.Sorted(maps.Keys(w.unhealed))
+	return st
 }
 
-// Run checks at once, then every Every, until ctx is done. A failed check
-// is logged when failures begin and tried again at the next tick.
+// verified is the pool's side: the gate verified for the server it
+// reaches (always, without a gate). mu held.
+func (w *Watcher) verified() bool { return w.gate == nil || w.gate.Verified() }
+
+// Ready reports whether the order writer may write orders of shard: the
+// pool verified for the server it reaches, and the shard holding nothing
+// the server lost that is not written back yet.
+func (w *Watcher) Ready(shard int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.verified() && !w.unhealed[shard]
+}
+
+// AllReady reports whether every shard is Ready: what a move of a written
+// order (a payment, a cancellation) waits for.
+func (w *Watcher) AllReady() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.verified() && len(w.unhealed) == 0
+}
+
+// Run checks at once, then every Every, until ctx is done.
 func (w *Watcher) Run(ctx context.Context) error {
 	t := time.NewTicker(w.cfg.Every)
 	defer t.Stop()
@@ -136,8 +235,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-// Check checks the database once (the table on Watcher).
+// Check checks the database once. The shards' records are read before
+// the server is described: a batch committed in between is then held by
+// the server described, never taken for a loss.
 func (w *Watcher) Check(ctx context.Context) error {
+	recs := w.records(ctx)
 	s, err := db.Describe(ctx, w.db)
 	if err != nil {
 		w.failed("the database does not answer", &w.down, err)
@@ -159,58 +261,101 @@ func (w *Watcher) Check(ctx context.Context) error {
 		w.failed("the database's lineage cannot be read", &w.down, err)
 		return err
 	}
-	lost, restored, err := w.compare(ctx, s, lineage)
-	if err != nil {
-		w.failed("the sale's records of the database cannot be read", &w.down, err)
-		return err
-	}
-	if len(restored) > 0 {
-		w.restore(ctx, s, lineage, restored)
-	}
-	if len(lost) > 0 && !w.rolledBack(ctx, s, lineage, lost) {
-		return nil // not verified: writes wait for the heal
-	}
-	w.lost = false
-	if w.gate != nil {
-		w.gate.Verify(s.Label())
+	by := map[verdict]map[int][]db.GTID{}
+	for shard, rec := range recs {
+		v, lacks := judge(rec, s, lineage)
+		if by[v] == nil {
+			by[v] = map[int][]db.GTID{}
+		}
+		by[v][shard] = lacks
 	}
 	w.mu.Lock()
-	w.status.Verified, w.status.Error = true, ""
+	for _, v := range []verdict{recordLost, recordMoved, recordForeign} {
+		for shard := range by[v] {
+			w.unhealed[shard] = true
+		}
+	}
 	w.mu.Unlock()
-	w.cfg.Observer.DatabaseVerified(true)
+	// The pool is verified for this server: the shards above wait for
+	// their heal, the others write.
+	if w.gate != nil {
+		w.gate.Verify(s.Identity())
+	}
+	for shard := range by[recordHeld] {
+		// Held: a shard an operator repaired since is free again.
+		if w.syncRecord(ctx, shard, recs[shard]["lineage"], lineage, s, "raise") {
+			w.mu.Lock()
+			delete(w.unhealed, shard)
+			w.mu.Unlock()
+		}
+	}
+	if len(by[recordRestored]) > 0 {
+		w.restore(ctx, s, lineage, by[recordRestored], recs)
+	}
+	if len(by[recordForeign]) > 0 {
+		w.foreign(s, by[recordForeign])
+	}
+	if len(by[recordLost])+len(by[recordMoved]) > 0 {
+		w.heal(ctx, s, lineage, by[recordLost], by[recordMoved], recs)
+	}
+	w.mu.Lock()
+	if len(w.unhealed) == 0 {
+		w.lost = false
+	}
+	w.status.Error = ""
+	ready := w.verified() && len(w.unhealed) == 0
+	w.mu.Unlock()
+	w.cfg.Observer.DatabaseVerified(ready)
 	return nil
 }
 
-// seen records the server found, logging a change of server.
+// records reads every shard's record of the database; a shard whose
+// record cannot be read (its Redis is down, and so are its purchases and
+// its workers' settling) is nil.
+func (w *Watcher) records(ctx context.Context) []map[string]string {
+	pipe := w.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, w.keys.Shards())
+	for shard := range cmds {
+		cmds[shard] = pipe.HGetAll(ctx, w.keys.DBSeen(shard))
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	out := make([]map[string]string, len(cmds))
+	for shard, c := range cmds {
+		if rec, err := c.Result(); err == nil {
+			out[shard] = rec
+		}
+	}
+	return out
+}
+
+// seen records the server found, logging a change of server and dropping
+// the pool's connections made before it (they may reach the old server).
 func (w *Watcher) seen(s db.Server) {
 	w.mu.Lock()
-	prev := w.status.Server
-	changed := prev != "" && prev != s.Label()
-	if prev == "" || changed {
+	prev, prevID := w.status.Server, w.status.identity
+	changed := prevID != "" && prevID != s.Identity()
+	if prevID == "" || changed {
 		w.status.Since = w.now().UTC()
 	}
-	w.status.Server, w.status.Writable = s.Label(), s.Primary()
-	if changed || !s.Primary() {
-		w.status.Verified = false
-	}
+	w.status.Server, w.status.identity, w.status.Writable = s.Label(), s.Identity(), s.Primary()
 	since := w.status.Since
 	w.mu.Unlock()
 	switch {
 	case changed:
 		w.log.Warn("database primary changed", "from", prev, "to", s.Label(), "takes_writes", s.Primary(), "gtid_state", s.History.String())
-	case prev == "":
+		if w.gate != nil {
+			w.gate.Recycle()
+		}
+	case prevID == "":
 		w.log.Info("database server", "server", s.Label(), "takes_writes", s.Primary(), "galera", s.Galera, "gtid_state", s.History.String())
 	}
 	w.cfg.Observer.DatabaseSeen(s.Label(), since, s.Primary(), changed)
-	if changed || !s.Primary() {
-		w.cfg.Observer.DatabaseVerified(false)
-	}
 }
 
 // failed records a failed check, logged when such failures begin.
 func (w *Watcher) failed(msg string, logged *bool, err error) {
 	w.mu.Lock()
-	w.status.Verified, w.status.Error = false, msg+": "+err.Error()
+	w.status.Error = msg + ": " + err.Error()
 	if msg == "the database does not answer" {
 		w.status.Writable = false
 	}
@@ -222,202 +367,133 @@ func (w *Watcher) failed(msg string, logged *bool, err error) {
 	}
 }
 
-// compare reads every shard's record of the database and returns the
-// shards whose record names commits s lacks (with them), and those whose
-// record names another lineage (with it). A record with no lineage gets
-// the database's. A shard whose record cannot be read is left out: its
-// Redis is down, and so are its purchases and its workers' settling.
-func (w *Watcher) compare(ctx context.Context, s db.Server, lineage string) (lost map[int][]db.GTID, restored map[int]string, err error) {
-	n := w.keys.Shards()
-	pipe := w.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, n)
-	for shard := range n {
-		cmds[shard] = pipe.HGetAll(ctx, w.keys.DBSeen(shard))
-	}
-	_, _ = pipe.Exec(ctx) // each command's error is read below
-	lost, restored = map[int][]db.GTID{}, map[int]string{}
-	var unset []int
-	read := 0
-	for shard, c := range cmds {
-		rec, err := c.Result()
-		if err != nil {
-			continue
+// heal writes back what the server lost in the shards that lack commits
+// (lost) and in those whose record names another server (moved), under
+// the heal lease, then sets their records to what the server holds and
+// lets their writes go.
+func (w *Watcher) heal(ctx context.Context, s db.Server, lineage string, lost, moved map[int][]db.GTID, recs []map[string]string) {
+	if len(lost) > 0 && !w.lost {
+		var lacks []string
+		for _, shard := range slices.Sorted(maps.Keys(lost)) {
+			for _, g := range lost[shard] {
+				lacks = append(lacks, fmt.Sprintf("shard %d: %s", shard, g))
+			}
 		}
-		read++
-		switch l := rec["lineage"]; {
-		case l == "":
-			unset = append(unset, shard)
-		case l != lineage:
-			restored[shard] = l
-			continue
-		}
-		if lacks := s.History.Lacks(recorded(rec)); len(lacks) > 0 {
-			lost[shard] = lacks
-		}
-	}
-	if read == 0 && n > 0 {
-		return nil, nil, cmds[0].Err()
-	}
-	if len(unset) > 0 {
-		pipe := w.rdb.Pipeline()
-		for _, shard := range unset {
-			pipe.HSetNX(ctx, w.keys.DBSeen(shard), "lineage", lineage)
-		}
-		_, _ = pipe.Exec(ctx) // set again at the next check if it failed
-	}
-	return lost, restored, nil
-}
-
-// recorded is the history a shard's record names: its g:<origin> fields.
-func recorded(rec map[string]string) db.History {
-	h := db.History{}
-	for f, v := range rec {
-		origin, ok := strings.CutPrefix(f, "g:")
-		if !ok {
-			continue
-		}
-		if g, err := db.ParseGTID(origin + "-" + v); err == nil {
-			h.Add(g)
-		}
-	}
-	return h
-}
-
-// rolledBack heals the shards whose records name commits the database
-// lacks, under the heal lease, then lowers their records to what it
-// holds. It reports whether every such shard is healed: only then may the
-// writer write.
-func (w *Watcher) rolledBack(ctx context.Context, s db.Server, lineage string, lost map[int][]db.GTID) bool {
-	shards := map[int]bool{}
-	var lacks []string
-	for shard, gs := range lost {
-		shards[shard] = true
-		for _, g := range gs {
-			lacks = append(lacks, fmt.Sprintf("shard %d: %s", shard, g))
-		}
-	}
-	if !w.lost {
 		w.log.Error("the database lacks commits the sale's redis saw it make: a failover lost them; writing back what redis still holds, orders wait meanwhile",
 			"server", s.Label(), "gtid_state", s.History.String(), "lacks", strings.Join(lacks, ", "))
 		w.lost = true
 	}
-	w.mu.Lock()
-	w.status.Verified, w.status.Error = false, "the database lacks commits redis saw it make: healing"
-	w.mu.Unlock()
-	w.cfg.Observer.DatabaseVerified(false)
 	// One instance heals at a time. The lease only saves work: every
 	// write of a heal meets a guard (the worker's, the lifecycle's), so
 	// two heals at once, after a lease lost to a pause, write nothing
 	// twice; none is fenced.
 	l, took, err := lease.Take(ctx, w.rdb, healLease(w.keys), w.cfg.HealLease)
 	if err != nil || !took {
-		return false // another instance heals; its records show when it is done
+		return // another instance heals; the records show when it is done
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		_ = l.Release(rctx)
 	}()
+	shards := map[int]bool{}
+	for shard := range lost {
+		shards[shard] = true
+	}
+	for shard := range moved {
+		shards[shard] = true
+	}
 	began := w.now()
 	rep, err := w.healer.Heal(l.Context(), shards)
 	if err != nil {
 		w.log.Error("healing the database's loss failed; tried again", "err", err)
-		return false
+		return
 	}
-	w.cfg.Observer.DatabaseRolledBack()
+	if len(lost) > 0 {
+		w.cfg.Observer.DatabaseRolledBack()
+	}
 	healed := 0
 	for shard := range shards {
-		if !rep.Healed(shard) {
-			continue
+		if rep.Healed(shard) && w.syncRecord(ctx, shard, recs[shard]["lineage"], lineage, s, "set") {
+			healed++
+			w.mu.Lock()
+			delete(w.unhealed, shard)
+			w.mu.Unlock()
 		}
-		if err := w.lower(ctx, shard, lineage, lineage, s.History); err != nil {
-			rep.Failed[shard] = err.Error()
-			continue
-		}
-		healed++
 	}
 	ends := 0
 	for _, ids := range rep.Ends {
 		ends += len(ids)
 	}
-	w.log.Warn("the database's loss is healed", "orders_queued_again", len(rep.Requeued), "ends_written_again", ends,
-		"left", len(rep.Left), "shards_healed", healed, "shards_failed", rep.Failed, "took", w.now().Sub(began))
-	for _, l := range rep.Left {
-		w.log.Warn("heal left an order", "order_id", l.OrderID, "user_id", l.UserID, "voucher_id", l.VoucherID, "why", l.Why)
+	w.log.Warn("the database's loss is healed", "server", s.Label(), "orders_queued_again", len(rep.Requeued), "ends_written_again", ends,
+		"left", len(rep.Left), "shards_healed", healed, "shards_not_ready", rep.NotReady, "shards_failed", rep.Failed, "took", w.now().Sub(began))
+	for _, o := range rep.Left {
+		w.log.Warn("heal left an order", "order_id", o.OrderID, "user_id", o.UserID, "voucher_id", o.VoucherID, "why", o.Why)
 	}
-	return healed == len(shards)
 }
 
-// restore rebuilds from the database the shards whose records name another
-// lineage: it was restored from a dump, and what Redis holds beyond it is
-// what the restore undid on purpose.
-func (w *Watcher) restore(ctx context.Context, s db.Server, lineage string, restored map[int]string) {
+// foreign logs the shards whose records name commits of an origin the
+// server holds none of: not a failover of this database (a replica holds
+// its primary's commits up to where it stopped), but a restore that did
+// not make a new lineage, or a binary log reset. Nothing is written back
+// and their writes wait until an operator decides: api reconcile
+// --repair (it was a failover: write back) or a new lineage (it was a
+// restore: rebuild from the database).
+func (w *Watcher) foreign(s db.Server, shards map[int][]db.GTID) {
+	if w.lost {
+		return
+	}
+	w.lost = true
+	w.log.Error("the database holds none of the commits of an origin the sale's redis saw it make: not a failover of this database; nothing is written back and orders wait. "+
+		"A failover: run api reconcile --repair. A restore: give the database a new lineage (docs/operating.md, Backup and restore)",
+		"server", s.Label(), "gtid_state", s.History.String(), "shards", slices.Sorted(maps.Keys(shards)))
+}
+
+// restore rebuilds from the database the shards whose records name
+// another lineage: it was restored from a dump, and what Redis holds
+// beyond it is what the restore undid on purpose.
+func (w *Watcher) restore(ctx context.Context, s db.Server, lineage string, restored map[int][]db.GTID, recs []map[string]string) {
 	w.log.Warn("the database carries another lineage than the sale's redis recorded: it was restored from a dump; the sale's redis is rebuilt from it and nothing is written back",
-		"server", s.Label(), "shards", shardsOf(keysSet(restored)))
+		"server", s.Label(), "shards", slices.Sorted(maps.Keys(restored)))
 	vs, err := w.healer.vouchers.Live(ctx, w.now().Add(-Horizon))
 	if err != nil {
 		w.log.Warn("rebuilding from a restored database: the vouchers cannot be listed; tried again", "err", err)
 		return
 	}
-	for shard, old := range restored {
-		// Forget first, then lower: a stop half-way leaves the record as
-		// it was, and the next check does it all again.
-		if err := w.forget(ctx, shard, vs); err != nil {
+	for shard := range restored {
+		// Forget first, then set the record: a stop half-way leaves the
+		// record as it was, and the next check does it all again.
+		if err := w.state.ForgetShard(ctx, shard, vs); err != nil {
 			w.log.Warn("rebuilding a shard from a restored database failed; tried again", "shard", shard, "err", err)
 			continue
 		}
-		if err := w.lower(ctx, shard, old, lineage, s.History); err != nil {
-			w.log.Warn("rebuilding a shard from a restored database failed; tried again", "shard", shard, "err", err)
-			continue
+		if w.syncRecord(ctx, shard, recs[shard]["lineage"], lineage, s, "set") {
+			w.mu.Lock()
+			delete(w.unhealed, shard)
+			w.mu.Unlock()
+			w.cfg.Observer.DatabaseRestored()
 		}
-		w.cfg.Observer.DatabaseRestored()
 	}
 }
 
-// forget drops what a shard's Redis holds beyond a restored database: the
-// ended orders it recorded and its ready marker (the warmer then rebuilds
-// the shard's stock and buyers from the database, keeping the orders in
-// flight).
-func (w *Watcher) forget(ctx context.Context, shard int, vs []voucher.Voucher) error {
-	pipe := w.rdb.Pipeline()
-	for _, v := range vs {
-		nb := v.BucketCount()
-		for b := range nb {
-			if w.keys.BucketShard(v.ID, b, nb) == shard {
-				pipe.Del(ctx, w.keys.EndedAt(shard, v.ID))
-			}
-		}
-	}
-	pipe.Del(ctx, w.keys.Ready(shard))
-	_, err := pipe.Exec(ctx)
-	return err
-}
-
-// lower runs db_reset.lua on a shard's record: from lineage from to to,
-// every origin brought down to what h holds.
-func (w *Watcher) lower(ctx context.Context, shard int, from, to string, h db.History) error {
-	args := []any{from, to}
-	for o, seq := range h {
+// syncRecord runs db_sync.lua on a shard's record read with lineage from:
+// mode raise or set, to lineage to and server s. It reports whether the
+// record is in line (synced now, or by another instance first).
+func (w *Watcher) syncRecord(ctx context.Context, shard int, from, to string, s db.Server, mode string) bool {
+	args := []any{from, to, s.Identity(), mode}
+	for o, seq := range s.History {
 		args = append(args, o.String(), strconv.FormatUint(seq, 10))
 	}
-	n, err := w.reset.Run(ctx, w.rdb, []string{w.keys.DBSeen(shard)}, args...).Int()
+	n, err := w.sync.Run(ctx, w.rdb, []string{w.keys.DBSeen(shard)}, args...).Int()
 	switch {
 	case err != nil:
-		return fmt.Errorf("lower the record of shard %d: %w", shard, err)
+		w.log.Warn("the shard's record of the database cannot be written; tried again", "shard", shard, "err", err)
+		return false
 	case n < 0:
-		return fmt.Errorf("lower the record of shard %d: %w", shard, errBadRecord)
+		w.log.Warn("the shard's record of the database is not a hash; left as it is", "shard", shard, "key", w.keys.DBSeen(shard))
+		return false
 	}
-	return nil // 0: another instance lowered it first
-}
-
-var errBadRecord = errors.New("the shard's record of the database is not a hash")
-
-func keysSet[V any](m map[int]V) map[int]bool {
-	out := make(map[int]bool, len(m))
-	for k := range m {
-		out[k] = true
-	}
-	return out
+	return true // 0: another instance synced it first
 }
 
 // ErrRestored means the database is of another lineage than the sale's
@@ -426,10 +502,11 @@ func keysSet[V any](m map[int]V) map[int]bool {
 var ErrRestored = errors.New("the database was restored from a dump since the sale's redis last saw it: redis is rebuilt from the database (a running instance does it), nothing is written back")
 
 // Repair heals every shard now, whether or not a loss was found ("api
-// reconcile --repair"), under the heal lease, and lowers the records of
-// the shards it healed to what the database holds. It refuses a database
-// that is not a primary, and one restored from a dump (ErrRestored).
+// reconcile --repair"), under the heal lease, and sets the records of the
+// shards it healed to what the database holds. It refuses a database that
+// is not a primary, and one restored from a dump (ErrRestored).
 func (w *Watcher) Repair(ctx context.Context) (Report, error) {
+	recs := w.records(ctx)
 	s, err := db.Describe(ctx, w.db)
 	if err != nil {
 		return Report{}, err
@@ -441,12 +518,14 @@ func (w *Watcher) Repair(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	_, restored, err := w.compare(ctx, s, lineage)
-	if err != nil {
-		return Report{}, err
+	var restored []int
+	for shard, rec := range recs {
+		if v, _ := judge(rec, s, lineage); v == recordRestored {
+			restored = append(restored, shard)
+		}
 	}
 	if len(restored) > 0 {
-		return Report{}, fmt.Errorf("shards %v: %w", shardsOf(keysSet(restored)), ErrRestored)
+		return Report{}, fmt.Errorf("shards %v: %w", restored, ErrRestored)
 	}
 	l, took, err := lease.Take(ctx, w.rdb, healLease(w.keys), w.cfg.HealLease)
 	if err != nil {
@@ -464,11 +543,9 @@ func (w *Watcher) Repair(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	for shard := range w.keys.Shards() {
-		if rep.Healed(shard) {
-			if err := w.lower(ctx, shard, lineage, lineage, s.History); err != nil {
-				rep.Failed[shard] = err.Error()
-			}
+	for shard, rec := range recs {
+		if rec != nil && rep.Healed(shard) && !w.syncRecord(ctx, shard, rec["lineage"], lineage, s, "set") {
+			rep.Failed[shard] = "its record of the database cannot be written"
 		}
 	}
 	return rep, nil

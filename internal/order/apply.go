@@ -19,9 +19,19 @@ import (
 // redelivery) change nothing.
 func (w *Writer) write(tx *gorm.DB, items []*item) error {
 	// Checked on the transaction's own connection, once it is made: a
-	// connection to a new primary unverifies the pool as it is made.
-	if w.cfg.Verified != nil && !w.cfg.Verified() {
-		return errUnverified
+	// connection to a new primary unverifies the pool as it is made. The
+	// next server may keep no binary log: its GTIDs are asked anew.
+	if w.cfg.Verified != nil {
+		checked := -1 // a batch's items are mostly of one shard
+		for _, it := range items {
+			if shard := shardOf(w.keys, it.ord); shard != checked {
+				if !w.cfg.Verified(shard) {
+					w.gtids.Store(gtidsUnknown)
+					return errUnverified
+				}
+				checked = shard
+			}
+		}
 	}
 	if err := w.decideFromMySQL(tx, items); err != nil {
 		return err

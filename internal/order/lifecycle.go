@@ -149,6 +149,8 @@ type Lifecycle struct {
 	log     *slog.Logger
 	now     func() time.Time
 	release *redis.Script
+	// verified holds moves back while it reports false (LifecycleConfig).
+	verified func() bool
 }
 
 // LifecycleConfig is what a Lifecycle needs beside its clients.
@@ -160,11 +162,21 @@ type LifecycleConfig struct {
 	Observer LifecycleObserver
 	// Now is the clock, default time.Now.
 	Now func() time.Time
+	// Verified, when set, holds every move back (ErrUnverified) while it
+	// reports false: the database failed over and what it lost is not
+	// written back yet (package failover). A payment or a cancellation
+	// made on the new primary before that could meet an order whose end
+	// it lost, and leave a unit counted twice.
+	Verified func() bool
 }
+
+// ErrUnverified means the database's primary changed and is not checked
+// yet: a move waits (seconds) and is answered unavailable meanwhile.
+var ErrUnverified = errors.New("the database's new primary is not checked yet")
 
 // NewLifecycle returns a Lifecycle; it owns none of its clients.
 func NewLifecycle(db *gorm.DB, rdb redis.UniversalClient, keys voucher.Keys, cfg LifecycleConfig, log *slog.Logger) *Lifecycle {
-	l := &Lifecycle{db: db, rdb: rdb, keys: keys, events: cfg.Events, obs: cfg.Observer, log: log, now: cfg.Now, release: lua.Release()}
+	l := &Lifecycle{db: db, rdb: rdb, keys: keys, events: cfg.Events, obs: cfg.Observer, log: log, now: cfg.Now, release: lua.Release(), verified: cfg.Verified}
 	if l.obs == nil {
 		l.obs = nopLifecycleObserver{}
 	}
@@ -204,7 +216,7 @@ func (l *Lifecycle) Do(ctx context.Context, a Action, id int64) (Order, bool, er
 	if err != nil {
 		// A missing order or a stock at its total is the data's state, not
 		// a failed call: the caller logs it, and the sweeper meets it again.
-		if !errors.Is(err, ErrNotFound) && !errors.Is(err, errStockFull) {
+		if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStockFull) && !errors.Is(err, ErrUnverified) {
 			l.obs.MySQLError(transitions[a].name)
 		}
 		return Order{}, false, err
@@ -257,6 +269,9 @@ func (t transition) judge(o Order, now time.Time) check {
 // (Lifecycle.GiveBack) when the move gave one.
 func (l *Lifecycle) DoTx(tx *gorm.DB, a Action, id int64) (Order, bool, error) {
 	t := transitions[a]
+	if l.verified != nil && !l.verified() {
+		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, ErrUnverified)
+	}
 	o, err := LockOrder(tx, id)
 	if err != nil {
 		return Order{}, false, fmt.Errorf("%s order %d: %w", t.name, id, err)
@@ -353,10 +368,10 @@ func (t transition) update(tx *gorm.DB, ids []int64, sets map[string]any) error 
 	return nil
 }
 
-// errStockFull means giving units back would lift a voucher's stock above
+// ErrStockFull means giving units back would lift a voucher's stock above
 // its total: the stock was edited by hand, or a unit was given back twice.
 // The move is refused; the order stays as it was.
-var errStockFull = errors.New("stock would pass the voucher's total")
+var ErrStockFull = errors.New("stock would pass the voucher's total")
 
 // returnUnits raises a voucher's stock by n units given back, never above
 // its total (the schema's CHECK says so too, but MySQL before 8.0.16
@@ -367,7 +382,7 @@ func returnUnits(tx *gorm.DB, voucherID int64, n int, now time.Time) error {
 		return fmt.Errorf("return %d units to voucher %d: %w", n, voucherID, up.Error)
 	}
 	if up.RowsAffected != 1 {
-		return fmt.Errorf("return %d units to voucher %d: %w", n, voucherID, errStockFull)
+		return fmt.Errorf("return %d units to voucher %d: %w", n, voucherID, ErrStockFull)
 	}
 	return nil
 }
@@ -377,7 +392,7 @@ func returnUnits(tx *gorm.DB, voucherID int64, n int, now time.Time) error {
 var ErrUnitNotBack = errors.New("unit not back on sale in redis yet")
 
 // LeftError lists the orders a batch left to the sweeper, each with why:
-// it could not be moved (errStockFull), or Redis did not take its unit
+// it could not be moved (ErrStockFull), or Redis did not take its unit
 // back (ErrUnitNotBack). The batch's other orders are done: one bad order
 // holds up only itself.
 type LeftError struct {
@@ -586,8 +601,11 @@ func (l *Lifecycle) ShardReady(ctx context.Context, shard int) bool {
 // nothing is returned.
 func (l *Lifecycle) ExpireAll(ctx context.Context, ids []int64) (map[int64]*Order, error) {
 	t := transitions[Expire]
+	if l.verified != nil && !l.verified() {
+		return nil, fmt.Errorf("%s %d orders: %w", t.name, len(ids), ErrUnverified)
+	}
 	rows, moved, err := l.expireBatch(ctx, ids)
-	if err != nil && ctx.Err() == nil && (errors.Is(err, errStockFull) || len(ids) > 1 && !db.IsRetryable(err)) {
+	if err != nil && ctx.Err() == nil && (errors.Is(err, ErrStockFull) || len(ids) > 1 && !db.IsRetryable(err)) {
 		// One order the batch cannot move must not hold up the others: one
 		// at a time, each in its own transaction.
 		l.log.Warn("expiring a batch failed; expiring its orders one by one", "orders", len(ids), "err", err)
@@ -629,7 +647,7 @@ func (l *Lifecycle) expireBatch(ctx context.Context, ids []int64) (rows []Order,
 }
 
 // expireEach is ExpireAll one order at a time: the orders that can be
-// moved are; one that cannot (errStockFull) or whose unit Redis did not
+// moved are; one that cannot (ErrStockFull) or whose unit Redis did not
 // take is left to the sweeper (a *LeftError). Any other failure is the
 // batch's: the database is failing, and the batch is tried again.
 func (l *Lifecycle) expireEach(ctx context.Context, ids []int64) (map[int64]*Order, error) {
@@ -646,7 +664,7 @@ func (l *Lifecycle) expireEach(ctx context.Context, ids []int64) (map[int64]*Ord
 		case errors.Is(err, ErrUnitNotBack):
 			out[id] = &o
 			left.add(id, err)
-		case errors.Is(err, errStockFull):
+		case errors.Is(err, ErrStockFull):
 			if o, err := NewStore(l.db).Get(ctx, id); err == nil {
 				out[id] = &o
 			}
@@ -668,6 +686,9 @@ func (l *Lifecycle) expireEach(ctx context.Context, ids []int64) (map[int64]*Ord
 // after it, and how many it moved.
 func (l *Lifecycle) expireTx(tx *gorm.DB, ids []int64) ([]Order, int, error) {
 	t := transitions[Expire]
+	if l.verified != nil && !l.verified() {
+		return nil, 0, fmt.Errorf("%s %d orders: %w", t.name, len(ids), ErrUnverified)
+	}
 	var rows []Order
 	if err := Locking(tx).Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
 		return nil, 0, fmt.Errorf("%s %d orders: %w", t.name, len(ids), err)

@@ -67,12 +67,13 @@ type WriterConfig struct {
 	// which the expirer cancels it if still unpaid. Without it only the
 	// sweeper does, later.
 	Expiries *Expiries
-	// Verified, when set, holds writes back while it reports false: the
-	// database's address reached another server (a failover) that the
-	// database watcher has not checked yet, and what that server lost may
-	// have to be written back first (package failover). The batch fails
-	// and is tried again after the consumer's backoff.
-	Verified func() bool
+	// Verified, when set, holds a shard's writes back while it reports
+	// false for the shard: the database's address reached another server
+	// (a failover) that the database watcher has not checked yet, or the
+	// shard's share of what that server lost is not written back yet
+	// (package failover). The batch fails and is tried again after the
+	// consumer's backoff.
+	Verified func(shard int) bool
 	// Events, when set, announces to every instance's local refusals the
 	// reservations given back and the orders written; nil publishes
 	// nothing, and the instances learn of them only when their answers
@@ -245,11 +246,13 @@ func (w *Writer) commitOnce(ctx context.Context, work []*item) (gtid string, err
 		gtid, gerr = db.LastGTID(ctx, conn)
 		if errors.Is(gerr, db.ErrNoGTIDs) {
 			w.gtids.Store(gtidsNone)
-		} else if gerr != nil {
-			w.log.Warn("the gtid of a committed batch could not be read: a failover that loses this batch is not seen from its record",
-				"err", gerr)
+			return nil
 		}
-		return nil
+		// Committed, but unrecorded a failover could lose it unseen: the
+		// batch fails and is tried again (its guards find it written, or
+		// write it again on a new primary that lost it). A connection that
+		// dies just after COMMIT is how a primary's death looks.
+		return gerr
 	})
 	return gtid, err
 }
@@ -262,8 +265,11 @@ const (
 )
 
 // tellsGTIDs reports whether the database gives each transaction a GTID
-// worth recording: MySQL or MariaDB with a binary log (log_bin, fixed at
-// the server's start). Asked once; SQLite never does.
+// worth recording: MariaDB with a binary log (log_bin, fixed at the
+// server's start), not a Galera node (whose nodes' GTIDs need not agree,
+// and which loses no commit in a failover). Asked once per server: the
+// answer is forgotten when the writer finds the database unverified (a
+// new server). SQLite never does.
 func (w *Writer) tellsGTIDs(ctx context.Context) bool {
 	switch w.gtids.Load() {
 	case gtidsTold:
@@ -275,11 +281,16 @@ func (w *Writer) tellsGTIDs(ctx context.Context) bool {
 		w.gtids.Store(gtidsNone)
 		return false
 	}
-	var logBin int
-	if err := w.db.WithContext(ctx).Raw("SELECT @@global.log_bin").Row().Scan(&logBin); err != nil {
+	var logBin, wsrep string
+	err := w.db.WithContext(ctx).Raw("SELECT IF(@@global.log_bin, 'ON', 'OFF'), IF(@@global.wsrep_on, 'ON', 'OFF')").Row().Scan(&logBin, &wsrep)
+	if db.IsUnknownVariable(err) {
+		w.gtids.Store(gtidsNone) // MySQL: no wsrep_on, and GTIDs of another kind
+		return false
+	}
+	if err != nil {
 		return false // asked again with the next batch
 	}
-	if logBin == 0 {
+	if logBin != "ON" || wsrep == "ON" {
 		w.gtids.Store(gtidsNone)
 		return false
 	}

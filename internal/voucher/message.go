@@ -163,21 +163,32 @@ func (m *Message) decodeBucket(values map[string]any, str func(string) (string, 
 // Encode returns the stream fields of m, as purchase.lua writes them. Tests
 // and operators re-queueing a message use it.
 func (m Message) Encode() map[string]any {
-	f := map[string]any{
-		"v":       messageVersion,
-		"order":   strconv.FormatInt(m.OrderID, 10),
-		"user":    strconv.FormatInt(m.UserID, 10),
-		"voucher": strconv.FormatInt(m.VoucherID, 10),
-		"at":      strconv.FormatInt(m.AcceptedAt.UnixMilli(), 10),
+	f := m.Fields()
+	out := make(map[string]any, len(f)/2)
+	for i := 0; i < len(f); i += 2 {
+		out[f[i]] = f[i+1]
+	}
+	return out
+}
+
+// Fields are the stream fields of m, name then value, in the order
+// purchase.lua writes them, then a healed order's: what an XADD of it
+// takes.
+func (m Message) Fields() []string {
+	f := []string{
+		"v", messageVersion,
+		"order", strconv.FormatInt(m.OrderID, 10),
+		"user", strconv.FormatInt(m.UserID, 10),
+		"voucher", strconv.FormatInt(m.VoucherID, 10),
+		"at", strconv.FormatInt(m.AcceptedAt.UnixMilli(), 10),
 	}
 	if m.Buckets > 1 {
-		f["b"] = strconv.Itoa(m.Bucket)
-		f["nb"] = strconv.Itoa(m.Buckets)
+		f = append(f, "b", strconv.Itoa(m.Bucket), "nb", strconv.Itoa(m.Buckets))
 	}
 	if m.Healed {
-		f["healed"] = "1"
+		f = append(f, "healed", "1")
 		if !m.Due.IsZero() {
-			f["due"] = strconv.FormatInt(m.Due.UnixMilli(), 10)
+			f = append(f, "due", strconv.FormatInt(m.Due.UnixMilli(), 10))
 		}
 	}
 	return f

@@ -46,6 +46,9 @@ type Warmer struct {
 	log    *slog.Logger
 	// onRebuild, when set, is told of each rebuild this instance did.
 	onRebuild func(shard int, reason string)
+	// replaceable, when set, says whether a shard whose Redis state is
+	// still there may be rebuilt now (ReplaceWhen).
+	replaceable func(shard int) bool
 	// unknownOnce logs once that the master does not tell its run_id.
 	unknownOnce sync.Once
 	// afterPage, when set, runs after each page of the pending index is
@@ -164,27 +167,9 @@ func (w *Warmer) readInFlight(ctx context.Context, shard int) (inFlight, error) 
 	return out, nil
 }
 
-// scanHash calls each for every field of a hash, one HSCAN page at a time
-// (then afterPage, when set): a large hash never blocks Redis in one long
-// command.
+// scanHash is State.scanHash.
 func (w *Warmer) scanHash(ctx context.Context, key string, each func(field, value string), afterPage func()) error {
-	var cursor uint64
-	for {
-		page, next, err := w.state.rdb.HScan(ctx, key, cursor, "", inFlightPage).Result()
-		if err != nil {
-			return err
-		}
-		for i := 0; i+1 < len(page); i += 2 {
-			each(page[i], page[i+1])
-		}
-		if afterPage != nil {
-			afterPage()
-		}
-		if next == 0 {
-			return nil
-		}
-		cursor = next
-	}
+	return w.state.scanHash(ctx, key, each, afterPage)
 }
 
 // expect computes what Redis should hold for v: buyers are the database's
@@ -235,6 +220,15 @@ const (
 // RebuildMasterChanged); a rebuild left to another instance is not
 // counted. Set it before Warm or Run is first called.
 func (w *Warmer) OnRebuild(fn func(shard int, reason string)) { w.onRebuild = fn }
+
+// ReplaceWhen makes a shard whose Redis state is still there (its marker
+// names another master: a restart or a failover) wait to be rebuilt while
+// ok(shard) is false: the database failed over too, and what it lost is
+// written back from that state first (package failover); a rebuild from
+// the database would replace it. A shard with no state is rebuilt at
+// once: it holds nothing to lose. Set it before Warm or Run is first
+// called.
+func (w *Warmer) ReplaceWhen(ok func(shard int) bool) { w.replaceable = ok }
 
 // Announce makes the Warmer publish, on e, each shard it rebuilds and
 // each voucher state it loads, so that instances drop the local refusals
@@ -359,6 +353,9 @@ func (w *Warmer) warmShard(ctx context.Context, ms *masters, shard int, vs []Vou
 	case shardCurrent:
 		return w.loadMissing(ctx, shard, vs, ps)
 	case shardStale:
+		if w.replaceable != nil && !w.replaceable(shard) {
+			return 0, nil // the next round, once the database's loss is written back
+		}
 		// The round's identity of this master may be older than the
 		// marker: the master restarted during the round and another
 		// instance rebuilt the shard with its new identity. Ask again

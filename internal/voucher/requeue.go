@@ -48,11 +48,8 @@ func (s *State) Requeue(ctx context.Context, ms []Message) ([]Requeued, error) {
 		shard := s.keys.BucketShard(m.VoucherID, m.Bucket, m.Buckets)
 		keys := []string{s.keys.Ready(shard), s.keys.BuyersAt(shard, m.VoucherID), s.keys.Stream(shard), s.keys.Pending(shard)}
 		args := []any{m.UserID, m.OrderID, m.VoucherID}
-		fields := m.Encode()
-		for _, f := range streamFields {
-			if v, ok := fields[f]; ok {
-				args = append(args, f, v)
-			}
+		for _, f := range m.Fields() {
+			args = append(args, f)
 		}
 		cmds[i] = s.requeue.Eval(ctx, pipe, keys, args...)
 	}
@@ -70,7 +67,3 @@ func (s *State) Requeue(ctx context.Context, ms []Message) ([]Requeued, error) {
 	}
 	return out, nil
 }
-
-// streamFields are the fields of an order's stream message, in the order
-// the purchase script writes them, then a healed order's.
-var streamFields = []string{"v", "order", "user", "voucher", "at", "b", "nb", "healed", "due"}
