@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -62,6 +64,27 @@ func StartGalera(tb testing.TB, n int) *Galera {
 			unavailable(tb, fmt.Errorf("%w; the mysqldump state transfer runs it (apt-get install mariadb-server mariadb-client)", err))
 		}
 	}
+	// A node can fail to start when a port chosen for it was taken by a
+	// parallel test meanwhile (the ports are chosen before the first node
+	// starts, the last node starts seconds later): the whole cluster is
+	// started again on new ports, once.
+	var errs []error
+	for range 2 {
+		g, err := startGalera(tb, n)
+		if err == nil {
+			return g
+		}
+		errs = append(errs, err)
+	}
+	tb.Fatalf("start galera: %v", errors.Join(errs...))
+	return nil
+}
+
+// startGalera starts n nodes on fresh ports and waits until they are one
+// cluster; a node that does not start stops the others it started and is
+// the error.
+func startGalera(tb testing.TB, n int) (*Galera, error) {
+	tb.Helper()
 	// Every node's ports are chosen first: each names all the others.
 	type ports struct{ sql, group, ist int }
 	p := make([]ports, n)
@@ -71,7 +94,7 @@ func StartGalera(tb testing.TB, n int) *Galera {
 			for *port == 0 || taken[*port] {
 				var err error
 				if *port, err = freePort(); err != nil {
-					tb.Fatal(err)
+					return nil, err
 				}
 			}
 			taken[*port] = true
@@ -103,16 +126,30 @@ func StartGalera(tb testing.TB, n int) *Galera {
 		if i == 0 {
 			once = []string{"--wsrep-new-cluster"}
 		}
+		d, err := startMariaDB(tb.TempDir(), p[i].sql, opt, once)
+		if err != nil {
+			for _, started := range g.Nodes {
+				started.close()
+			}
+			if isUnavailable(err) {
+				unavailable(tb, err)
+			}
+			return nil, fmt.Errorf("node %d: %w", i, err)
+		}
+		tb.Cleanup(d.close)
+		if d.admin, err = sql.Open("mysql", d.DSN("")); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = d.admin.Close() })
+		g.Nodes = append(g.Nodes, d)
 		// mariadbd answers a ping before the joiner has its snapshot: wait
 		// for Synced before the next one joins, one transfer at a time.
-		d := startMariaDBFor(tb, tb.TempDir(), p[i].sql, opt, once)
-		g.Nodes = append(g.Nodes, d)
 		poll(tb, time.Minute, fmt.Sprintf("galera node %d (%s) synced", i, d.Addr), func(ctx context.Context) error {
 			return nodeSynced(ctx, d, i+1)
 		})
 	}
 	g.WaitSize(tb, n, time.Minute)
-	return g
+	return g, nil
 }
 
 // WaitSize waits until every live node (not killed, not paused) is Synced
