@@ -148,6 +148,9 @@ type Watcher struct {
 	unhealed map[int]bool
 	// what was last logged, so that a state is logged when it begins
 	down, notPrimary, lost bool
+	// betweenReads, when set (tests), runs between a check's reading of
+	// the records and of the server.
+	betweenReads func()
 }
 
 // Status is what the Watcher last found, for the readiness probe.
@@ -240,6 +243,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 // the server described, never taken for a loss.
 func (w *Watcher) Check(ctx context.Context) error {
 	recs := w.records(ctx)
+	if w.betweenReads != nil {
+		w.betweenReads()
+	}
 	s, err := db.Describe(ctx, w.db)
 	if err != nil {
 		w.failed("the database does not answer", &w.down, err)

@@ -149,6 +149,9 @@ func failoverSale(t *testing.T, semisync bool) (lost []int64, healed float64, lo
 	c.stampede(s, bases, vid, 10_000, 300)
 	c.drained(30 * time.Second)
 	r.WaitCaughtUp(t, 30*time.Second)
+	if n := c.sum("seckill_database_rollbacks_total", a, b); n != 0 {
+		t.Fatalf("%.0f losses found in a healthy sale; want none", n)
+	}
 
 	r.StopReceiving(t)
 	stopped := time.Now()
