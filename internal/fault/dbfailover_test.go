@@ -261,6 +261,69 @@ func TestGaleraNodeKilledMidSale(t *testing.T) {
 	report(t, fmt.Sprintf("galera node killed -9 mid-burst, address moved to another node; settled %s after", time.Since(moved).Round(time.Millisecond)), s, rep)
 }
 
+// endsLost runs a priced voucher of units, sold out to buyers 1.. and
+// written, over a replicated database behind a proxy; with the replica
+// receiving nothing, buyers 1 to 10 cancel and, when resell, buyers 101
+// to 110 buy their units back (111 is told sold_out) and are written.
+// Once the shard's record names the primary's last commit (the
+// instance's check raised it), the primary is killed -9 and the replica
+// promoted, which must hold the ten cancelled orders live, and the proxy
+// moves to it. It returns the scenario, its instance, the sale and the
+// voucher.
+func endsLost(t *testing.T, units int, resell bool) (*cluster, *instance, *sale, int64) {
+	t.Helper()
+	r := testenv.StartReplication(t, testenv.ReplicationOptions{})
+	proxy := testenv.StartProxy(t, r.Primary.Addr)
+	c, name := newClusterOn(t, r.Primary, proxy.Addr)
+	c.withLifecycle(time.Hour)
+	a := c.start("a", nil)
+	vid := c.createPriced(a.base, units)
+	s := newSale()
+	won := c.stampede(s, []string{a.base}, vid, 1, units)
+	if len(won) != units {
+		t.Fatalf("%d of %d units sold", len(won), units)
+	}
+	c.drained(30 * time.Second)
+	r.WaitCaughtUp(t, 30*time.Second)
+
+	r.StopReceiving(t)
+	quitters := map[int64]int64{}
+	for u := int64(1); u <= 10; u++ {
+		quitters[u] = won[u]
+	}
+	c.cancel(a.base, quitters)
+	if resell {
+		for u := int64(101); u <= 110; u++ {
+			if o := c.press(s, a.base, vid, u); o.status != http.StatusAccepted {
+				t.Fatalf("buyer %d buys a unit given back: %+v", u, o)
+			}
+		}
+		if o := c.press(s, a.base, vid, 111); o.code != "sold_out" {
+			t.Fatalf("buyer 111 after the resale: %+v, want sold_out", o)
+		}
+		c.drained(30 * time.Second)
+	}
+	want := r.Primary.Var(t, "gtid_binlog_pos")
+	g, err := db.ParseGTID(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the shard's record naming the primary's last commit "+want, func() bool {
+		seq, err := c.rdb.HGet(context.Background(), c.keys.DBSeen(0), fmt.Sprintf("g:%d-%d", g.Domain, g.Server)).Uint64()
+		return err == nil && seq >= g.Seq
+	})
+	r.Primary.Kill(t)
+	r.Promote(t)
+	promoted := ordersIn(t, r.Replica.DSN(name), vid)
+	for u, id := range quitters {
+		if promoted[id].status != "awaiting_payment" {
+			t.Fatalf("buyer %d's cancelled order on the promoted database: %+v; the scenario wants its cancellation lost", u, promoted[id])
+		}
+	}
+	proxy.MoveTo(r.Replica.Addr)
+	return c, a, s, vid
+}
+
 // TestDatabaseFailoverEndsHealed: a priced voucher sells out; with the
 // replica receiving nothing, ten buyers cancel and ten others buy the
 // units back; then the primary is killed and the replica promoted. The
@@ -271,59 +334,37 @@ func TestGaleraNodeKilledMidSale(t *testing.T) {
 func TestDatabaseFailoverEndsHealed(t *testing.T) {
 	t.Parallel()
 	const units = 40
-	r := testenv.StartReplication(t, testenv.ReplicationOptions{})
-	proxy := testenv.StartProxy(t, r.Primary.Addr)
-	c, name := newClusterOn(t, r.Primary, proxy.Addr)
-	c.withLifecycle(time.Hour)
-	a := c.start("a", nil)
-	vid := c.createPriced(a.base, units)
-	s := newSale()
-	buyers := map[int64]int64{}
-	for u := int64(1); u <= units; u++ {
-		if o := c.press(s, a.base, vid, u); o.status == http.StatusAccepted {
-			buyers[u] = o.order
-		}
-	}
-	if len(buyers) != units {
-		t.Fatalf("%d of %d units sold", len(buyers), units)
-	}
-	c.drained(30 * time.Second)
-	r.WaitCaughtUp(t, 30*time.Second)
-
-	r.StopReceiving(t)
-	quitters := map[int64]int64{}
-	for u := int64(1); u <= 10; u++ {
-		quitters[u] = buyers[u]
-	}
-	c.cancel(a.base, quitters)
-	for u := int64(101); u <= 110; u++ {
-		if o := c.press(s, a.base, vid, u); o.status != http.StatusAccepted {
-			t.Fatalf("buyer %d buys a unit given back: %+v", u, o)
-		}
-	}
-	if o := c.press(s, a.base, vid, 111); o.code != "sold_out" {
-		t.Fatalf("buyer 111 after the resale: %+v, want sold_out", o)
-	}
-	c.drained(30 * time.Second)
-	r.Primary.Kill(t)
-	r.Promote(t)
-	promoted := ordersIn(t, r.Replica.DSN(name), vid)
-	for u, id := range quitters {
-		if promoted[id].status != "awaiting_payment" {
-			t.Fatalf("buyer %d's cancelled order on the promoted database: %+v; the scenario wants its cancellation lost", u, promoted[id])
-		}
-	}
-	proxy.MoveTo(r.Replica.Addr)
+	c, a, s, vid := endsLost(t, units, true)
 	rep := c.quiesce(s, vid, 60*time.Second)
 	if rep.ByState["cancelled"] != 10 || rep.Live != units {
 		t.Fatalf("after the heal: %s; want 10 cancelled and %d live", rep, units)
 	}
 	ends := c.counter(a, `seckill_order_ends_healed_total{how="cancelled"}`)
-	healed, _ := c.healed(a)
-	if ends != 10 || healed != 10 {
+	if healed, _ := c.healed(a); ends != 10 || healed != 10 {
 		t.Fatalf("healed %.0f ends and %.0f orders; want 10 and 10", ends, healed)
 	}
 	report(t, "priced voucher sold out; 10 cancelled and resold while the replica received nothing; primary killed -9, replica promoted", s, rep)
+}
+
+// TestDatabaseFailoverOnlyEndsLost: after a priced voucher sold out and
+// its orders were written, ten buyers cancel while the replica receives
+// nothing: the failover loses only those cancellations (no order, no
+// worker's batch). The instances find them lost all the same (their
+// records of the database follow the primary's history each second) and
+// write each back: the database's stock and Redis's agree again, every
+// invariant holds.
+func TestDatabaseFailoverOnlyEndsLost(t *testing.T) {
+	t.Parallel()
+	c, a, s, vid := endsLost(t, 30, false)
+	rep := c.quiesce(s, vid, 60*time.Second)
+	if rep.ByState["cancelled"] != 10 {
+		t.Fatalf("after the heal: %s; want 10 cancelled", rep)
+	}
+	ends := c.counter(a, `seckill_order_ends_healed_total{how="cancelled"}`)
+	if healed, _ := c.healed(a); ends != 10 || healed != 0 {
+		t.Fatalf("healed %.0f ends and %.0f orders; want 10 and none", ends, healed)
+	}
+	report(t, "priced voucher sold out and written; 10 cancelled while the replica received nothing; primary killed -9, replica promoted", s, rep)
 }
 
 // TestRestoreBetweenSalesHealsNothing: the database (with a binary log,
@@ -433,65 +474,4 @@ func TestGaleraTwoNodesWritten(t *testing.T) {
 	}
 	t.Logf("certification conflicts and brute-force aborts on the nodes: %d", n)
 	report(t, "two instances writing through two galera nodes at once", s, rep)
-}
-
-// TestDatabaseFailoverOnlyEndsLost: after a priced voucher sold out and
-// its orders were written, ten buyers cancel while the replica receives
-// nothing: the failover loses only those cancellations (no order, no
-// worker's batch). The instances find them lost all the same (their
-// records of the database follow the primary's history each second) and
-// write each back: the database's stock and Redis's agree again, every
-// invariant holds.
-func TestDatabaseFailoverOnlyEndsLost(t *testing.T) {
-	t.Parallel()
-	const units = 30
-	r := testenv.StartReplication(t, testenv.ReplicationOptions{})
-	proxy := testenv.StartProxy(t, r.Primary.Addr)
-	c, name := newClusterOn(t, r.Primary, proxy.Addr)
-	c.withLifecycle(time.Hour)
-	a := c.start("a", nil)
-	vid := c.createPriced(a.base, units)
-	s := newSale()
-	won := c.stampede(s, []string{a.base}, vid, 1, units)
-	if len(won) != units {
-		t.Fatalf("%d of %d units sold", len(won), units)
-	}
-	c.drained(30 * time.Second)
-	r.WaitCaughtUp(t, 30*time.Second)
-
-	r.StopReceiving(t)
-	quitters := map[int64]int64{}
-	for u := int64(1); u <= 10; u++ {
-		quitters[u] = won[u]
-	}
-	c.cancel(a.base, quitters)
-	// The instance's next check records the primary's history, which
-	// holds the cancellations.
-	want := r.Primary.Var(t, "gtid_binlog_pos")
-	testenv.WaitFor(t, 10*time.Second, "the shard's record naming the primary's last commit "+want, func() bool {
-		g, err := db.ParseGTID(want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq, err := c.rdb.HGet(context.Background(), c.keys.DBSeen(0), fmt.Sprintf("g:%d-%d", g.Domain, g.Server)).Uint64()
-		return err == nil && seq >= g.Seq
-	})
-	r.Primary.Kill(t)
-	r.Promote(t)
-	promoted := ordersIn(t, r.Replica.DSN(name), vid)
-	for u, id := range quitters {
-		if promoted[id].status != "awaiting_payment" {
-			t.Fatalf("buyer %d's cancelled order on the promoted database: %+v; the scenario wants its cancellation lost", u, promoted[id])
-		}
-	}
-	proxy.MoveTo(r.Replica.Addr)
-	rep := c.quiesce(s, vid, 60*time.Second)
-	if rep.ByState["cancelled"] != 10 {
-		t.Fatalf("after the heal: %s; want 10 cancelled", rep)
-	}
-	ends := c.counter(a, `seckill_order_ends_healed_total{how="cancelled"}`)
-	if healed, _ := c.healed(a); ends != 10 || healed != 0 {
-		t.Fatalf("healed %.0f ends and %.0f orders; want 10 and none", ends, healed)
-	}
-	report(t, "priced voucher sold out and written; 10 cancelled while the replica received nothing; primary killed -9, replica promoted", s, rep)
 }

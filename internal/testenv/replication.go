@@ -76,6 +76,13 @@ func StartReplication(tb testing.TB, opt ReplicationOptions) *Replication {
 // acknowledgement that does not come.
 func (r *Replication) StopReceiving(tb testing.TB) {
 	tb.Helper()
+	r.stopIO(tb)
+}
+
+// stopIO stops the replica's IO thread and returns its SHOW SLAVE STATUS
+// once stopped.
+func (r *Replication) stopIO(tb testing.TB) map[string]string {
+	tb.Helper()
 	r.Replica.Exec(tb, "STOP SLAVE IO_THREAD")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -86,6 +93,7 @@ func (r *Replication) StopReceiving(tb testing.TB) {
 	if st["Slave_IO_Running"] != "No" {
 		tb.Fatalf("replica %s: Slave_IO_Running %q after STOP SLAVE IO_THREAD", r.Replica.Addr, st["Slave_IO_Running"])
 	}
+	return st
 }
 
 // StartReceiving starts the replica's IO thread again and waits until it
@@ -179,13 +187,7 @@ func (r *Replication) waitApplied(tb testing.TB, within time.Duration, want, wha
 // is when semi-sync means something again.
 func (r *Replication) Promote(tb testing.TB) {
 	tb.Helper()
-	r.Replica.Exec(tb, "STOP SLAVE IO_THREAD")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := r.Replica.row(ctx, "SHOW SLAVE STATUS")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	st := r.stopIO(tb)
 	r.waitApplied(tb, 30*time.Second, st["Gtid_IO_Pos"], "what it received")
 	r.Replica.Exec(tb, "STOP SLAVE")
 	r.Replica.Exec(tb, "RESET SLAVE ALL")
