@@ -143,13 +143,43 @@ func startGalera(tb testing.TB, n int) (*Galera, error) {
 		tb.Cleanup(func() { _ = d.admin.Close() })
 		g.Nodes = append(g.Nodes, d)
 		// mariadbd answers a ping before the joiner has its snapshot: wait
-		// for Synced before the next one joins, one transfer at a time.
-		poll(tb, time.Minute, fmt.Sprintf("galera node %d (%s) synced", i, d.Addr), func(ctx context.Context) error {
-			return nodeSynced(ctx, d, i+1)
-		})
+		// for Synced before the next one joins, one transfer at a time. A
+		// joiner whose state transfer failed exits: the cluster is
+		// started again.
+		if err := waitSynced(d, i+1, time.Minute); err != nil {
+			for _, started := range g.Nodes {
+				started.close()
+			}
+			return nil, fmt.Errorf("node %d (%s): %w", i, d.Addr, err)
+		}
 	}
 	g.WaitSize(tb, n, time.Minute)
 	return g, nil
+}
+
+// waitSynced waits until d is Synced in a primary component of n nodes;
+// an error when its process exits first (with its log's tail) or when
+// within passes.
+func waitSynced(d *MariaDB, n int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := nodeSynced(ctx, d, n)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		d.mu.Lock()
+		p := d.proc
+		d.mu.Unlock()
+		if p.exited() {
+			return fmt.Errorf("exited before it synced (%v)\nlog tail:\n%s", p.cmd.ProcessState, tail(p.log))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not synced within %s: %w\nlog tail:\n%s", within, err, tail(p.log))
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval, not a wait for an event
+	}
 }
 
 // WaitSize waits until every live node (not killed, not paused) is Synced
