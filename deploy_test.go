@@ -169,12 +169,17 @@ func TestComposeFile(t *testing.T) {
 	if !mounted {
 		t.Errorf("nginx does not mount nginx/seckill.conf.template as its template: %+v", nginx.Volumes)
 	}
-	// Every placeholder of the template has a value, and the upstream
-	// names every instance.
+	// Every placeholder of the template has a value (the balancer's
+	// addresses may be none, but the name must be set: the image's
+	// envsubst leaves an unset name as it is), and the upstream names
+	// every instance.
 	for _, name := range placeholders(t) {
-		if v := nginx.Environment[name]; v == nil || *v == "" {
+		if v := nginx.Environment[name]; v == nil || (*v == "" && name != "SECKILL_NGINX_REAL_IP_FROM") {
 			t.Errorf("nginx environment lacks %s, a placeholder of the template", name)
 		}
+	}
+	if v := nginx.Environment["SECKILL_NGINX_REAL_IP_FROM"]; v != nil && *v != "" {
+		t.Errorf("nginx trusts a balancer by default (%q): compose publishes nginx's port to clients itself", *v)
 	}
 	if up := nginx.Environment["SECKILL_UPSTREAM_SERVERS"]; up != nil {
 		for _, a := range apis {
@@ -343,6 +348,11 @@ func TestClusterScriptMatchesCompose(t *testing.T) {
 		if !strings.Contains(script, `s|\${`+name+`}|`) {
 			t.Errorf("cluster-up.sh does not fill %s", name)
 		}
+	}
+	// Behind an L4 balancer nginx reads the PROXY protocol on its listener
+	// and is checked through it.
+	if !regexp.MustCompile(`if \[ "\$real_ip_header" = proxy_protocol \]; then\n(\s*#.*\n)*\s*nginx_listen\+=" proxy_protocol"\n\s*nginx_check=\(proxy\)`).MatchString(script) {
+		t.Error("cluster-up.sh does not listen with proxy_protocol when SECKILL_NGINX_REAL_IP_HEADER is proxy_protocol")
 	}
 }
 

@@ -40,6 +40,8 @@ func vars(listen string, upstreams ...string) map[string]string {
 		"SECKILL_NGINX_PURCHASE_BURST": "40",
 		"SECKILL_NGINX_PROXY_TIMEOUT":  "5s",
 		"SECKILL_NGINX_ACCESS_LOG":     "logs/access.log",
+		"SECKILL_NGINX_REAL_IP_FROM":   "",
+		"SECKILL_NGINX_REAL_IP_HEADER": "X-Forwarded-For",
 	}
 }
 
@@ -202,10 +204,11 @@ func startNginx(t *testing.T, dir, listen string) string {
 
 // stub is an instance stand-in that records what reached it.
 type stub struct {
-	name string
-	srv  *httptest.Server
-	mu   sync.Mutex
-	seen []http.Header // headers of every request, in order
+	name  string
+	srv   *httptest.Server
+	mu    sync.Mutex
+	seen  []http.Header // headers of every request, in order
+	peers []string      // the TCP peer of every request, in order
 }
 
 // newStub serves 202 on purchases and 200 elsewhere; hang and drop pick
@@ -218,6 +221,7 @@ func newStub(t *testing.T, name string, mode string) *stub {
 		_, _ = io.Copy(io.Discard, r.Body)
 		s.mu.Lock()
 		s.seen = append(s.seen, r.Header.Clone())
+		s.peers = append(s.peers, r.RemoteAddr)
 		s.mu.Unlock()
 		switch mode {
 		case "hang":
@@ -280,6 +284,12 @@ type answer struct {
 
 func send(t *testing.T, method, url string, hdr map[string]string, body io.Reader) answer {
 	t.Helper()
+	return sendWith(t, client, method, url, hdr, body)
+}
+
+// sendWith is send through c, a client of its own (its own address).
+func sendWith(t *testing.T, c *http.Client, method, url string, hdr map[string]string, body io.Reader) answer {
+	t.Helper()
 	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
@@ -287,7 +297,7 @@ func send(t *testing.T, method, url string, hdr map[string]string, body io.Reade
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}

@@ -86,6 +86,11 @@
 #   SECKILL_NGINX_PURCHASE_RATE, SECKILL_NGINX_PURCHASE_BURST, SECKILL_NGINX_PROXY_TIMEOUT
 #                                nginx limits (20r/s, 40, 5s; see nginx/seckill.conf.template).
 #                                A load test from one address needs a far higher rate.
+#   SECKILL_NGINX_REAL_IP_FROM, SECKILL_NGINX_REAL_IP_HEADER
+#                                a balancer in front of nginx (none, X-Forwarded-For; see
+#                                nginx/seckill.conf.template): its "set_real_ip_from CIDR;"
+#                                lines, and how it names the client; with proxy_protocol nginx
+#                                listens with proxy_protocol (and is checked through it)
 # Every other SECKILL_* variable in the environment (SECKILL_ROLE,
 # SECKILL_LOG_LEVEL, SECKILL_WORKER_BATCH, ...) reaches the instances.
 set -euo pipefail
@@ -151,10 +156,12 @@ wait_for() {
   done
 }
 
-# http_ok PORT PATH: GET answers 200 (bash only, no curl needed).
+# http_ok PORT PATH [proxy]: GET answers 200 (bash only, no curl needed);
+# with "proxy", the connection opens with a PROXY protocol header.
 http_ok() {
   local line
   exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+  [ "${3:-}" != proxy ] || printf 'PROXY TCP4 127.0.0.1 127.0.0.1 1024 %s\r\n' "$1" >&3
   printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3
   IFS= read -r -t 2 line <&3 || { exec 3>&-; return 1; }
   exec 3>&-
@@ -851,7 +858,18 @@ done
 
 say "nginx on 127.0.0.1:$http_port"
 cp "$root/nginx/nginx.conf" "$dir/nginx/nginx.conf"
-sed -e "s|\${SECKILL_NGINX_LISTEN}|127.0.0.1:$http_port|g" \
+nginx_listen="127.0.0.1:$http_port"
+real_ip_header=${SECKILL_NGINX_REAL_IP_HEADER:-X-Forwarded-For}
+nginx_check=()
+if [ "$real_ip_header" = proxy_protocol ]; then
+  # Behind an L4 balancer that sends the PROXY protocol: nginx expects its
+  # header on every connection.
+  nginx_listen+=" proxy_protocol"
+  nginx_check=(proxy)
+fi
+sed -e "s|\${SECKILL_NGINX_LISTEN}|$nginx_listen|g" \
+  -e "s|\${SECKILL_NGINX_REAL_IP_FROM}|${SECKILL_NGINX_REAL_IP_FROM:-}|g" \
+  -e "s|\${SECKILL_NGINX_REAL_IP_HEADER}|$real_ip_header|g" \
   -e "s|\${SECKILL_UPSTREAM_SERVERS}|$upstreams|g" \
   -e "s|\${SECKILL_NGINX_PURCHASE_RATE}|${SECKILL_NGINX_PURCHASE_RATE:-20r/s}|g" \
   -e "s|\${SECKILL_NGINX_PURCHASE_BURST}|${SECKILL_NGINX_PURCHASE_BURST:-40}|g" \
@@ -862,7 +880,7 @@ if grep -n '\${[A-Z_]*}' "$dir/nginx/seckill.conf" >&2; then die "unfilled place
 nginx_args=(-p "$dir/nginx/" -e logs/error.log -c "$dir/nginx/nginx.conf")
 nginx "${nginx_args[@]}" -t -q >"$logs/nginx.log" 2>&1 || die "nginx -t failed; see $logs/nginx.log"
 start nginx "$logs/nginx.log" nginx "${nginx_args[@]}" -g 'daemon off;'
-wait_for nginx 30 nginx http_ok "$http_port" /readyz
+wait_for nginx 30 nginx http_ok "$http_port" /readyz "${nginx_check[@]}"
 
 if [ -n "$prometheus_port" ]; then
   # Scrapes each instance directly (an instance answers 404 to /metrics

@@ -131,6 +131,8 @@ func TestRefused(t *testing.T) {
 			map[string]any{"settings": map[string]any{"SECKILL_ROLE": "all"}}, "set by the chart"},
 		{"a setting in secrets", []string{testSecrets},
 			map[string]any{"secrets": map[string]any{"SECKILL_SHARDS": "3"}}, "put it in settings"},
+		{"nginx configuration for an address", []string{testSecrets},
+			map[string]any{"podNetwork": []any{"10.0.0.0/8; allow all"}}, "addresses or CIDRs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals := mergeValues(t, tc.files...)
@@ -878,7 +880,8 @@ func await(ctx context.Context, url string, within time.Duration) error {
 // TestNginxConfigIsValid runs `nginx -t` on the nginx pod's configuration:
 // the chart's ConfigMap rendered with the pod's env as the image's envsubst
 // does (the API Service's name, unknown here, becomes loopback; the access
-// log a file), under nginx/nginx.conf.
+// log a file), under nginx/nginx.conf. It does so for each kind of hop in
+// front (nginx.realIP), and checks the directives each renders.
 func TestNginxConfigIsValid(t *testing.T) {
 	t.Parallel()
 	bin, err := exec.LookPath("nginx")
@@ -891,12 +894,74 @@ func TestNginxConfigIsValid(t *testing.T) {
 		}
 		t.Skip("nginx not found")
 	}
-	objs := render(t, mergeValues(t, testSecrets))
+	for _, tc := range []struct {
+		name   string
+		realIP map[string]any
+		want   []string // directives of the rendered configuration
+	}{
+		{"an ingress controller", nil, []string{
+			"listen 8080 reuseport", "set_real_ip_from 10.244.0.0/16;", "real_ip_header X-Forwarded-For;", "real_ip_recursive on;"}},
+		{"an L4 balancer with the PROXY protocol", map[string]any{"ingress": false, "from": []any{"10.0.1.0/24", "10.0.2.0/24"}, "proxyProtocol": true}, []string{
+			"listen 8080 proxy_protocol reuseport", "set_real_ip_from 10.0.1.0/24; set_real_ip_from 10.0.2.0/24;", "real_ip_header proxy_protocol;"}},
+		{"nothing in front", map[string]any{"ingress": false}, []string{
+			"listen 8080 reuseport", "real_ip_header X-Forwarded-For;"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			vals := mergeValues(t, testSecrets)
+			if tc.realIP != nil {
+				vals["nginx"] = map[string]any{"realIP": tc.realIP}
+			}
+			conf := nginxConf(t, render(t, vals))
+			var directives strings.Builder // conf without its comments
+			for line := range strings.Lines(conf) {
+				code, _, _ := strings.Cut(line, "#")
+				directives.WriteString(strings.Join(strings.Fields(code), " ") + "\n")
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(directives.String(), want) {
+					t.Errorf("the nginx pod's configuration lacks %q", want)
+				}
+			}
+			if n := strings.Count(directives.String(), "set_real_ip_from"); tc.name == "nothing in front" && n != 0 {
+				t.Errorf("nothing in front, yet nginx trusts %d addresses", n)
+			}
+			dir := t.TempDir()
+			for _, sub := range []string{"logs", "temp"} {
+				if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			main, err := os.ReadFile(filepath.Join(repoRoot, "nginx", "nginx.conf"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), main, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "seckill.conf"), []byte(conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bin, "-p", dir+"/", "-e", "logs/error.log", "-c", filepath.Join(dir, "nginx.conf"), "-t").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "test is successful") {
+				t.Fatalf("nginx -t: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// nginxConf is the nginx pod's seckill.conf: the chart's ConfigMap
+// rendered with the pod's env as the image's envsubst does, the API
+// Service's name (unknown here) made loopback, the access log a file.
+func nginxConf(t *testing.T, objs objects) string {
+	t.Helper()
 	d := objs.deployment(t, "nginx")
 	var tmpl string
 	for _, c := range objs.configMaps {
-		if c.Name == d.Spec.Template.Spec.Volumes[0].ConfigMap.Name {
-			tmpl = c.Data["default.conf.template"]
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.ConfigMap != nil && c.Name == v.ConfigMap.Name {
+				tmpl = c.Data["default.conf.template"]
+			}
 		}
 	}
 	if tmpl == "" {
@@ -908,33 +973,13 @@ func TestNginxConfigIsValid(t *testing.T) {
 	}
 	env["SECKILL_UPSTREAM_SERVERS"] = regexp.MustCompile(`server [^ :;]+`).ReplaceAllString(env["SECKILL_UPSTREAM_SERVERS"], "server 127.0.0.1")
 	env["SECKILL_NGINX_ACCESS_LOG"] = "logs/access.log"
-	conf := regexp.MustCompile(`\$\{[A-Z0-9_]+\}`).ReplaceAllStringFunc(tmpl, func(p string) string {
+	return regexp.MustCompile(`\$\{[A-Z0-9_]+\}`).ReplaceAllStringFunc(tmpl, func(p string) string {
 		v, ok := env[p[2:len(p)-1]]
 		if !ok {
 			t.Errorf("the nginx pod does not set %s", p)
 		}
 		return v
 	})
-	dir := t.TempDir()
-	for _, sub := range []string{"logs", "temp"} {
-		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	main, err := os.ReadFile(filepath.Join(repoRoot, "nginx", "nginx.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), main, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "seckill.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(bin, "-p", dir+"/", "-e", "logs/error.log", "-c", filepath.Join(dir, "nginx.conf"), "-t").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "test is successful") {
-		t.Fatalf("nginx -t: %v\n%s", err, out)
-	}
 }
 
 // TestChartNames: every SECKILL_* name in the chart's files is a setting of

@@ -148,3 +148,23 @@ prometheus.io/port: {{ .Values.port | quote }}
 prometheus.io/path: /metrics
 {{- end }}
 {{- end -}}
+
+{{/*
+nginx's set_real_ip_from lines (SECKILL_NGINX_REAL_IP_FROM): podNetwork when
+an Ingress controller is in front, and nginx.realIP.from. Each must be an
+address or CIDR: the value is nginx configuration.
+*/}}
+{{- define "seckill.nginxRealIPFrom" -}}
+{{- $from := .Values.nginx.realIP.from | default list -}}
+{{- if .Values.nginx.realIP.ingress -}}
+{{- $from = concat .Values.podNetwork $from -}}
+{{- end -}}
+{{- $lines := list -}}
+{{- range $from -}}
+{{- if not (regexMatch "^[0-9A-Fa-f.:]+(/[0-9]{1,3})?$" (toString .)) -}}
+{{- fail (printf "nginx.realIP.from and podNetwork take addresses or CIDRs, not %q" (toString .)) -}}
+{{- end -}}
+{{- $lines = append $lines (printf "set_real_ip_from %s;" .) -}}
+{{- end -}}
+{{- join " " $lines -}}
+{{- end -}}
