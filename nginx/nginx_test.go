@@ -42,6 +42,7 @@ func vars(listen string, upstreams ...string) map[string]string {
 		"SECKILL_NGINX_ACCESS_LOG":     "logs/access.log",
 		"SECKILL_NGINX_REAL_IP_FROM":   "",
 		"SECKILL_NGINX_REAL_IP_HEADER": "X-Forwarded-For",
+		"SECKILL_NGINX_HSTS_MAX_AGE":   "0",
 	}
 }
 
@@ -211,8 +212,9 @@ type stub struct {
 	peers []string      // the TCP peer of every request, in order
 }
 
-// newStub serves 202 on purchases and 200 elsewhere; hang and drop pick
-// misbehaviours: hang never answers, drop closes the connection unanswered.
+// newStub serves 202 on purchases, 429 with Retry-After 7 on paths ending
+// in /limited and 200 elsewhere; hang and drop pick misbehaviours: hang
+// never answers, drop closes the connection unanswered.
 func newStub(t *testing.T, name string, mode string) *stub {
 	t.Helper()
 	s := &stub{name: name}
@@ -240,6 +242,15 @@ func newStub(t *testing.T, name string, mode string) *stub {
 		w.Header().Set("X-Request-ID", r.Header.Get("X-Request-ID"))
 		w.Header().Set("X-Stub", name)
 		w.Header().Set("Content-Type", "application/json")
+		// Security headers as the instances set them (internal/web).
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		if strings.HasSuffix(r.URL.Path, "/limited") { // an instance's own limit
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, `{"code":"rate_limited","message":"the instance's own limit"}`)
+			return
+		}
 		if r.Method == http.MethodPost {
 			w.WriteHeader(http.StatusAccepted)
 		}

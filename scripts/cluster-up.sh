@@ -91,6 +91,7 @@
 #                                nginx/seckill.conf.template): its "set_real_ip_from CIDR;"
 #                                lines, and how it names the client; with proxy_protocol nginx
 #                                listens with proxy_protocol (and is checked through it)
+#   SECKILL_NGINX_HSTS_MAX_AGE   Strict-Transport-Security max-age (0: none; plain HTTP here)
 # Every other SECKILL_* variable in the environment (SECKILL_ROLE,
 # SECKILL_LOG_LEVEL, SECKILL_WORKER_BATCH, ...) reaches the instances.
 set -euo pipefail
@@ -870,6 +871,7 @@ fi
 sed -e "s|\${SECKILL_NGINX_LISTEN}|$nginx_listen|g" \
   -e "s|\${SECKILL_NGINX_REAL_IP_FROM}|${SECKILL_NGINX_REAL_IP_FROM:-}|g" \
   -e "s|\${SECKILL_NGINX_REAL_IP_HEADER}|$real_ip_header|g" \
+  -e "s|\${SECKILL_NGINX_HSTS_MAX_AGE}|${SECKILL_NGINX_HSTS_MAX_AGE:-0}|g" \
   -e "s|\${SECKILL_UPSTREAM_SERVERS}|$upstreams|g" \
   -e "s|\${SECKILL_NGINX_PURCHASE_RATE}|${SECKILL_NGINX_PURCHASE_RATE:-20r/s}|g" \
   -e "s|\${SECKILL_NGINX_PURCHASE_BURST}|${SECKILL_NGINX_PURCHASE_BURST:-40}|g" \

@@ -133,6 +133,8 @@ func TestRefused(t *testing.T) {
 			map[string]any{"secrets": map[string]any{"SECKILL_SHARDS": "3"}}, "put it in settings"},
 		{"nginx configuration for an address", []string{testSecrets},
 			map[string]any{"podNetwork": []any{"10.0.0.0/8; allow all"}}, "addresses or CIDRs"},
+		{"HSTS max-age not in seconds", []string{testSecrets},
+			map[string]any{"nginx": map[string]any{"hstsMaxAge": "1y"}}, "takes seconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals := mergeValues(t, tc.files...)
@@ -900,7 +902,8 @@ func TestNginxConfigIsValid(t *testing.T) {
 		want   []string // directives of the rendered configuration
 	}{
 		{"an ingress controller", nil, []string{
-			"listen 8080 reuseport", "set_real_ip_from 10.244.0.0/16;", "real_ip_header X-Forwarded-For;", "real_ip_recursive on;"}},
+			"listen 8080 reuseport", "set_real_ip_from 10.244.0.0/16;", "real_ip_header X-Forwarded-For;", "real_ip_recursive on;",
+			`map "31536000" $seckill_hsts`}},
 		{"an L4 balancer with the PROXY protocol", map[string]any{"ingress": false, "from": []any{"10.0.1.0/24", "10.0.2.0/24"}, "proxyProtocol": true}, []string{
 			"listen 8080 proxy_protocol reuseport", "set_real_ip_from 10.0.1.0/24; set_real_ip_from 10.0.2.0/24;", "real_ip_header proxy_protocol;"}},
 		{"nothing in front", map[string]any{"ingress": false}, []string{

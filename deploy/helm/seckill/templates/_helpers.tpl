@@ -168,3 +168,16 @@ address or CIDR: the value is nginx configuration.
 {{- end -}}
 {{- join " " $lines -}}
 {{- end -}}
+
+{{/* nginx.hstsMaxAge, seconds (SECKILL_NGINX_HSTS_MAX_AGE). */}}
+{{- define "seckill.hstsMaxAge" -}}
+{{- $age := .Values.nginx.hstsMaxAge -}}
+{{- if kindIs "float64" $age -}}
+{{- $age = printf "%.0f" $age -}}
+{{- end -}}
+{{- $age = toString $age -}}
+{{- if not (regexMatch "^[0-9]+$" $age) -}}
+{{- fail (printf "nginx.hstsMaxAge takes seconds, not %q" $age) -}}
+{{- end -}}
+{{- $age -}}
+{{- end -}}
