@@ -35,6 +35,7 @@ import (
 	"helm.sh/helm/v4/pkg/storage/driver"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -97,7 +98,9 @@ func TestChart(t *testing.T) {
 		{"defaults", []string{testSecrets}, nil, true},
 		{"existing secret", nil, map[string]any{"existingSecret": "seckill-credentials"}, false},
 		{"redis cluster", []string{clusterValues, "testdata/cluster-secrets.yaml"}, nil, true},
-		{"no nginx", []string{testSecrets}, map[string]any{"nginx": map[string]any{"enabled": false}}, true},
+		{"no nginx", []string{testSecrets}, map[string]any{"nginx": map[string]any{"enabled": false},
+			"networkPolicy": map[string]any{"apiFrom": []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app": "gateway"}}}}}}, true},
+		{"no network policies", []string{testSecrets}, map[string]any{"networkPolicy": map[string]any{"enabled": false}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals := mergeValues(t, tc.files...)
@@ -133,6 +136,8 @@ func TestRefused(t *testing.T) {
 			map[string]any{"secrets": map[string]any{"SECKILL_SHARDS": "3"}}, "put it in settings"},
 		{"nginx configuration for an address", []string{testSecrets},
 			map[string]any{"podNetwork": []any{"10.0.0.0/8; allow all"}}, "addresses or CIDRs"},
+		{"no nginx and nothing admitted to the API", []string{testSecrets},
+			map[string]any{"nginx": map[string]any{"enabled": false}}, "networkPolicy.apiFrom"},
 		{"HSTS max-age not in seconds", []string{testSecrets},
 			map[string]any{"nginx": map[string]any{"hstsMaxAge": "1y"}}, "takes seconds"},
 	} {
@@ -371,6 +376,7 @@ type objects struct {
 	configMaps  []*corev1.ConfigMap
 	secrets     []*corev1.Secret
 	pdbs        []*policyv1.PodDisruptionBudget
+	policies    []*networkingv1.NetworkPolicy
 }
 
 // deployment is the Deployment of one component (api, worker, nginx).
@@ -420,6 +426,9 @@ func render(t *testing.T, vals map[string]any) objects {
 		case "policy/v1 PodDisruptionBudget":
 			p := &policyv1.PodDisruptionBudget{}
 			o.pdbs, obj = append(o.pdbs, p), p
+		case "networking.k8s.io/v1 NetworkPolicy":
+			p := &networkingv1.NetworkPolicy{}
+			o.policies, obj = append(o.policies, p), p
 		default:
 			t.Fatalf("%s: %s %s is not a kind the test knows", name, tm.APIVersion, tm.Kind)
 		}
@@ -498,6 +507,33 @@ func checkObjects(t *testing.T, o objects) {
 		}
 		if _, err := metav1.LabelSelectorAsSelector(p.Spec.Selector); err != nil || p.Spec.Selector == nil {
 			t.Errorf("PodDisruptionBudget %s: selector: %v", p.Name, err)
+		}
+	}
+	for _, p := range o.policies {
+		meta("NetworkPolicy", p.ObjectMeta)
+		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+		if err != nil || sel.Empty() {
+			t.Errorf("NetworkPolicy %s: podSelector %v: %v", p.Name, p.Spec.PodSelector, err)
+			continue
+		}
+		var selected []*appsv1.Deployment
+		for _, d := range o.deployments {
+			if sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				selected = append(selected, d)
+			}
+		}
+		if len(selected) != 1 {
+			t.Errorf("NetworkPolicy %s selects the pods of %d Deployments, want one", p.Name, len(selected))
+			continue
+		}
+		for _, r := range p.Spec.Ingress {
+			for _, port := range r.Ports {
+				if port.Port == nil {
+					t.Errorf("NetworkPolicy %s admits every port", p.Name)
+				} else if _, ok := containerPort(selected[0].Spec.Template.Spec, port.Port.String()); !ok {
+					t.Errorf("NetworkPolicy %s: port %s is no port of %s's pods", p.Name, port.Port.String(), selected[0].Name)
+				}
+			}
 		}
 	}
 	for _, s := range o.services {
@@ -1026,5 +1062,135 @@ func TestChartNames(t *testing.T) {
 	m := regexp.MustCompile(`define "seckill.secretSettings" -}}\n(.*)\n`).FindSubmatch(helpers)
 	if m == nil || !slices.Equal(strings.Fields(string(m[1])), secretSettings) {
 		t.Errorf("the chart's seckill.secretSettings is not secretSettings %v", secretSettings)
+	}
+}
+
+// TestNetworkPolicy: with the chart's defaults, nothing reaches the API
+// pods' port but the nginx pods and Prometheus, the workers' port but
+// Prometheus, nginx's port but the Ingress controller's pods; and the API
+// trusts X-Forwarded-For from the pod network only, not the binary's every
+// private range.
+func TestNetworkPolicy(t *testing.T) {
+	t.Parallel()
+	objs := render(t, mergeValues(t, testSecrets))
+	prometheus := map[string]string{"app.kubernetes.io/name": "prometheus"}
+	ingress := map[string]string{"app.kubernetes.io/name": "ingress-nginx"}
+	for _, tc := range []struct {
+		component string
+		from      []map[string]string // pod labels admitted, one rule each
+	}{
+		{"api", []map[string]string{objs.deployment(t, "nginx").Spec.Template.Labels, prometheus}},
+		{"worker", []map[string]string{prometheus}},
+		{"nginx", []map[string]string{ingress}},
+	} {
+		d := objs.deployment(t, tc.component)
+		var p *networkingv1.NetworkPolicy
+		for _, np := range objs.policies {
+			if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err == nil && sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				p = np
+			}
+		}
+		if p == nil {
+			t.Errorf("no NetworkPolicy selects the %s pods", tc.component)
+			continue
+		}
+		if !slices.Equal(p.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+			t.Errorf("NetworkPolicy %s: policyTypes %v, want Ingress", p.Name, p.Spec.PolicyTypes)
+		}
+		if len(p.Spec.Ingress) != len(tc.from) {
+			t.Errorf("NetworkPolicy %s has %d rules, want %d", p.Name, len(p.Spec.Ingress), len(tc.from))
+			continue
+		}
+		for i, r := range p.Spec.Ingress {
+			if len(r.From) != 1 || r.From[0].PodSelector == nil || r.From[0].IPBlock != nil {
+				t.Errorf("NetworkPolicy %s rule %d admits %+v, want pods labelled %v", p.Name, i, r.From, tc.from[i])
+				continue
+			}
+			sel, err := metav1.LabelSelectorAsSelector(r.From[0].PodSelector)
+			if err != nil || sel.Empty() || !sel.Matches(labels.Set(tc.from[i])) {
+				t.Errorf("NetworkPolicy %s rule %d admits pods %v, want pods labelled %v", p.Name, i, r.From[0].PodSelector, tc.from[i])
+			}
+			if tc.component == "nginx" && r.From[0].NamespaceSelector == nil {
+				t.Errorf("NetworkPolicy %s admits pods of its own namespace, want the Ingress controller's", p.Name)
+			}
+			if len(r.Ports) != 1 || r.Ports[0].Port == nil || r.Ports[0].Port.String() != "http" {
+				t.Errorf("NetworkPolicy %s rule %d: ports %v, want http", p.Name, i, r.Ports)
+			}
+		}
+	}
+
+	env := podEnv(t, objs, objs.deployment(t, "api").Spec.Template.Spec.Containers[0])
+	if got := env["SECKILL_TRUSTED_PROXIES"]; got != "10.244.0.0/16" {
+		t.Errorf("the API pods trust X-Forwarded-For from %q, want the pod network 10.244.0.0/16", got)
+	}
+	vals := mergeValues(t, testSecrets)
+	vals["settings"] = map[string]any{"SECKILL_TRUSTED_PROXIES": "10.1.2.0/24"}
+	env = podEnv(t, render(t, vals), objs.deployment(t, "api").Spec.Template.Spec.Containers[0])
+	if got := env["SECKILL_TRUSTED_PROXIES"]; got != "10.1.2.0/24" {
+		t.Errorf("with settings.SECKILL_TRUSTED_PROXIES, the API pods trust %q, want 10.1.2.0/24", got)
+	}
+}
+
+// TestHardened: every pod runs as a user, never root, under the runtime's
+// seccomp profile, without privilege escalation or capabilities, on a
+// read-only root filesystem, without a service account token; what nginx
+// writes (the rendered configuration, pid and temp files, cache) is on
+// emptyDir volumes.
+func TestHardened(t *testing.T) {
+	t.Parallel()
+	objs := render(t, mergeValues(t, testSecrets))
+	for _, component := range []string{"api", "worker", "nginx"} {
+		spec := objs.deployment(t, component).Spec.Template.Spec
+		psc := spec.SecurityContext
+		switch {
+		case psc == nil:
+			t.Errorf("%s: no pod securityContext", component)
+			continue
+		case psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot:
+			t.Errorf("%s: runAsNonRoot is not set", component)
+		case psc.RunAsUser == nil || *psc.RunAsUser == 0:
+			t.Errorf("%s: runAsUser %v, want a user", component, psc.RunAsUser)
+		case psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+			t.Errorf("%s: seccompProfile %v, want RuntimeDefault", component, psc.SeccompProfile)
+		}
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s: the service account token is mounted; no pod talks to the Kubernetes API", component)
+		}
+		for _, c := range spec.Containers {
+			sc := c.SecurityContext
+			switch {
+			case sc == nil:
+				t.Errorf("%s: container %s has no securityContext", component, c.Name)
+			case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+				t.Errorf("%s: container %s may escalate privileges", component, c.Name)
+			case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+				t.Errorf("%s: container %s has a writable root filesystem", component, c.Name)
+			case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+				t.Errorf("%s: container %s capabilities %v, want all dropped, none added", component, c.Name, sc.Capabilities)
+			case sc.Privileged != nil && *sc.Privileged:
+				t.Errorf("%s: container %s is privileged", component, c.Name)
+			}
+		}
+	}
+	spec := objs.deployment(t, "nginx").Spec.Template.Spec
+	emptyDirs := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.EmptyDir != nil {
+			emptyDirs[v.Name] = true
+		}
+	}
+	written := map[string]bool{}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if emptyDirs[m.Name] && !m.ReadOnly {
+			written[m.MountPath] = true
+		}
+	}
+	for _, dir := range []string{"/etc/nginx/conf.d", "/tmp", "/var/cache/nginx"} {
+		if !written[dir] {
+			t.Errorf("nginx: %s is not a writable emptyDir on the read-only root", dir)
+		}
+	}
+	if img := spec.Containers[0].Image; !strings.HasPrefix(img, "nginxinc/nginx-unprivileged:") {
+		t.Errorf("nginx runs %s: the chart's user and paths are nginxinc/nginx-unprivileged's", img)
 	}
 }

@@ -56,6 +56,7 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 terminationGracePeriodSeconds: {{ $.Values.terminationGracePeriodSeconds }}
+automountServiceAccountToken: false
 securityContext:
   runAsNonRoot: true
   runAsUser: 10001
