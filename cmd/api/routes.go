@@ -133,7 +133,10 @@ func newLimits(w webConfig) limits {
 	}
 }
 
-func clientAddr(c *gin.Context) string { return c.ClientIP() }
+// clientAddr keys the per-address limits: the client's address as the
+// trusted proxies tell it (SECKILL_TRUSTED_PROXIES), an IPv6 one by its
+// /64.
+func clientAddr(c *gin.Context) string { return ratelimit.AddrKey(c.ClientIP()) }
 
 func userKey(c *gin.Context) string {
 	if id := auth.From(c).UserID; id > 0 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/ratelimit"
 	"seckill/lua"
 )
 
@@ -159,22 +160,13 @@ func newCode() (string, error) {
 }
 
 // requesterOf is who asks, for the code limits: the client address, or
-// its /64 for IPv6 (one host commonly has the whole /64). Anything that is
-// not an address is one requester, "unknown".
+// its /64 for IPv6 (ratelimit.AddrKey: the key of every per-address
+// limit). Anything that is not an address is one requester, "unknown".
 func requesterOf(addr string) string {
-	a, err := netip.ParseAddr(addr)
-	if err != nil {
+	if _, err := netip.ParseAddr(addr); err != nil {
 		return "unknown"
 	}
-	a = a.Unmap().WithZone("")
-	if a.Is4() {
-		return a.String()
-	}
-	p, err := a.Prefix(64)
-	if err != nil {
-		return "unknown"
-	}
-	return p.String()
+	return ratelimit.AddrKey(addr)
 }
 
 // SendCode makes a code for the phone, stores its digest and sends it.
