@@ -42,9 +42,13 @@ type webConfig struct {
 	AdminPhones    []string      // SECKILL_ADMIN_PHONES
 }
 
-// defaultTrustedProxies are loopback and the private ranges: nginx on the
-// same host or on the deployment's private network. An instance that
-// faces clients directly sets SECKILL_TRUSTED_PROXIES=none.
+// defaultTrustedProxies are loopback and every private range: nginx on the
+// same host or anywhere on the deployment's private network, with no
+// setting. The price: every other host on those networks (another pod, a
+// neighbouring VM) is trusted too, and can name any client address, a new
+// one per request, for the per-address limits. A deployment narrows it to
+// its nginx's addresses (the Helm chart does); an instance that faces
+// clients directly sets SECKILL_TRUSTED_PROXIES=none.
 const defaultTrustedProxies = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
 
 // webSettings are the rows of the settings table for login, the web page
@@ -71,7 +75,7 @@ var webSettings = []setting{
 		doc:   "login attempts per client address",
 		field: func(c *config) value { return rule{&c.Web.LoginIP} }},
 	{name: "SECKILL_TRUSTED_PROXIES", def: defaultTrustedProxies,
-		doc:   "addresses or CIDRs allowed to set X-Forwarded-For / X-Real-IP; none for an instance facing clients",
+		doc:   "addresses or CIDRs allowed to set X-Forwarded-For / X-Real-IP (the client address of every per-address limit); the default trusts every private range, so any host there can name any address: narrow it to nginx's addresses; none for an instance facing clients",
 		field: func(c *config) value { return list{&c.Web.TrustedProxies, addrOrPrefix} }},
 	// Codes on stdout are fine for the embedded developer's mode; with a
 	// real database stdout is collected as logs, so the default is off.
