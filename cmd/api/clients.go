@@ -19,6 +19,7 @@ import (
 
 	"seckill/internal/db"
 	"seckill/internal/order"
+	"seckill/internal/redact"
 	"seckill/internal/redisconn"
 )
 
@@ -130,16 +131,16 @@ func openPrimaryDB(ctx context.Context, cfg config, log *slog.Logger, create boo
 		g, p, err := db.OpenPrimary(cfg.MySQLDSN, 32)
 		if db.IsUnknownDatabase(err) {
 			if !create {
-				return nil, nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w (the service and \"api migrate\" create it)", err)
+				return nil, nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w (the service and \"api migrate\" create it)", redact.DSNError(err, cfg.MySQLDSN))
 			}
 			if err := db.CreateMySQLDatabase(ctx, cfg.MySQLDSN); err != nil {
-				return nil, nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", err)
+				return nil, nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", redact.DSNError(err, cfg.MySQLDSN))
 			}
 			log.Info("database created", "mysql", redactDSN(cfg.MySQLDSN))
 			g, p, err = db.OpenPrimary(cfg.MySQLDSN, 32)
 		}
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", err)
+			return nil, nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", redact.DSNError(err, cfg.MySQLDSN))
 		}
 		return g, p, func() { db.Close(g) }, nil
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"seckill/internal/lease"
+	"seckill/internal/redact"
 	"seckill/internal/redisconn"
 )
 
@@ -179,9 +180,9 @@ var coreSettings = []setting{
 	{name: "SECKILL_REDIS_POOL", def: "256",
 		doc:   "Redis connections per instance",
 		field: func(c *config) value { return integer{&c.RedisPool, 1, 10_000} }},
-	{name: "SECKILL_LOCK_NODES", unset: "(the main Redis)", show: redactURLs,
+	{name: "SECKILL_LOCK_NODES", unset: "(the main Redis)", show: redact.URLs,
 		doc:   "comma-separated redis:// URLs of independent buyer-lock nodes; a majority must grant a lock",
-		field: func(c *config) value { return list{&c.LockNodes, nil} }},
+		field: func(c *config) value { return list{&c.LockNodes, redisURL} }},
 	{name: "SECKILL_LOCK_TTL", def: "10s",
 		doc:   "expiry of a buyer lock; the worker extends it while it writes",
 		field: func(c *config) value { return positive(&c.LockTTL) }},
@@ -290,39 +291,20 @@ func httpURL(s string) error {
 	return nil
 }
 
-func redactURLs(s string) string {
-	var out []string
-	for u := range strings.SplitSeq(s, ",") {
-		if u != "" {
-			out = append(out, redactURL(u))
-		}
-	}
-	return strings.Join(out, ",")
-}
-
+// redactURL shows a URL setting: "embedded" when empty, else as
+// redact.URL shows it (scheme, host and path).
 func redactURL(s string) string {
 	if s == "" {
 		return "embedded"
 	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable)"
-	}
-	return u.Redacted()
+	return redact.URL(s)
 }
 
+// redactDSN shows SECKILL_MYSQL_DSN: "embedded" when empty, else with its
+// password and parameter values replaced (redact.DSN).
 func redactDSN(s string) string {
 	if s == "" {
 		return "embedded"
 	}
-	// user:password@tcp(host)/db -> user:xxxxx@tcp(host)/db
-	at := strings.LastIndex(s, "@")
-	if at < 0 {
-		return s
-	}
-	cred := s[:at]
-	if user, _, ok := strings.Cut(cred, ":"); ok {
-		return user + ":xxxxx" + s[at:]
-	}
-	return s
+	return redact.DSN(s)
 }

@@ -1,6 +1,10 @@
 package main
 
-import "time"
+import (
+	"time"
+
+	"seckill/internal/redact"
+)
 
 // payConfig is the order lifecycle's settings: the pay window, the sweeper
 // and the payment provider.
@@ -37,13 +41,13 @@ var paySettings = []setting{
 	{name: "SECKILL_PAY_PROVIDER", def: "dev", withDSN: "off",
 		doc:   "dev (paying succeeds at once), webhook (a payment gateway) or off (paying answers 503, priced vouchers are refused)",
 		field: func(c *config) value { return oneOf{&c.Pay.Provider, []string{"dev", "webhook", "off"}} }},
-	{name: "SECKILL_PAY_GATEWAY_URL", show: redactURLs,
+	{name: "SECKILL_PAY_GATEWAY_URL", show: redact.URL,
 		doc:   "where SECKILL_PAY_PROVIDER=webhook creates payments (http or https)",
 		field: func(c *config) value { return text{&c.Pay.GatewayURL, nil} }},
 	{name: "SECKILL_PAY_WEBHOOK_SECRET", secret: true,
 		doc:   "the HMAC-SHA256 key shared with the payment gateway, at least 16 bytes; never logged",
 		field: func(c *config) value { return text{&c.Pay.Secret, nil} }},
-	{name: "SECKILL_PAY_NOTIFY_URL", show: redactURLs,
+	{name: "SECKILL_PAY_NOTIFY_URL", show: redact.URL,
 		doc:   "the public address of POST /api/v1/payments/notify, sent to the gateway with each payment",
 		field: func(c *config) value { return text{&c.Pay.NotifyURL, httpURL} }},
 	{name: "SECKILL_PAY_NOTIFY_TOLERANCE", def: "5m",

@@ -8,6 +8,7 @@ import (
 
 	"seckill/internal/auth"
 	"seckill/internal/ratelimit"
+	"seckill/internal/redact"
 )
 
 // webConfig holds the settings of the browser-facing features: login,
@@ -87,7 +88,7 @@ var webSettings = []setting{
 	{name: "SECKILL_LOGIN_OUTBOX",
 		doc:   "the file SECKILL_LOGIN_SENDER=file appends codes to",
 		field: func(c *config) value { return text{&c.Web.LoginOutbox, nil} }},
-	{name: "SECKILL_LOGIN_WEBHOOK_URL", show: redactURLs,
+	{name: "SECKILL_LOGIN_WEBHOOK_URL", show: redact.URL,
 		doc:   "where SECKILL_LOGIN_SENDER=webhook posts each code (http or https)",
 		field: func(c *config) value { return text{&c.Web.WebhookURL, nil} }},
 	{name: "SECKILL_LOGIN_WEBHOOK_SECRET", secret: true,

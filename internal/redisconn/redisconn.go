@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/redact"
 )
 
 // Cluster URL schemes. The rest of such a URL is what go-redis's
@@ -38,7 +40,7 @@ func (t Target) IsCluster() bool { return t.Cluster != nil }
 func Parse(raw string) (Target, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Target{}, fmt.Errorf("parse redis url: %w", redactErr(err, raw))
+		return Target{}, redact.URLError(fmt.Errorf("parse redis url: %w", err), raw)
 	}
 	switch u.Scheme {
 	case schemeCluster, schemeClusterTLS:
@@ -52,28 +54,16 @@ func Parse(raw string) (Target, error) {
 		u.Scheme = strings.TrimSuffix(u.Scheme, "-cluster")
 		opts, err := redis.ParseClusterURL(u.String())
 		if err != nil {
-			return Target{}, redactErr(err, raw)
+			return Target{}, redact.URLError(err, raw)
 		}
 		return Target{Cluster: opts}, nil
 	default:
 		opts, err := redis.ParseURL(raw)
 		if err != nil {
-			return Target{}, redactErr(err, raw)
+			return Target{}, redact.URLError(err, raw)
 		}
 		return Target{Single: opts}, nil
 	}
-}
-
-// redactErr keeps a password in the URL out of an error message.
-func redactErr(err error, raw string) error {
-	u, perr := url.Parse(raw)
-	if perr != nil || u.User == nil {
-		return err
-	}
-	if p, ok := u.User.Password(); ok && p != "" && strings.Contains(err.Error(), p) {
-		return errors.New(strings.ReplaceAll(err.Error(), p, "xxxxx"))
-	}
-	return err
 }
 
 // ClusterStateReload is how old a cluster client's slot map may get
