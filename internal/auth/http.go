@@ -2,6 +2,7 @@ package auth
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -94,5 +95,28 @@ func (l *Login) abort(c *gin.Context, err error) {
 	default:
 		l.log.Error("login step failed", "route", c.FullPath(), "err", err)
 		apierr.Unavailable(c, "unavailable", "login is unavailable; try again shortly")
+	}
+}
+
+// RevokeTokens is POST /api/v1/admin/users/{id}/revoke-tokens (admin): the
+// user's admin tokens minted until now are refused from the next request
+// on, on every instance and every route ("api token revoke" does the
+// same). It answers 200 with the user's new admin token version; a token
+// minted after carries it and is taken.
+func RevokeTokens(v *Versions, log *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		user, ok := apierr.PathID(c, "id")
+		if !ok {
+			return
+		}
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		version, err := v.Revoke(c.Request.Context(), user, now)
+		if err != nil {
+			log.Error("revoking admin tokens failed", "user_id", user, "err", err)
+			apierr.Unavailable(c, "unavailable", "the tokens cannot be revoked right now; try again shortly")
+			return
+		}
+		log.Info("admin tokens revoked", "user_id", user, "token_version", version, "by_user_id", From(c).UserID)
+		c.JSON(http.StatusOK, gin.H{"user_id": user, "token_version": version, "revoked_at": now})
 	}
 }

@@ -98,8 +98,11 @@ type LoginConfig struct {
 	KnownFor        time.Duration
 	MaxTries        int           // wrong tries that lock a code (per trusted requester; shared by the rest); default 5
 	TokenTTL        time.Duration // lifetime of the token a login gives; default 24h
-	// Admins are the phones whose logins get the admin role.
-	Admins []string
+	// Admins are the phones whose logins get the admin role. Their token
+	// lives at most the signer's admin cap (Signer.MaxAdminTTL) and
+	// carries the user's admin token version from Versions (0 when nil).
+	Admins   []string
+	Versions VersionReader
 	// Now is the clock of user rows and tokens' issue; default time.Now.
 	Now func() time.Time
 }
@@ -266,13 +269,22 @@ func (l *Login) Verify(ctx context.Context, phone, code, addr string) (Session, 
 		return Session{}, err
 	}
 	id := Identity{UserID: usr.ID, Role: RoleUser}
+	ttl := l.cfg.TokenTTL
 	if slices.Contains(l.cfg.Admins, phone) {
 		id.Role = RoleAdmin
+		if most := l.signer.MaxAdminTTL(); most > 0 {
+			ttl = min(ttl, most)
+		}
+		if l.cfg.Versions != nil {
+			if id.Version, err = l.cfg.Versions.Current(ctx, id.UserID); err != nil {
+				return Session{}, err
+			}
+		}
 	}
-	tok, err := l.signer.Mint(id, l.cfg.TokenTTL)
+	tok, err := l.signer.Mint(id, ttl)
 	if err != nil {
 		return Session{}, err
 	}
 	l.log.Info("user logged in", "user_id", id.UserID, "role", id.Role, "new_user", created)
-	return Session{Token: tok, ExpiresAt: now.Add(l.cfg.TokenTTL).UTC(), Identity: id, NewUser: created}, nil
+	return Session{Token: tok, ExpiresAt: now.Add(ttl).UTC(), Identity: id, NewUser: created}, nil
 }

@@ -1,6 +1,8 @@
 // Package auth issues and checks the bearer tokens that carry a caller's
-// identity: an HS256 JWT with the user id, a role and an expiry. The user id
-// of a request comes only from its token.
+// identity: an HS256 JWT with the user id, a role and an expiry, and for an
+// admin token the version of its user's admin tokens it was minted at (a
+// revocation raises the version: Versions, Guard). The user id of a request
+// comes only from its token.
 package auth
 
 import (
@@ -42,6 +44,10 @@ var ErrInvalidToken = errors.New("invalid token")
 type Identity struct {
 	UserID int64
 	Role   string
+	// Version is an admin token's version: its user's admin token version
+	// when it was minted (the "ver" claim; 0 when it has none). Guard
+	// refuses the token once its user's version is higher.
+	Version int64
 }
 
 // Admin reports whether the identity may run admin operations.
@@ -65,6 +71,9 @@ type Signer struct {
 	// now is the clock every expiry is read against (Mint, verify and
 	// the cache alike); time.Now unless WithClock says otherwise.
 	now func() time.Time
+	// adminTTL, when set, is the longest lifetime of an admin token: Mint
+	// refuses a longer one and verify refuses one minted longer.
+	adminTTL time.Duration
 }
 
 // SignerOption adjusts a Signer made by NewSigner.
@@ -77,6 +86,19 @@ type SignerOption func(*Signer)
 func WithClock(now func() time.Time) SignerOption {
 	return func(s *Signer) { s.now = now }
 }
+
+// WithAdminMaxTTL caps the lifetime of admin tokens at d: Mint refuses to
+// make a longer one (ErrAdminTTL), and a token that says it lives longer
+// (its expiry minus its issue time; no issue time counts as longer) is
+// refused as invalid, whoever minted it, those minted before the cap
+// included. Lifetimes are whole seconds in a token: a second over d is
+// allowed for the rounding.
+func WithAdminMaxTTL(d time.Duration) SignerOption {
+	return func(s *Signer) { s.adminTTL = d }
+}
+
+// ErrAdminTTL is Mint's refusal of an admin token longer than the cap.
+var ErrAdminTTL = errors.New("admin token lifetime above the cap")
 
 // maxSeen bounds the verified-token cache (about 250 bytes an entry).
 const maxSeen = 1 << 16
@@ -127,6 +149,7 @@ type seenKey [16]byte
 type verified struct {
 	at, n   uint32
 	uid     int64
+	ver     int64
 	expSec  int64
 	expNsec int32
 	admin   bool
@@ -140,9 +163,9 @@ func (sh *seenShard) tokenOf(e verified) []byte {
 
 func (v verified) identity() Identity {
 	if v.admin {
-		return Identity{UserID: v.uid, Role: RoleAdmin}
+		return Identity{UserID: v.uid, Role: RoleAdmin, Version: v.ver}
 	}
-	return Identity{UserID: v.uid, Role: RoleUser}
+	return Identity{UserID: v.uid, Role: RoleUser, Version: v.ver}
 }
 
 func newSeenSet() *seenSet {
@@ -191,7 +214,7 @@ func (sh *seenShard) store(key *seenKey, token string, id Identity, exp time.Tim
 	}
 	at := last*seenChunk + len(sh.text[last])
 	sh.text[last] = append(sh.text[last], token...)
-	sh.m[*key] = verified{at: uint32(at), n: uint32(len(token)), uid: id.UserID,
+	sh.m[*key] = verified{at: uint32(at), n: uint32(len(token)), uid: id.UserID, ver: id.Version,
 		expSec: exp.Unix(), expNsec: int32(exp.Nanosecond()), admin: id.Role == RoleAdmin}
 }
 
@@ -224,10 +247,18 @@ func NewSigner(secret []byte, options ...SignerOption) (*Signer, error) {
 
 type claims struct {
 	Role string `json:"role"`
+	// Ver is the admin token's version (Identity.Version); left out when
+	// 0, so tokens of version 0 are written as before versions existed.
+	Ver int64 `json:"ver,omitempty"`
 	jwt.RegisteredClaims
 }
 
-// Mint returns a signed token for the user and role, valid for ttl.
+// MaxAdminTTL is the cap on admin tokens' lifetime (WithAdminMaxTTL); 0
+// when there is none.
+func (s *Signer) MaxAdminTTL() time.Duration { return s.adminTTL }
+
+// Mint returns a signed token for the user, role and version, valid for
+// ttl. An admin token longer than the cap is refused (ErrAdminTTL).
 func (s *Signer) Mint(id Identity, ttl time.Duration) (string, error) {
 	if id.UserID <= 0 {
 		return "", fmt.Errorf("mint token: user id must be positive, got %d", id.UserID)
@@ -238,9 +269,16 @@ func (s *Signer) Mint(id Identity, ttl time.Duration) (string, error) {
 	if ttl <= 0 {
 		return "", fmt.Errorf("mint token: ttl must be positive")
 	}
+	if id.Version < 0 {
+		return "", fmt.Errorf("mint token: version must not be negative, got %d", id.Version)
+	}
+	if id.Role == RoleAdmin && s.adminTTL > 0 && ttl > s.adminTTL {
+		return "", fmt.Errorf("mint token: %w: %s, at most %s", ErrAdminTTL, ttl, s.adminTTL)
+	}
 	now := s.now()
 	c := claims{
 		Role: id.Role,
+		Ver:  id.Version,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Issuer:    issuer,
 			Subject:   strconv.FormatInt(id.UserID, 10),
@@ -309,7 +347,7 @@ func (s *Signer) verify(token string) (Identity, time.Time, error) {
 	if err := s.verifyShort(token, rest, &c); err != nil {
 		return Identity{}, time.Time{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
-	return identityOf(c)
+	return s.identityOf(c)
 }
 
 // macState is an HMAC-SHA256 keyed with the secret, and the scratch
@@ -460,12 +498,13 @@ func (s *Signer) verifyFull(token string) (Identity, time.Time, error) {
 	if err != nil {
 		return Identity{}, time.Time{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
-	return identityOf(c)
+	return s.identityOf(c)
 }
 
 // identityOf returns the identity of verified claims, or refuses claims
-// that name no valid user and role.
-func identityOf(c claims) (Identity, time.Time, error) {
+// that name no valid user and role, a negative version, or an admin token
+// that lives longer than the cap.
+func (s *Signer) identityOf(c claims) (Identity, time.Time, error) {
 	uid, err := strconv.ParseInt(c.Subject, 10, 64)
 	if err != nil || uid <= 0 {
 		return Identity{}, time.Time{}, fmt.Errorf("%w: bad subject", ErrInvalidToken)
@@ -473,5 +512,11 @@ func identityOf(c claims) (Identity, time.Time, error) {
 	if c.Role != RoleUser && c.Role != RoleAdmin {
 		return Identity{}, time.Time{}, fmt.Errorf("%w: bad role", ErrInvalidToken)
 	}
-	return Identity{UserID: uid, Role: c.Role}, c.ExpiresAt.Time, nil
+	if c.Ver < 0 {
+		return Identity{}, time.Time{}, fmt.Errorf("%w: bad version", ErrInvalidToken)
+	}
+	if c.Role == RoleAdmin && s.adminTTL > 0 && (c.IssuedAt == nil || c.ExpiresAt.Sub(c.IssuedAt.Time) > s.adminTTL+time.Second) {
+		return Identity{}, time.Time{}, fmt.Errorf("%w: an admin token living longer than %s", ErrInvalidToken, s.adminTTL)
+	}
+	return Identity{UserID: uid, Role: c.Role, Version: c.Ver}, c.ExpiresAt.Time, nil
 }
