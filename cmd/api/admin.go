@@ -29,8 +29,8 @@ type admin struct {
 }
 
 // addAdminRoutes lists the admin listener's surface.
-func addAdminRoutes(r *gin.Engine, signer *auth.Signer, a *admin) {
-	ops := r.Group("/admin", signer.Middleware(), auth.RequireAdmin())
+func addAdminRoutes(r *gin.Engine, guard *auth.Guard, a *admin) {
+	ops := r.Group("/admin", guard.Middleware(), auth.RequireAdmin())
 	ops.GET("/dlq", a.listDLQ)
 	ops.POST("/dlq/:id/replay", a.replay)
 	ops.GET("/reconcile", a.reconcile)
@@ -42,7 +42,7 @@ func addAdminRoutes(r *gin.Engine, signer *auth.Signer, a *admin) {
 	// and a CPU profile or trace costs the sale CPU for as long as it is
 	// asked to run. They stay on (no switch to restart with) because they
 	// are wanted when a live sale misbehaves.
-	prof := r.Group("/debug/pprof", signer.Middleware(), auth.RequireAdmin())
+	prof := r.Group("/debug/pprof", guard.Middleware(), auth.RequireAdmin())
 	prof.GET("/", gin.WrapF(pprof.Index))
 	prof.GET("/cmdline", gin.WrapF(pprof.Cmdline))
 	prof.GET("/profile", gin.WrapF(pprof.Profile))

@@ -49,7 +49,9 @@ type cmdEnv struct {
 var commands = []command{
 	{name: "serve", doc: "run the service (the default command); --help lists the settings",
 		flags: func(*flag.FlagSet) action { return serveCommand }},
-	{name: "token", synopsis: "--user ID [--admin] [--ttl D]", doc: "print a bearer token signed with the service's secret",
+	{name: "token revoke", synopsis: "--user ID", doc: "take back the user's admin tokens: each one minted before is refused by every instance from the next request on; print the user's new token version",
+		flags: revokeFlags},
+	{name: "token", synopsis: "--user ID [--admin] [--ttl D]", doc: "print a bearer token signed with the service's secret; an admin token lives at most SECKILL_ADMIN_TOKEN_MAX_TTL and carries its user's token version, read from the service's database",
 		flags: tokenFlags},
 	{name: "migrate", doc: "apply the database migrations and exit",
 		flags: func(*flag.FlagSet) action { return migrate }},
@@ -343,8 +345,14 @@ func tokenFlags(fs *flag.FlagSet) action {
 	fs.Var(idFlag{&user}, "user", "the `ID` of the user the token is for, a positive integer")
 	admin := fs.Bool("admin", false, "give the token the admin role")
 	var ttl time.Duration
-	fs.Var(ttlFlag{&ttl}, "ttl", "how long the token is valid, such as 24h")
-	return func(_ context.Context, e *cmdEnv) error { return printToken(e, user, *admin, ttl) }
+	fs.Var(ttlFlag{&ttl}, "ttl", "how long the token is valid, such as 24h; an admin token's at most SECKILL_ADMIN_TOKEN_MAX_TTL")
+	return func(ctx context.Context, e *cmdEnv) error { return printToken(ctx, e, user, *admin, ttl) }
+}
+
+func revokeFlags(fs *flag.FlagSet) action {
+	var user int64
+	fs.Var(idFlag{&user}, "user", "the `ID` of the user whose admin tokens are taken back")
+	return func(ctx context.Context, e *cmdEnv) error { return revokeTokens(ctx, e, user) }
 }
 
 func reconcileFlags(fs *flag.FlagSet) action {

@@ -26,6 +26,7 @@ type config struct {
 	DataDir           string        // SECKILL_DATA_DIR: embedded mode's files
 	Secret            string        // SECKILL_TOKEN_SECRET
 	TokenTTL          time.Duration // SECKILL_TOKEN_TTL
+	AdminTokenMaxTTL  time.Duration // SECKILL_ADMIN_TOKEN_MAX_TTL: caps admin tokens, minted and accepted
 	Role              string        // SECKILL_ROLE: all, api or worker
 	Shards            int           // SECKILL_SHARDS
 	KeyPrefix         string        // SECKILL_KEY_PREFIX
@@ -148,6 +149,11 @@ var coreSettings = []setting{
 	{name: "SECKILL_TOKEN_TTL", def: "24h",
 		doc:   "lifetime of minted and login tokens",
 		field: func(c *config) value { return positive(&c.TokenTTL) }},
+	{name: "SECKILL_ADMIN_TOKEN_MAX_TTL", def: "24h",
+		doc: "longest life of an admin token: api token --admin --ttl above it is refused, an admin's login token and the embedded mode's first admin token live at most this, and an admin token minted to live longer is refused on every route",
+		field: func(c *config) value {
+			return duration{p: &c.AdminTokenMaxTTL, lo: time.Minute, hi: 30 * 24 * time.Hour}
+		}},
 	{name: "SECKILL_ROLE", def: "all",
 		doc:   "all, api (HTTP only) or worker (order worker only)",
 		field: func(c *config) value { return oneOf{&c.Role, []string{"all", "api", "worker"}} }},

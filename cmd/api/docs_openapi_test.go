@@ -99,14 +99,16 @@ func routeEngines(t testing.TB, env map[string]string) (apiR, adminR *gin.Engine
 	}
 	keys := voucher.NewKeys("", 1)
 	m := metrics.New()
+	versions := auth.NewVersions(nil) // never called: no request carries an admin token
+	guard := auth.NewGuard(signer, versions, log)
 	apiR = apiEngine(log, m, deps{
-		cfg: cfg, log: log, rdb: rdb, signer: signer, keys: keys,
+		cfg: cfg, log: log, rdb: rdb, signer: signer, guard: guard, versions: versions, keys: keys,
 		vouchers: voucher.NewHTTP(voucher.NewStore(nil), voucher.NewState(rdb, keys), voucher.NewReserver(rdb, keys), nil, log),
 		orders:   order.NewHTTP(nil, nil, rdb, keys, log),
 		health:   &health{rdb: rdb},
 		stdout:   io.Discard,
 	})
-	adminR = adminEngine(log, m, signer, &admin{})
+	adminR = adminEngine(log, m, guard, &admin{})
 	return apiR, adminR
 }
 
@@ -229,6 +231,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 		"SECKILL_PAY_PROVIDER": "dev",
 	})
 	adminTok, userTok := token(t, 1, auth.RoleAdmin), token(t, 77, auth.RoleUser)
+	admin2Tok := token(t, 2, auth.RoleAdmin)
 	vid := createVoucher(t, o.base, 1)
 	vidS := fmt.Sprint(vid)
 	now := time.Now().UTC()
@@ -379,6 +382,13 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", path: "/api/v1/admin/figures", token: adminTok, status: 200},
 		{method: "GET", path: "/api/v1/admin/figures", url: "/api/v1/admin/figures?limit=900", token: adminTok, badRequest: true, status: 400},
 		{method: "GET", path: "/api/v1/admin/figures", token: codedTok, status: 403},
+		// User 2's admin tokens taken back: its token minted before is
+		// refused on the next request; a shopper may not, nor a bad id.
+		{method: "POST", path: "/api/v1/admin/users/{id}/revoke-tokens", prep: at("2"), token: adminTok, status: 200},
+		{method: "GET", path: "/api/v1/admin/figures", token: admin2Tok, status: 401},
+		{method: "POST", path: "/api/v1/admin/users/{id}/revoke-tokens", prep: at("2"), token: codedTok, status: 403},
+		{method: "POST", path: "/api/v1/admin/users/{id}/revoke-tokens", prep: at("2"), status: 401},
+		{method: "POST", path: "/api/v1/admin/users/{id}/revoke-tokens", prep: at("0"), token: adminTok, badRequest: true, status: 400},
 		{method: "GET", path: "/api/v1/users/me/orders", token: refundTok, status: 200},
 		{method: "GET", path: "/api/v1/admin/refunds", token: adminTok, status: 200},
 		{method: "GET", path: "/api/v1/admin/refunds", token: usedTok, status: 403},

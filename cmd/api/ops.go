@@ -154,11 +154,15 @@ func reconcileEmbedded(ctx context.Context, e *cmdEnv, repair bool) error {
 	if err != nil {
 		return err
 	}
-	signer, err := auth.NewSigner([]byte(secret))
+	signer, err := newSigner(e.cfg, secret)
 	if err != nil {
 		return err
 	}
-	tok, err := signer.Mint(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Minute)
+	version, _, err := adminVersion(ctx, e.cfg, e.log, 1)
+	if err != nil {
+		return err
+	}
+	tok, err := signer.Mint(auth.Identity{UserID: 1, Role: auth.RoleAdmin, Version: version}, time.Minute)
 	if err != nil {
 		return err
 	}

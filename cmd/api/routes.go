@@ -28,6 +28,8 @@ type deps struct {
 	rdb      redis.UniversalClient
 	db       *gorm.DB
 	signer   *auth.Signer
+	guard    *auth.Guard // checks every route's token, admin tokens against versions
+	versions *auth.Versions
 	keys     voucher.Keys
 	vouchers *voucher.HTTP
 	orders   *order.HTTP
@@ -50,10 +52,10 @@ func addRoutes(r *gin.Engine, d deps) {
 	login := auth.NewLogin(d.rdb, auth.NewUsers(d.db), d.signer, loginSender(d), auth.LoginConfig{
 		KeyPrefix: d.cfg.KeyPrefix, CodeTTL: d.cfg.Web.CodeTTL, Resend: d.cfg.Web.Resend,
 		MaxCodes: d.cfg.Web.MaxCodes, MaxTries: d.cfg.Web.MaxTries, TokenTTL: d.cfg.TokenTTL,
-		Admins: d.cfg.Web.AdminPhones,
+		Admins: d.cfg.Web.AdminPhones, Versions: d.versions,
 	}, d.log)
 	byAddr := ratelimit.Middleware
-	tokenOnly := d.signer.Middleware()
+	tokenOnly := d.guard.Middleware()
 
 	r.GET("/healthz", d.health.live)
 	r.GET("/readyz", d.health.ready)
@@ -103,6 +105,7 @@ func addRoutes(r *gin.Engine, d deps) {
 	api.POST("/admin/redeem", auth.RequireAdmin(), d.orders.RedeemCode)
 	api.GET("/admin/orders", auth.RequireAdmin(), d.orders.Search)
 	api.GET("/admin/figures", auth.RequireAdmin(), d.orders.Figures)
+	api.POST("/admin/users/:id/revoke-tokens", auth.RequireAdmin(), auth.RevokeTokens(d.versions, d.log))
 	// The payment gateway's callback: no token, its signature is checked.
 	r.POST("/api/v1/payments/notify", d.payments.Notify)
 	api.GET("/users/me/orders", d.orders.Mine)

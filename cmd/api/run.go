@@ -65,29 +65,96 @@ func tokenSecret(cfg config, create bool) (secret, from string, created bool, er
 	return secret, from, created, err
 }
 
+// newSigner is the signer of the service and its commands: admin tokens
+// capped at SECKILL_ADMIN_TOKEN_MAX_TTL.
+func newSigner(cfg config, secret string) (*auth.Signer, error) {
+	return auth.NewSigner([]byte(secret), auth.WithAdminMaxTTL(cfg.AdminTokenMaxTTL))
+}
+
 // printToken prints a token on stdout, and on stderr which secret signed
-// it.
-func printToken(e *cmdEnv, user int64, admin bool, ttl time.Duration) error {
+// it. An admin token lives at most SECKILL_ADMIN_TOKEN_MAX_TTL (a longer
+// --ttl is refused; without --ttl, SECKILL_TOKEN_TTL shortened to it) and
+// carries the user's admin token version, read from the database.
+func printToken(ctx context.Context, e *cmdEnv, user int64, admin bool, ttl time.Duration) error {
+	if admin && ttl > e.cfg.AdminTokenMaxTTL {
+		return fmt.Errorf("--ttl %s is above SECKILL_ADMIN_TOKEN_MAX_TTL (%s): an admin token lives at most that long", ttl, e.cfg.AdminTokenMaxTTL)
+	}
 	secret, from, _, err := tokenSecret(e.cfg, false)
 	if err != nil {
 		return err
 	}
-	signer, err := auth.NewSigner([]byte(secret))
+	signer, err := newSigner(e.cfg, secret)
 	if err != nil {
 		return err
 	}
-	role := auth.RoleUser
-	if admin {
-		role = auth.RoleAdmin
-	}
+	id := auth.Identity{UserID: user, Role: auth.RoleUser}
 	ttl = cmp.Or(ttl, e.cfg.TokenTTL)
-	tok, err := signer.Mint(auth.Identity{UserID: user, Role: role}, ttl)
+	var version string
+	if admin {
+		id.Role = auth.RoleAdmin
+		ttl = min(ttl, e.cfg.AdminTokenMaxTTL)
+		if id.Version, version, err = adminVersion(ctx, e.cfg, e.log, user); err != nil {
+			return err
+		}
+		version = fmt.Sprintf(", token version %d (%s)", id.Version, version)
+	}
+	tok, err := signer.Mint(id, ttl)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "token for user %d (%s), valid %s, signed with %s\n", user, role, ttl, from)
+	fmt.Fprintf(e.stderr, "token for user %d (%s%s), valid %s, signed with %s\n", user, id.Role, version, ttl, from)
 	fmt.Fprintln(e.stdout, tok)
 	return nil
+}
+
+// adminVersion is the user's admin token version, for an admin token
+// minted by a command, and where it was read. A database not migrated to
+// token_versions yet, or the embedded mode's before its first start, never
+// revoked anything: version 0.
+func adminVersion(ctx context.Context, cfg config, log *slog.Logger, user int64) (int64, string, error) {
+	if cfg.embeddedDB() {
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, "seckill.db")); errors.Is(err, fs.ErrNotExist) {
+			return 0, "no database in " + cfg.DataDir + " yet", nil
+		}
+	}
+	g, closeDB, err := openDB(ctx, cfg, log, false)
+	if err != nil {
+		return 0, "", fmt.Errorf("an admin token carries its user's token version, from the service's database: %w", err)
+	}
+	defer closeDB()
+	if !g.Migrator().HasTable("token_versions") {
+		return 0, "the database has no token_versions yet", nil
+	}
+	v, err := auth.NewVersions(g).Current(ctx, user)
+	if err != nil {
+		return 0, "", fmt.Errorf("an admin token carries its user's token version: %w", err)
+	}
+	return v, "from the database", nil
+}
+
+// revokeTokens runs "api token revoke --user N": the user's admin tokens
+// minted before are refused from the next request on, by every instance.
+func revokeTokens(ctx context.Context, e *cmdEnv, user int64) error {
+	if e.cfg.embeddedDB() {
+		if _, err := os.Stat(filepath.Join(e.cfg.DataDir, "seckill.db")); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("no database in SECKILL_DATA_DIR=%s: set SECKILL_MYSQL_DSN to the service's, or run the service once in embedded mode", e.cfg.DataDir)
+		}
+	}
+	g, closeDB, err := openDB(ctx, e.cfg, e.log, false)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if !g.Migrator().HasTable("token_versions") {
+		return errors.New("the database has no token_versions table yet: run api migrate, or start the service, first")
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	version, err := auth.NewVersions(g).Revoke(ctx, user, now)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "every admin token of user %d minted before now is refused from the next request on; a new one: api token --user %d --admin\n", user, user)
+	return printJSON(e.stdout, map[string]any{"user_id": user, "token_version": version, "revoked_at": now})
 }
 
 // migrate runs "api migrate": it prints the versions applied and the
@@ -137,7 +204,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return err
 	}
-	signer, err := auth.NewSigner([]byte(secret))
+	signer, err := newSigner(cfg, secret)
 	if err != nil {
 		return err
 	}
@@ -175,7 +242,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	c := newCore(ctx, cfg, rdb, db, primary, log)
 	warnUnpayable(ctx, cfg, c)
 	if firstStart {
-		if err := announceAdmin(cfg, signer, stdout); err != nil {
+		if err := announceAdmin(ctx, cfg, signer, auth.NewVersions(db), stdout); err != nil {
 			return err
 		}
 	}
@@ -475,8 +542,10 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	if locks != nil {
 		s.buildWorker(cfg, c, locks)
 	}
+	versions := auth.NewVersions(c.db)
+	guard := auth.NewGuard(signer, versions, c.log)
 	if lns.admin != nil {
-		s.admin = adminEngine(c.log, c.m, signer, &admin{dead: order.NewDeadLetters(c.db, c.reserver), warmer: c.warmer, health: c.health, watcher: c.watcher})
+		s.admin = adminEngine(c.log, c.m, guard, &admin{dead: order.NewDeadLetters(c.db, c.reserver), warmer: c.warmer, health: c.health, watcher: c.watcher})
 	}
 	if !cfg.serveAPI() {
 		s.main = workerEngine(c.log, c.m, c.health)
@@ -514,7 +583,7 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 		s.background = append(s.background, refusals)
 	}
 	s.main = apiEngine(c.log, c.m, deps{
-		cfg: cfg, log: c.log, rdb: c.rdb, db: c.db, signer: signer, keys: c.keys, stdout: stdout,
+		cfg: cfg, log: c.log, rdb: c.rdb, db: c.db, signer: signer, guard: guard, versions: versions, keys: c.keys, stdout: stdout,
 		vouchers: vouchers,
 		orders:   orders,
 		payments: payments,
@@ -676,9 +745,17 @@ func (ls listeners) close() {
 
 // announceAdmin prints an admin token on the embedded mode's first start,
 // so a newcomer can create a voucher with curl. It goes to stdout as plain
-// text, never into a log line, and is kept in the data dir.
-func announceAdmin(cfg config, signer *auth.Signer, stdout io.Writer) error {
-	tok, err := signer.Mint(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, 30*24*time.Hour)
+// text, never into a log line, and is kept in the data dir. It lives as
+// long as an admin token may (SECKILL_ADMIN_TOKEN_MAX_TTL, a day by
+// default), no longer: the file is the longest-kept copy of a token there
+// is. An expired one is replaced with api token.
+func announceAdmin(ctx context.Context, cfg config, signer *auth.Signer, versions *auth.Versions, stdout io.Writer) error {
+	version, err := versions.Current(ctx, 1)
+	if err != nil {
+		return err
+	}
+	ttl := cfg.AdminTokenMaxTTL
+	tok, err := signer.Mint(auth.Identity{UserID: 1, Role: auth.RoleAdmin, Version: version}, ttl)
 	if err != nil {
 		return err
 	}
@@ -686,8 +763,8 @@ func announceAdmin(cfg config, signer *auth.Signer, stdout io.Writer) error {
 	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write admin token: %w", err)
 	}
-	fmt.Fprintf(stdout, "\nFirst start: an admin token (user 1, valid 30 days) is in %s:\n\n  %s\n\n"+
-		"Mint more with: go run ./cmd/api token --user 42 [--admin]\n\n", path, tok)
+	fmt.Fprintf(stdout, "\nFirst start: an admin token (user 1, valid %s: SECKILL_ADMIN_TOKEN_MAX_TTL) is in %s:\n\n  %s\n\n"+
+		"Mint more, or a new one once it expires, with: go run ./cmd/api token --user 42 [--admin]\n\n", ttl, path, tok)
 	return nil
 }
 
@@ -723,9 +800,9 @@ func workerEngine(log *slog.Logger, m *metrics.Metrics, h *health) *gin.Engine {
 
 // adminEngine is the admin listener's router. It serves /metrics too, for
 // a Prometheus on the same machine that scrapes loopback only.
-func adminEngine(log *slog.Logger, m *metrics.Metrics, signer *auth.Signer, a *admin) *gin.Engine {
+func adminEngine(log *slog.Logger, m *metrics.Metrics, guard *auth.Guard, a *admin) *gin.Engine {
 	r := newEngine(log)
-	addAdminRoutes(r, signer, a)
+	addAdminRoutes(r, guard, a)
 	r.GET("/metrics", m.Handler())
 	return r
 }
