@@ -12,7 +12,7 @@
   var REFUNDS_EVERY_MS = 10000;
 
   var $ = function (id) { return document.getElementById(id); };
-  var state = { session: loadSession(), titles: new Map(), figuresTimer: 0, refundsTimer: 0, lastQuery: "" };
+  var state = { session: loadSession(), titles: new Map(), figuresTimer: 0, refundsTimer: 0, lastQuery: "", revokeUser: 0 };
 
   function loadSession() {
     try {
@@ -384,6 +384,55 @@
         return;
       }
       say(msg, r.body.message || problem(r), "bad");
+    });
+  });
+
+  // ---- admin tokens ------------------------------------------------------------
+
+  // Revoke asks first, as a refund does: the user's tokens cannot be given
+  // back, only new ones minted.
+  function revokeAsk(show) {
+    $("revoke-ask").hidden = !show;
+    $("revoke").disabled = show;
+    $("revoke-user").disabled = show;
+  }
+
+  $("revoke-form").addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var msg = $("revoke-msg");
+    var text = $("revoke-user").value.trim();
+    var id = Number(text);
+    if (!/^[0-9]+$/.test(text) || !Number.isSafeInteger(id) || id <= 0) { say(msg, "Type the user id: a whole number above 0.", "bad"); return; }
+    state.revokeUser = id;
+    var self = state.session && state.session.user_id === id;
+    say(msg, "Revoke every admin token of user " + id + " minted until now?" + (self ? " That is you: this session ends too." : "") +
+      " Confirm, or keep them.", "warn");
+    revokeAsk(true);
+    $("revoke-confirm").focus();
+  });
+
+  $("revoke-keep").addEventListener("click", function () {
+    revokeAsk(false);
+    say($("revoke-msg"), "", "");
+    $("revoke-user").focus();
+  });
+
+  $("revoke-confirm").addEventListener("click", function () {
+    var id = state.revokeUser;
+    var msg = $("revoke-msg");
+    $("revoke-confirm").disabled = $("revoke-keep").disabled = true;
+    call("POST", "admin/users/" + id + "/revoke-tokens").then(function (r) {
+      $("revoke-confirm").disabled = $("revoke-keep").disabled = false;
+      revokeAsk(false);
+      msg.dataset.code = r.status === 200 ? "revoked" : (r.body.code || String(r.status));
+      if (r.status !== 200) { say(msg, problem(r), "bad"); return; }
+      $("revoke-user").value = "";
+      say(msg, "User " + id + "'s admin tokens minted until now are refused (token version " + r.body.token_version +
+        "). A new one: api token --user " + id + " --admin.", "ok");
+      if (state.session && state.session.user_id === id) {
+        saveSession(null);
+        notice("You took back your own admin tokens: sign in with a new one.", "warn");
+      }
     });
   });
 
