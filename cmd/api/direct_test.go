@@ -91,4 +91,17 @@ func TestDirectRequestLimitedByItsAddress(t *testing.T) {
 			}
 		}
 	}
+	// The access log names the address each request was limited by: the
+	// trusted proxy's client, the direct caller itself, never a forged one.
+	logs := s.logs()
+	for _, want := range []string{`"client":"198.51.100.1"`, `"client":"198.51.100.2"`, `"client":"127.0.0.1"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the access log has no line with %s", want)
+		}
+	}
+	for _, forged := range []string{"203.0.113."} {
+		if strings.Contains(logs, `"client":"`+forged) {
+			t.Errorf("the access log names a forged address %s...", forged)
+		}
+	}
 }

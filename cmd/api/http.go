@@ -71,6 +71,9 @@ func accessLog(log *slog.Logger) gin.HandlerFunc {
 			slog.Int("status", c.Writer.Status()),
 			slog.Float64("latency_ms", float64(time.Since(start).Microseconds())/1000),
 			slog.Int64("user_id", auth.From(c).UserID),
+			// The address the per-address limits key on: what a trusted
+			// proxy (nginx) says, else the peer.
+			slog.String("client", c.ClientIP()),
 		)
 	}
 }
