@@ -2,6 +2,7 @@ package voucher
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -73,6 +74,9 @@ type HTTP struct {
 	// payments on.
 	unpayable string
 	draws     Draws
+	// drawKey derives fair vouchers' secrets (DrawKey); nil: the secret
+	// is kept in the database.
+	drawKey []byte
 }
 
 // Draws routes the purchases of vouchers that open with a draw (package
@@ -161,24 +165,32 @@ type View struct {
 }
 
 // DrawView is a fair opening as the API shows it: the commitment from the
-// start, the secret once the draw is done.
+// start, the proof of work's challenge once entries open, the entry
+// list's digest from the close, the secret once the draw is done.
 type DrawView struct {
 	FairWindowMs int64     `json:"fair_window_ms"`
 	ClosesAt     time.Time `json:"closes_at"`
-	// Commitment is the SHA-256 of the secret, in hex.
+	// Commitment is the SHA-256 of the secret, in hex: stored once at
+	// creation, never recomputed.
 	Commitment string `json:"commitment"`
 	// Status is open (taking entries), drawing (closed, being drawn) or
 	// done.
-	Status string     `json:"status"`
+	Status string `json:"status"`
+	// Digest is the SHA-256 of the closed entry list (package draw), from
+	// the close.
+	Digest string     `json:"digest,omitempty"`
 	Secret string     `json:"secret,omitempty"`
 	DoneAt *time.Time `json:"done_at,omitempty"`
 	// PowBits, above 0, is the proof of work an entry takes; Challenge is
-	// what it is computed over (DrawChallenge).
-	PowBits   int    `json:"pow_bits"`
-	Challenge string `json:"challenge"`
+	// what it is computed over (DrawChallenge), shown from OpensAt, when
+	// entries open: no proof can be made before.
+	PowBits   int       `json:"pow_bits"`
+	OpensAt   time.Time `json:"opens_at"`
+	Challenge string    `json:"challenge,omitempty"`
 }
 
-// NewDrawSecret is a fair voucher's secret: 32 random bytes, in hex.
+// NewDrawSecret is 32 random bytes, in hex: a draw's salt, or the secret
+// of a voucher without a draw key.
 func NewDrawSecret() (string, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
@@ -187,16 +199,49 @@ func NewDrawSecret() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// DrawCommitment is the published commitment to a draw's secret.
+// DrawSecretOf is the secret of a draw whose salt is salt, under the
+// instances' draw key: HMAC-SHA256(key, "seckill draw secret:" + salt),
+// in hex. Whoever holds the database holds the salt, not the key.
+func DrawSecretOf(key []byte, salt string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("seckill draw secret:" + salt))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// DrawCommitment is the commitment to a draw's secret: its SHA-256, in
+// hex.
 func DrawCommitment(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(sum[:])
 }
 
+// Commitment is v's draw commitment: the stored one, or for a voucher
+// made before commitments were stored the secret's.
+func (v Voucher) Commitment() string {
+	if v.DrawCommitment != "" {
+		return v.DrawCommitment
+	}
+	return DrawCommitment(v.DrawSecret)
+}
+
 // DrawChallenge is what a proof of work for entering v's draw hashes,
-// with the buyer and a nonce: "seckill-draw:<voucher id>:<commitment>".
+// with the buyer and a nonce: "seckill-draw:<voucher id>:<commitment>",
+// then ":<pow nonce>" for a voucher that has one.
 func DrawChallenge(v Voucher) string {
-	return "seckill-draw:" + strconv.FormatInt(v.ID, 10) + ":" + DrawCommitment(v.DrawSecret)
+	c := "seckill-draw:" + strconv.FormatInt(v.ID, 10) + ":" + v.Commitment()
+	if v.DrawPowNonce != "" {
+		c += ":" + v.DrawPowNonce
+	}
+	return c
+}
+
+// EntriesOpen is when v's draw takes its first entry: at its creation,
+// or with a proof of work at BeginAt, when the challenge is published.
+func (v Voucher) EntriesOpen() time.Time {
+	if v.PowBits > 0 {
+		return v.BeginAt
+	}
+	return v.CreatedAt
 }
 
 // DrawOf is voucher v's draw as the API shows it, nil when it has none.
@@ -204,8 +249,11 @@ func DrawOf(v Voucher, now time.Time) *DrawView {
 	if !v.Fair() {
 		return nil
 	}
-	d := &DrawView{FairWindowMs: v.FairWindowMs, ClosesAt: v.DrawClose().UTC(), Commitment: DrawCommitment(v.DrawSecret), Status: "open",
-		PowBits: v.PowBits, Challenge: DrawChallenge(v)}
+	d := &DrawView{FairWindowMs: v.FairWindowMs, ClosesAt: v.DrawClose().UTC(), Commitment: v.Commitment(), Status: "open",
+		PowBits: v.PowBits, OpensAt: v.EntriesOpen().UTC(), Digest: v.DrawDigest}
+	if !now.Before(v.EntriesOpen()) {
+		d.Challenge = DrawChallenge(v)
+	}
 	switch {
 	case v.DrawDoneAt != nil:
 		d.Status, d.Secret, d.DoneAt = "done", v.DrawSecret, v.DrawDoneAt
@@ -367,13 +415,11 @@ func (h *HTTP) Create(c *gin.Context) {
 		v.Buckets = n
 	}
 	if v.Fair() {
-		secret, err := NewDrawSecret()
-		if err != nil {
+		if err := h.seal(&v); err != nil {
 			h.log.Error("draw secret failed", "err", err)
 			apierr.Unavailable(c, "unavailable", "the voucher could not be stored; try again")
 			return
 		}
-		v.DrawSecret = secret
 	}
 	if err := h.store.Create(ctx, &v); err != nil {
 		h.log.Error("create voucher failed", "err", err)
@@ -394,6 +440,33 @@ func (h *HTTP) Create(c *gin.Context) {
 	}
 	c.JSON(http.StatusCreated, gin.H{"voucher": view(v, live, now), "redis_ready": err == nil})
 }
+
+// seal gives a fair voucher its draw: a salt, from which the instances'
+// draw key derives the secret, the secret's commitment, stored once, and
+// a proof of work's nonce. Without a draw key (DrawKey not called) the
+// secret is made and kept in the database, as before keys existed.
+func (h *HTTP) seal(v *Voucher) error {
+	salt, err := NewDrawSecret()
+	if err != nil {
+		return err
+	}
+	if v.PowBits > 0 {
+		if v.DrawPowNonce, err = NewDrawSecret(); err != nil {
+			return err
+		}
+	}
+	if h.drawKey == nil {
+		v.DrawSecret = salt
+		return nil
+	}
+	v.DrawSalt = salt
+	v.DrawCommitment = DrawCommitment(DrawSecretOf(h.drawKey, salt))
+	return nil
+}
+
+// DrawKey sets the key fair vouchers' secrets are derived from (the
+// instances hold it, the database never does). Call it before serving.
+func (h *HTTP) DrawKey(key []byte) { h.drawKey = key }
 
 // bucketsPerMaster is what "buckets": "auto" means: one bucket per Redis
 // master serving the shards, at most one per shard; 1 on a single server.
@@ -538,6 +611,10 @@ func (h *HTTP) enter(c *gin.Context, id, user, ticket int64) (outcome string, ha
 		h.warnRedis("draw entry not confirmed by replicas", err)
 		pause(c, "not_replicated", "your entry may or may not have been taken: Redis did not confirm it in time; press again")
 		return "not_replicated", true
+	case errors.Is(err, ErrNotStarted):
+		apierr.Abort(c, http.StatusForbidden, "not_started",
+			"this draw takes entries from its opening (opens_at), when the challenge of its proof of work is published")
+		return "not_started", true
 	case errors.Is(err, ErrPowRequired):
 		apierr.Abort(c, http.StatusForbidden, "pow_required",
 			"entering this draw takes a proof of work: the "+PowHeader+" header, a nonce whose SHA-256 with the draw's challenge and your user id starts with pow_bits zero bits")

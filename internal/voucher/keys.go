@@ -192,17 +192,23 @@ func (v Voucher) DrawClose() time.Time {
 // draw's Router so that a purchase finds its draw without the database.
 const (
 	FieldDrawClose     = "draw_close_ms"
+	FieldDrawOpens     = "draw_opens_ms"
 	FieldDrawPow       = "draw_pow"
 	FieldDrawChallenge = "draw_challenge"
 )
 
 // DrawFields are a fair voucher's draw fields of its sale state: field,
-// value, ...; none for a voucher without a draw.
+// value, ...; none for a voucher without a draw. Entries open at
+// draw_opens_ms (0: at once).
 func DrawFields(v Voucher) []any {
 	if !v.Fair() {
 		return nil
 	}
-	return []any{FieldDrawClose, v.DrawClose().UnixMilli(), FieldDrawPow, v.PowBits, FieldDrawChallenge, DrawChallenge(v)}
+	var opens int64
+	if v.PowBits > 0 {
+		opens = v.EntriesOpen().UnixMilli()
+	}
+	return []any{FieldDrawClose, v.DrawClose().UnixMilli(), FieldDrawOpens, opens, FieldDrawPow, v.PowBits, FieldDrawChallenge, DrawChallenge(v)}
 }
 
 // SaleBegin is when the purchase script starts selling: BeginAt, or for a

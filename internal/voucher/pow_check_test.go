@@ -8,7 +8,8 @@ import (
 
 // TestCheckPowBits: pow_bits is 0 to MaxPowBits, and only for a voucher
 // with a draw (the proof of work is for entering it); the draw shows it
-// with its challenge, which names the voucher and the commitment.
+// with its challenge, which names the voucher, the commitment and the
+// nonce, from its begin only (when entries open).
 func TestCheckPowBits(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
@@ -26,9 +27,11 @@ func TestCheckPowBits(t *testing.T) {
 		}
 	}
 	v := base
-	v.ID, v.PowBits, v.DrawSecret = 42, 16, "00ff"
-	d := DrawOf(v, now)
-	if d.PowBits != 16 || d.Challenge != "seckill-draw:42:"+DrawCommitment("00ff") {
-		t.Fatalf("draw %+v, want pow_bits 16 and the challenge seckill-draw:42:<commitment>", d)
+	v.ID, v.PowBits, v.DrawCommitment, v.DrawPowNonce = 42, 16, DrawCommitment("00ff"), "n0"
+	if d := DrawOf(v, v.BeginAt.Add(-time.Millisecond)); d.PowBits != 16 || d.Challenge != "" || !d.OpensAt.Equal(v.BeginAt) {
+		t.Fatalf("draw before its begin %+v, want pow_bits 16, no challenge, opens at the begin", d)
+	}
+	if d := DrawOf(v, v.BeginAt); d.Challenge != "seckill-draw:42:"+DrawCommitment("00ff")+":n0" {
+		t.Fatalf("draw at its begin %+v, want the challenge seckill-draw:42:<commitment>:<nonce>", d)
 	}
 }

@@ -37,6 +37,10 @@ var (
 	// now could lose it, so the buyer cannot be told it was accepted. It is
 	// no refusal either: the order may well land.
 	ErrNotReplicated = errors.New("purchase not confirmed by replicas")
+	// ErrFenced means a drawer's purchase (ReserveAs) carried another
+	// fence token than the bucket's: another drawer took the draw over.
+	// Nothing was written.
+	ErrFenced = errors.New("the draw's buckets are fenced by another drawer")
 )
 
 // PurchasedError means the buyer already holds an order for the voucher.
@@ -213,8 +217,20 @@ func (r *Reserver) CoalesceStats() CoalesceStats {
 // every bucket is empty, ErrInTransit that units are on their way.
 // Without a Borrower an empty home bucket answers ErrSoldOut.
 func (r *Reserver) Reserve(ctx context.Context, voucherID, userID, orderID int64) (Reservation, error) {
+	return r.reserve(ctx, voucherID, userID, orderID, "")
+}
+
+// ReserveAs is Reserve for a fair voucher's drawer, which holds the
+// draw's fence token: the purchase is refused (ErrFenced) unless every
+// bucket it runs on is fenced with it (package draw fences them). It is
+// never coalesced.
+func (r *Reserver) ReserveAs(ctx context.Context, voucherID, userID, orderID int64, fence string) (Reservation, error) {
+	return r.reserve(ctx, voucherID, userID, orderID, fence)
+}
+
+func (r *Reserver) reserve(ctx context.Context, voucherID, userID, orderID int64, fence string) (Reservation, error) {
 	nb := r.layout(voucherID)
-	res, err := r.reserveIn(ctx, voucherID, userID, orderID, nb)
+	res, err := r.reserveIn(ctx, voucherID, userID, orderID, nb, fence)
 	// decodePurchase returns it as is; a type check, unlike errors.As,
 	// costs a purchase no allocation.
 	if moved, ok := err.(*LayoutError); ok {
@@ -222,7 +238,7 @@ func (r *Reserver) Reserve(ctx context.Context, voucherID, userID, orderID int64
 		// it): learn it and go to the buyer's home bucket.
 		nb = moved.Buckets
 		r.learn(voucherID, nb)
-		res, err = r.reserveIn(ctx, voucherID, userID, orderID, nb)
+		res, err = r.reserveIn(ctx, voucherID, userID, orderID, nb, fence)
 	}
 	if nb <= 1 || r.borrow == nil || !errors.Is(err, ErrSoldOut) {
 		return res, err
@@ -232,7 +248,7 @@ func (r *Reserver) Reserve(ctx context.Context, voucherID, userID, orderID int64
 		if berr := r.borrow.Borrow(ctx, voucherID, home, nb); berr != nil {
 			return Reservation{}, fmt.Errorf("reserve voucher %d in bucket %d: %w", voucherID, home, berr)
 		}
-		res, err = r.reserveIn(ctx, voucherID, userID, orderID, nb)
+		res, err = r.reserveIn(ctx, voucherID, userID, orderID, nb, fence)
 		if !errors.Is(err, ErrSoldOut) {
 			return res, err
 		}
@@ -269,11 +285,12 @@ func (r *Reserver) learn(voucherID int64, nb int) {
 	r.layouts.Store(&next)
 }
 
-// reserveIn runs the purchase script on the buyer's home bucket of nb.
-func (r *Reserver) reserveIn(ctx context.Context, voucherID, userID, orderID int64, nb int) (Reservation, error) {
+// reserveIn runs the purchase script on the buyer's home bucket of nb,
+// with a drawer's fence token when fence is set.
+func (r *Reserver) reserveIn(ctx context.Context, voucherID, userID, orderID int64, nb int, fence string) (Reservation, error) {
 	bucket := Home(userID, nb)
 	shard := r.keys.BucketShard(voucherID, bucket, nb)
-	if r.co != nil {
+	if r.co != nil && fence == "" {
 		return r.reserveCoalesced(ctx, shard, voucherID, userID, orderID, bucket, nb)
 	}
 	keys := []string{
@@ -286,6 +303,9 @@ func (r *Reserver) reserveIn(ctx context.Context, voucherID, userID, orderID int
 	args := []any{voucherID, userID, orderID}
 	if nb > 1 {
 		args = append(args, bucket, nb)
+	}
+	if fence != "" {
+		args = append(args, fence)
 	}
 	if r.acks > 0 {
 		return r.reserveAcked(ctx, keys, args...)
@@ -447,12 +467,13 @@ const (
 	purchaseReplayed   = 1 // detail: order id; accepted by an earlier call, nothing written again
 	purchaseDuplicate  = 2 // detail: the buyer's existing order id
 	purchaseSoldOut    = 3
-	purchaseNotStarted = 4 // detail: milliseconds until begin (Redis server time)
-	purchaseEnded      = 5 // the sale has ended (Redis server time)
-	purchaseNotReady   = 6 // the shard's state is not loaded
-	purchaseNoState    = 7 // no state for this voucher
-	purchaseWrongType  = 8 // detail: the key of another type; nothing written
-	purchaseLayout     = 9 // detail: the voucher's bucket count; nothing written
+	purchaseNotStarted = 4  // detail: milliseconds until begin (Redis server time)
+	purchaseEnded      = 5  // the sale has ended (Redis server time)
+	purchaseNotReady   = 6  // the shard's state is not loaded
+	purchaseNoState    = 7  // no state for this voucher
+	purchaseWrongType  = 8  // detail: the key of another type; nothing written
+	purchaseLayout     = 9  // detail: the voucher's bucket count; nothing written
+	purchaseFenced     = 10 // a drawer's fence token is not the bucket's; nothing written
 )
 
 // LayoutError means the purchase went to a bucket of the wrong layout: the
@@ -512,6 +533,8 @@ func decodePurchase(res []any) (Reservation, error) {
 			return Reservation{}, fmt.Errorf("purchase script: bad bucket count %q", detail)
 		}
 		return Reservation{}, &LayoutError{Buckets: nb}
+	case purchaseFenced:
+		return Reservation{}, ErrFenced
 	}
 	return Reservation{}, fmt.Errorf("purchase script: unknown code %d", code)
 }

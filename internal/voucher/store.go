@@ -29,12 +29,28 @@ type Voucher struct {
 	// Home(user, Buckets).
 	Buckets int `gorm:"column:buckets;default:1"`
 	// FairWindowMs, when above 0, makes the opening a draw: purchases
-	// from the voucher's creation until BeginAt + FairWindowMs enter the
-	// draw (DrawClose), which then buys them in an order DrawSecret fixes
-	// (package draw). DrawDoneAt is when the draw was done.
+	// from the voucher's creation (from BeginAt with a proof of work)
+	// until BeginAt + FairWindowMs enter the draw (DrawClose), which then
+	// buys them in an order the draw's secret and the closed entry list
+	// fix (package draw). DrawDoneAt is when the draw was done.
 	FairWindowMs int64      `gorm:"column:fair_window_ms;default:0"`
-	DrawSecret   string     `gorm:"column:draw_secret;default:''"`
 	DrawDoneAt   *time.Time `gorm:"column:draw_done_at"`
+	// DrawCommitment is the SHA-256 of the draw's secret, stored once at
+	// creation (the database refuses a change) and published from then
+	// on. DrawSalt is what the secret is derived from with the instances'
+	// draw key (DrawSecretOf): the database alone cannot tell the secret.
+	// DrawSecret is the secret once revealed, after the draw; a voucher
+	// made before commitments were stored holds its secret there from
+	// the start and no DrawCommitment.
+	DrawCommitment string `gorm:"column:draw_commitment;default:''"`
+	DrawSalt       string `gorm:"column:draw_salt;default:''"`
+	DrawSecret     string `gorm:"column:draw_secret;default:''"`
+	// DrawDigest is the SHA-256 of the closed entry list, published at
+	// the close; every rank depends on it.
+	DrawDigest string `gorm:"column:draw_digest;default:''"`
+	// DrawPowNonce is a random value the proof of work hashes, published
+	// when entries open (BeginAt), so no proof can be made earlier.
+	DrawPowNonce string `gorm:"column:draw_pow_nonce;default:''"`
 	// PowBits, above 0, makes entering the draw cost a proof of work: a
 	// nonce whose SHA-256 with the draw's challenge (DrawChallenge) and
 	// the buyer starts with PowBits zero bits (package draw).
