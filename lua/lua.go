@@ -57,6 +57,10 @@ var (
 	requeueSrc string
 	//go:embed db_sync.lua
 	dbSyncSrc string
+	//go:embed draw_close.lua
+	drawCloseSrc string
+	//go:embed draw_fence.lua
+	drawFenceSrc string
 )
 
 // Purchase checks a buyer's eligibility, reserves stock and queues the order.
@@ -141,3 +145,11 @@ func Requeue() *redis.Script { return redis.NewScript(requeueSrc) }
 // DBSync brings a shard's record of the database in line with the server
 // the database's address reaches.
 func DBSync() *redis.Script { return redis.NewScript(dbSyncSrc) }
+
+// DrawClose closes a fair voucher's draw on Redis's clock, before its
+// entries are read.
+func DrawClose() *redis.Script { return redis.NewScript(drawCloseSrc) }
+
+// DrawFence fences one bucket of a fair voucher for the drawer holding a
+// token, which only rises.
+func DrawFence() *redis.Script { return redis.NewScript(drawFenceSrc) }

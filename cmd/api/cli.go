@@ -71,7 +71,7 @@ var commands = []command{
 		flags: func(*flag.FlagSet) action { return settleCommand }},
 	{name: "buckets", synopsis: "VOUCHER", nargs: 1, doc: "show where each bucket of a voucher lives (shard, hash tag, slot, master) and its stock, alloc, out, readiness and rebuild fence, and the moves between its buckets under way",
 		flags: func(*flag.FlagSet) action { return bucketsCommand }},
-	{name: "draw verify", synopsis: "[--url BASE] [--commitment HEX] VOUCHER", nargs: 1, doc: "recompute a fair voucher's draw from its published secret: the secret matches the commitment, every entry is at the place its HMAC gives, the winners come first; exit 1 if not",
+	{name: "draw verify", synopsis: "[--url BASE] --commitment HEX VOUCHER", nargs: 1, doc: "recompute a fair voucher's draw from its published secret and entries, held to the commitment published before the close (--commitment, required): the secret matches it, the entries match the digest published at the close, every entry is at the place its HMAC gives, the winners come first; exit 1 if not",
 		flags: drawVerifyFlags},
 	{name: "version", noConfig: true, doc: "print the module version and the VCS revision it was built from",
 		flags: func(*flag.FlagSet) action { return versionCommand }},

@@ -240,6 +240,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 		return err
 	}
 	c := newCore(ctx, cfg, rdb, db, primary, log)
+	c.drawKey = drawKeyOf(secret)
 	warnUnpayable(ctx, cfg, c)
 	if firstStart {
 		if err := announceAdmin(ctx, cfg, signer, auth.NewVersions(db), stdout); err != nil {
@@ -350,6 +351,8 @@ type core struct {
 	// of it lost.
 	primary *db.Primary
 	watcher *failover.Watcher
+	// drawKey derives fair vouchers' secrets (drawKeyOf).
+	drawKey []byte
 }
 
 // newCore builds the shared components and warms the voucher state once.
@@ -565,6 +568,7 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 	}
 	s.background = append([]runner{ids}, s.background...)
 	vouchers := voucher.NewHTTP(c.vstore, c.vstate, c.reserver, ids, c.log)
+	vouchers.DrawKey(c.drawKey)
 	vouchers.Observe(c.m)
 	// Fair vouchers open with a draw: entries until the close, then one
 	// instance buys them in the draw's order.
@@ -573,7 +577,7 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 		router.WaitReplicas(cfg.WaitReplicas, cfg.WaitTimeout, c.replicas)
 	}
 	vouchers.Draw(router)
-	s.background = append(s.background, draw.NewDrawer(c.db, c.rdb, c.keys, c.reserver, draw.DrawerConfig{}, c.log.With("component", "draw")))
+	s.background = append(s.background, draw.NewDrawer(c.db, c.rdb, c.keys, c.reserver, draw.DrawerConfig{Key: c.drawKey}, c.log.With("component", "draw")))
 	if cfg.Pay.Provider == "off" {
 		vouchers.RefusePriced("set SECKILL_PAY_PROVIDER=webhook (with SECKILL_PAY_GATEWAY_URL and SECKILL_PAY_WEBHOOK_SECRET) to take payments")
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"seckill/internal/testenv"
 	"seckill/internal/voucher"
 )
 
@@ -130,5 +132,69 @@ func BenchmarkPowOK(b *testing.B) {
 		if !PowOK(challenge, 987654321, nonce, 16) {
 			b.Fatal("the nonce was refused")
 		}
+	}
+}
+
+// TestPowOpensAtBegin: a draw with a proof of work takes entries from its
+// begin, when its challenge, which ends with a nonce made at creation, is
+// shown: before, the voucher shows no challenge, and an entry is refused
+// as not started, without a proof (by the Router) and with a valid one
+// (by draw_enter.lua, on Redis's clock: a leaked challenge gains
+// nothing); a proof over the challenge without the nonce (what could be
+// computed from creation) is refused once entries open, and a proof over
+// the published challenge enters.
+func TestPowOpensAtBegin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const k = 8
+	e := newEnv(t, "sqlite", 10, time.Now().Add(4*time.Second))
+	nonce := salt(t)
+	if err := e.db.Exec("UPDATE vouchers SET pow_bits = ?, draw_pow_nonce = ? WHERE id = ?", k, nonce, e.v.ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	e.v = e.voucher(t)
+	for shard := range e.keys.Shards() {
+		if err := e.rdb.Del(ctx, e.keys.StateAt(shard, e.v.ID)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.load(t)
+	opens := e.v.BeginAt
+	if e.v.EntriesOpen() != opens {
+		t.Fatalf("entries open at %s, want the begin %s", e.v.EntriesOpen(), opens)
+	}
+	challenge := voucher.DrawChallenge(e.v)
+	if !strings.HasSuffix(challenge, ":"+nonce) {
+		t.Fatalf("challenge %q does not end with the nonce", challenge)
+	}
+	if d := voucher.DrawOf(e.v, opens.Add(-time.Millisecond)); d.Challenge != "" || !d.OpensAt.Equal(opens) {
+		t.Fatalf("before the begin the voucher shows challenge %q, opens %s; want none, %s", d.Challenge, d.OpensAt, opens)
+	}
+	if d := voucher.DrawOf(e.v, opens); d.Challenge != challenge {
+		t.Fatalf("at the begin the voucher shows challenge %q, want %q", d.Challenge, challenge)
+	}
+	r := NewRouter(e.rdb, e.keys)
+	var early *voucher.NotStartedError
+	for _, proof := range []string{"", SolvePow(challenge, 5, k)} {
+		if got, handled, err := r.Enter(ctx, e.v.ID, 5, 50, proof); !errors.As(err, &early) || !handled {
+			t.Fatalf("entry with proof %q before the begin: %+v handled %v, %v; want not started", proof, got, handled, err)
+		}
+	}
+	if n, _ := e.rdb.HLen(ctx, entriesKey(e.keys, e.v.ID)).Result(); n != 0 {
+		t.Fatalf("%d entries before the begin, want none", n)
+	}
+	testenv.WaitFor(t, 10*time.Second, "entries open", func() bool { return !time.Now().Before(opens.Add(10 * time.Millisecond)) })
+	withoutNonce := strings.TrimSuffix(challenge, ":"+nonce)
+	precomputed := ""
+	for i := 0; precomputed == ""; i++ { // one not valid for both by chance
+		if n := strconv.Itoa(i); PowOK(withoutNonce, 5, n, k) && !PowOK(challenge, 5, n, k) {
+			precomputed = n
+		}
+	}
+	if _, _, err := r.Enter(ctx, e.v.ID, 5, 51, precomputed); !errors.Is(err, voucher.ErrPowRequired) {
+		t.Fatalf("a proof over the challenge without its nonce: %v, want ErrPowRequired", err)
+	}
+	if got, handled, err := r.Enter(ctx, e.v.ID, 5, 52, SolvePow(challenge, 5, k)); err != nil || !handled || got.Ticket != 52 {
+		t.Fatalf("a proof over the published challenge: %+v handled %v, %v; want ticket 52", got, handled, err)
 	}
 }

@@ -46,12 +46,13 @@ func (r *Router) WaitReplicas(n int, timeout time.Duration, rs *redisconn.Replic
 	r.acks, r.ackWait, r.replicas = n, timeout, rs
 }
 
-// open is a draw not known to be done: when it closes, and the proof of
-// work an entry takes (pow bits, 0 for none, over challenge).
+// open is a draw not known to be done: when it closes, when its entries
+// open (zero: at once), and the proof of work an entry takes (pow bits, 0
+// for none, over challenge).
 type open struct {
-	closes    time.Time
-	pow       int
-	challenge string
+	closes, opens time.Time
+	pow           int
+	challenge     string
 }
 
 // Enter implements voucher.Draws. A voucher whose state cannot be read is
@@ -66,7 +67,7 @@ func (r *Router) Enter(ctx context.Context, v, user, ticket int64, pow string) (
 	if !PowOK(o.challenge, user, pow, o.pow) {
 		return r.noPow(ctx, v, o)
 	}
-	code, detail, err := r.run(ctx, v, user, ticket, o.closes)
+	code, detail, err := r.run(ctx, v, user, ticket, o)
 	if err != nil {
 		return voucher.DrawEntry{}, false, err
 	}
@@ -81,6 +82,9 @@ func (r *Router) Enter(ctx context.Context, v, user, ticket int64, pow string) (
 	case 3:
 		r.known.Store(v, (*open)(nil))
 		return e, false, nil
+	case 4:
+		ms, _ := strconv.ParseInt(detail, 10, 64)
+		return e, true, fmt.Errorf("enter the draw of voucher %d: %w", v, &voucher.NotStartedError{Until: time.Duration(ms) * time.Millisecond})
 	}
 	return e, false, fmt.Errorf("enter the draw of voucher %d: key %s has another type", v, detail)
 }
@@ -99,6 +103,9 @@ func (r *Router) noPow(ctx context.Context, v int64, o *open) (voucher.DrawEntry
 		return voucher.DrawEntry{}, false, nil
 	case !time.Now().Before(o.closes):
 		return voucher.DrawEntry{ClosesAt: o.closes, Closed: true}, true, nil
+	case time.Now().Before(o.opens):
+		// No proof can be made before the challenge is published.
+		return voucher.DrawEntry{}, true, fmt.Errorf("enter the draw of voucher %d: %w", v, &voucher.NotStartedError{Until: time.Until(o.opens)})
 	}
 	return voucher.DrawEntry{}, false, fmt.Errorf("enter the draw of voucher %d: %w", v, voucher.ErrPowRequired)
 }
@@ -113,7 +120,7 @@ func (r *Router) draw(ctx context.Context, v int64) (*open, error) {
 		return o.(*open), nil
 	}
 	o, err, _ := r.group.Do(strconv.FormatInt(v, 10), func() (any, error) {
-		f, err := r.rdb.HMGet(ctx, r.keys.State(v), "stock", voucher.FieldDrawClose, voucher.FieldDrawPow, voucher.FieldDrawChallenge).Result()
+		f, err := r.rdb.HMGet(ctx, r.keys.State(v), "stock", voucher.FieldDrawClose, voucher.FieldDrawPow, voucher.FieldDrawChallenge, voucher.FieldDrawOpens).Result()
 		if err != nil {
 			return nil, err
 		}
@@ -132,6 +139,13 @@ func (r *Router) draw(ctx context.Context, v int64) (*open, error) {
 			return nil, fmt.Errorf("voucher %d's draw fields %v", v, f[1:])
 		}
 		o := &open{closes: time.UnixMilli(ms), pow: pow, challenge: challenge}
+		if s, _ := f[4].(string); s != "" && s != "0" {
+			opens, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("voucher %d's draw opens at %q", v, s)
+			}
+			o.opens = time.UnixMilli(opens)
+		}
 		r.known.Store(v, o)
 		return o, nil
 	})
@@ -143,9 +157,12 @@ func (r *Router) draw(ctx context.Context, v int64) (*open, error) {
 
 // run runs draw_enter.lua and, with acks, confirms an entry (code 0 or
 // 1) by WAIT on the same connection of the master holding the entries.
-func (r *Router) run(ctx context.Context, v, user, ticket int64, closes time.Time) (int64, string, error) {
-	keys := []string{entriesKey(r.keys, v), doneKey(r.keys, v)}
-	args := []any{user, ticket, closes.UnixMilli()}
+func (r *Router) run(ctx context.Context, v, user, ticket int64, o *open) (int64, string, error) {
+	keys := []string{entriesKey(r.keys, v), doneKey(r.keys, v), closedKey(r.keys, v)}
+	args := []any{user, ticket, o.closes.UnixMilli()}
+	if !o.opens.IsZero() {
+		args = append(args, o.opens.UnixMilli())
+	}
 	if r.acks == 0 {
 		res, err := r.enter.Run(ctx, r.rdb, keys, args...).Slice()
 		if err != nil {

@@ -70,6 +70,9 @@ type fairSale struct {
 	insts   []*instance
 	bases   []string
 	voucher int64
+	// commitment is the draw's commitment as published before the
+	// opening, what a buyer's page keeps.
+	commitment string
 	// answers: user -> the last definite answer.
 	mu      sync.Mutex
 	answers map[int64]answer
@@ -111,6 +114,12 @@ func fairOpening(t *testing.T, c *cluster, rdb redis.UniversalClient, insts []*i
 		t.Fatalf("create the voucher: %+v", created)
 	}
 	s.voucher = created.order
+	if fairWindow > 0 {
+		s.commitment = s.draw(t).Draw.Commitment
+		if len(s.commitment) != 64 {
+			t.Fatalf("the draw's commitment before the opening: %q", s.commitment)
+		}
+	}
 	jobs := make(chan int64, fairBuyers)
 	var wg sync.WaitGroup
 	for range 64 {
@@ -156,15 +165,33 @@ func (s *fairSale) press(user int64, tok string, giveUp time.Time) {
 func (s *fairSale) result(t *testing.T) draw.Result {
 	var r draw.Result
 	testenv.WaitFor(t, 2*time.Minute, "the draw done", func() bool {
-		resp, err := s.c.http.Get(fmt.Sprintf("%s/api/v1/vouchers/%d/draw", s.bases[0], s.voucher))
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		r = draw.Result{}
-		return json.NewDecoder(resp.Body).Decode(&r) == nil && r.Draw != nil && r.Draw.Status == "done"
+		var err error
+		r, err = s.get()
+		return err == nil && r.Draw != nil && r.Draw.Status == "done"
 	})
 	return r
+}
+
+// draw reads the voucher's draw as published now.
+func (s *fairSale) draw(t *testing.T) draw.Result {
+	r, err := s.get()
+	if err != nil || r.Draw == nil {
+		t.Fatalf("read the draw: %+v, %v", r, err)
+	}
+	return r
+}
+
+func (s *fairSale) get() (draw.Result, error) {
+	var r draw.Result
+	resp, err := s.c.http.Get(fmt.Sprintf("%s/api/v1/vouchers/%d/draw", s.bases[0], s.voucher))
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return r, fmt.Errorf("GET the draw: %s", resp.Status)
+	}
+	return r, json.NewDecoder(resp.Body).Decode(&r)
 }
 
 // fastShare checks the fast fifth's share of the winners against its
@@ -303,7 +330,10 @@ func (s *fairSale) checkDraw(t *testing.T) (winners []int64, codes string) {
 		}
 		return string(out), err
 	}
-	if out, err := verifyCmd(r.Draw.Commitment); err != nil || !strings.Contains(out, `"ok": true`) {
+	if r.Draw.Commitment != s.commitment {
+		t.Errorf("the draw's commitment is %s, %s was published before the opening", r.Draw.Commitment, s.commitment)
+	}
+	if out, err := verifyCmd(s.commitment); err != nil || !strings.Contains(out, `"ok": true`) {
 		t.Errorf("api draw verify: %v\n%s", err, out)
 	}
 	if out, err := verifyCmd(strings.Repeat("0", 64)); err == nil || !strings.Contains(out, `"ok": false`) {
