@@ -103,6 +103,9 @@ func TestComposeFile(t *testing.T) {
 	if !slices.Contains(mysql.Command, "--innodb-flush-log-at-trx-commit=1") {
 		t.Errorf("mysql command %q does not flush InnoDB at every commit", mysql.Command)
 	}
+	if !slices.Contains(mysql.Command, "--log-bin-trust-function-creators=1") {
+		t.Errorf("mysql command %q: the service's account cannot create the draw commitment's trigger", mysql.Command)
+	}
 	if len(redis.Volumes) == 0 || len(mysql.Volumes) == 0 {
 		t.Error("redis and mysql must keep their data in volumes")
 	}

@@ -132,3 +132,43 @@ func TestApplyRefusesNewerSchema(t *testing.T) {
 		t.Fatalf("current %d, %v; want %d, nothing applied", v, err, future)
 	}
 }
+
+// TestApplyAsServiceAccountWithBinlog: the migrations apply as the
+// account the operating guide tells operators to make (ALL on its
+// database, no SUPER) on a server with the binary log on, as a replicated
+// primary runs. The draw commitment's trigger is a stored program: the
+// server refuses it until log_bin_trust_function_creators is on, and
+// Apply says so, having applied everything before it (its migration is
+// its own, so nothing is half done); once the variable is on, the next
+// Apply adds it, and the trigger refuses the account a change of a set
+// commitment.
+func TestApplyAsServiceAccountWithBinlog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := testenv.StartMariaDBWith(t, testenv.MariaDBOptions{LogBin: true})
+	m.Exec(t, "CREATE DATABASE svc")
+	m.Exec(t, "CREATE USER 'svc'@'%' IDENTIFIED BY 'pw'")
+	m.Exec(t, "GRANT ALL PRIVILEGES ON svc.* TO 'svc'@'%'")
+	g, err := db.OpenMySQL("svc:pw@tcp("+m.Addr+")/svc?parseTime=true", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = schema.Apply(ctx, g)
+	if err == nil || !strings.Contains(err.Error(), "0015_draw_commitment_once") || !strings.Contains(err.Error(), "log_bin_trust_function_creators") {
+		t.Fatalf("Apply without log_bin_trust_function_creators: %v; want migration 0015 refused, naming the variable", err)
+	}
+	if v, err := schema.Current(ctx, g); err != nil || v != 14 {
+		t.Fatalf("after the refusal the schema is at %d (%v), want 14", v, err)
+	}
+	m.Exec(t, "SET GLOBAL log_bin_trust_function_creators = ON")
+	if applied, err := schema.Apply(ctx, g); err != nil || len(applied) != 1 || applied[0] != 15 {
+		t.Fatalf("Apply with the variable on: %v, %v; want 15 applied", applied, err)
+	}
+	if err := g.Exec("INSERT INTO vouchers (id, title, face_value, total_stock, stock, begin_at, end_at, created_at, updated_at, fair_window_ms, draw_commitment) " +
+		"VALUES (1, 't', 1, 1, 1, NOW(), NOW() + INTERVAL 1 HOUR, NOW(), NOW(), 1000, 'c1')").Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Exec("UPDATE vouchers SET draw_commitment = 'c2' WHERE id = 1").Error; err == nil {
+		t.Fatal("the service account changed a set commitment")
+	}
+}

@@ -3,7 +3,7 @@
 -- close, and its commitment was recomputed from whatever secret the row
 -- held. From this version:
 --   draw_commitment  the SHA-256 of the secret, stored once at creation and
---                    published from then on; the triggers below refuse any
+--                    published from then on; the trigger of 0015 refuses any
 --                    write that changes it once set
 --   draw_salt        what the secret is derived from with a key the
 --                    database never holds (the instances', package draw):
@@ -21,9 +21,3 @@ ALTER TABLE vouchers
   ADD COLUMN draw_salt VARCHAR(64) NOT NULL DEFAULT '',
   ADD COLUMN draw_digest VARCHAR(64) NOT NULL DEFAULT '',
   ADD COLUMN draw_pow_nonce VARCHAR(64) NOT NULL DEFAULT '';
-
--- A commitment once set is never changed, by the service or by anyone with
--- the database: the write is refused. (On a server with a binary log, an
--- account without SUPER creates triggers only with
--- log_bin_trust_function_creators on: docs/operating.md, Real servers.)
-CREATE TRIGGER trg_vouchers_draw_commitment_once BEFORE UPDATE ON vouchers FOR EACH ROW IF OLD.draw_commitment <> '' AND NEW.draw_commitment <> OLD.draw_commitment THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'draw_commitment is written once'; END IF;
