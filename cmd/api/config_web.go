@@ -24,6 +24,7 @@ type webConfig struct {
 	PurchaseIP   ratelimit.Rule // SECKILL_LIMIT_PURCHASE_IP
 	CodeIP       ratelimit.Rule // SECKILL_LIMIT_CODE_IP
 	LoginIP      ratelimit.Rule // SECKILL_LIMIT_LOGIN_IP
+	DrawIP       ratelimit.Rule // SECKILL_LIMIT_DRAW_IP
 	// TrustedProxies may set X-Forwarded-For / X-Real-IP: the client
 	// address of the per-address limits (SECKILL_TRUSTED_PROXIES).
 	TrustedProxies []string
@@ -75,6 +76,11 @@ var webSettings = []setting{
 	{name: "SECKILL_LIMIT_LOGIN_IP", def: "60/1m",
 		doc:   "login attempts per client address",
 		field: func(c *config) value { return rule{&c.Web.LoginIP} }},
+	// A draw's pages poll twice a second each: as for purchases, only a
+	// flood guard per address (a thousand pages behind one carrier NAT).
+	{name: "SECKILL_LIMIT_DRAW_IP", def: "2000/1s",
+		doc:   "requests of a draw's pages (its status, the buyer's entry, its list) per client address (a flood guard)",
+		field: func(c *config) value { return rule{&c.Web.DrawIP} }},
 	{name: "SECKILL_TRUSTED_PROXIES", def: defaultTrustedProxies,
 		doc:   "addresses or CIDRs allowed to set X-Forwarded-For / X-Real-IP (the client address of every per-address limit); the default trusts every private range, so any host there can name any address: narrow it to nginx's addresses; none for an instance facing clients",
 		field: func(c *config) value { return list{&c.Web.TrustedProxies, addrOrPrefix} }},

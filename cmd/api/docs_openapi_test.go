@@ -259,6 +259,41 @@ func TestOpenAPIAnswers(t *testing.T) {
 		wrongPow += "1"
 	}
 	buy := "/api/v1/vouchers/" + vidS + "/orders"
+	// A draw that closes 3 s from now, entered by two buyers: done within
+	// seconds, its answers checked once it is (waitDone).
+	begin := now.Add(-time.Minute).Truncate(time.Second)
+	st, dv := call(t, "POST", o.base+"/api/v1/vouchers", adminTok, map[string]any{
+		"title": "drawn", "face_value": 1000, "stock": 1, "fair_window_ms": now.Add(3 * time.Second).Sub(begin).Milliseconds(),
+		"begin_at": begin.Format(time.RFC3339), "end_at": now.Add(time.Hour).Format(time.RFC3339),
+	})
+	if st != http.StatusCreated {
+		t.Fatalf("create a fair voucher closing soon: %d %v", st, dv)
+	}
+	drawn := fmt.Sprint(dv["voucher"].(map[string]any)["id"])
+	drawnID := map[string]string{"id": drawn}
+	drawnAt := "/api/v1/vouchers/" + drawn + "/draw"
+	for _, u := range []int64{91, 92} {
+		if st, body := call(t, "POST", o.base+"/api/v1/vouchers/"+drawn+"/orders", token(t, u, auth.RoleUser), nil); st != http.StatusAccepted || body["status"] != "entered" {
+			t.Fatalf("user %d enters the draw closing soon: %d %v", u, st, body)
+		}
+	}
+	waitDone := func(*exchange) {
+		testenv.WaitFor(t, 30*time.Second, "the draw of voucher "+drawn+" done", func() bool {
+			_, body := call(t, "GET", o.base+drawnAt, "", nil)
+			d, _ := body["draw"].(map[string]any)
+			return d != nil && d["status"] == "done"
+		})
+	}
+	etagOf := func(url string) func(*exchange) {
+		return func(s *exchange) {
+			resp, err := client.Get(o.base + url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			s.hdr = map[string]string{"If-None-Match": resp.Header.Get("ETag")}
+		}
+	}
 
 	// A priced sale: orders await payment. cancelled is cancelled by its
 	// buyer, used is paid then redeemed, refunded is paid then refunded.
@@ -329,6 +364,20 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/" + vidS + "/draw", params: pid, status: 404}, // no_draw
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/987654321/draw", params: map[string]string{"id": "987654321"}, status: 404},
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: "/api/v1/vouchers/x/draw", params: map[string]string{"id": "x"}, badRequest: true, status: 400},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: drawnAt, params: drawnID, prep: waitDone, status: 200},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw", url: drawnAt, params: drawnID, prep: etagOf(drawnAt), status: 304},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/me", url: drawnAt + "/me", params: drawnID, token: token(t, 91, auth.RoleUser), status: 200},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/me", url: drawnAt + "/me", params: drawnID, token: userTok, status: 200}, // did not enter
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/me", url: "/api/v1/vouchers/" + fair + "/draw/me", params: fairID, token: userTok, status: 200},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/me", url: drawnAt + "/me", params: drawnID, status: 401},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/me", url: "/api/v1/vouchers/" + vidS + "/draw/me", params: pid, token: userTok, status: 404}, // no_draw
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/entries", url: drawnAt + "/entries?limit=1", params: drawnID, status: 200},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/entries", url: drawnAt + "/entries?after=0&limit=1", params: drawnID, status: 200},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/entries", url: drawnAt + "/entries?after=0&limit=1", params: drawnID, prep: etagOf(drawnAt + "/entries?after=0&limit=1"), status: 304},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/entries", url: "/api/v1/vouchers/" + fair + "/draw/entries", params: fairID, status: 200}, // open: none
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/entries", url: drawnAt + "/entries?limit=0", params: drawnID, badRequest: true, status: 400},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/entries", url: drawnAt + "/entries?after=-2", params: drawnID, badRequest: true, status: 400},
+		{method: "GET", path: "/api/v1/vouchers/{id}/draw/entries", url: "/api/v1/vouchers/987654321/draw/entries", params: map[string]string{"id": "987654321"}, status: 404},
 		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + fair + "/orders", params: fairID, token: userTok, status: 202},       // entered
 		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "fair_window_ms", 3_600_000), status: 422},                     // closes at end_at,
 		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + powID["id"] + "/orders", params: powID, token: userTok, status: 403}, // pow_required

@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -72,7 +71,9 @@ func drawVerify(ctx context.Context, e *cmdEnv, url, commitment string) error {
 	}
 	var r draw.Result
 	if url != "" {
-		r, err = fetchDraw(ctx, url, id)
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		r, err = draw.Fetch(fctx, http.DefaultClient, url, id)
 	} else {
 		db, closeDB, oerr := openDB(ctx, e.cfg, e.log, false)
 		if oerr != nil {
@@ -111,27 +112,4 @@ func drawVerify(ctx context.Context, e *cmdEnv, url, commitment string) error {
 		return fmt.Errorf("the draw of voucher %d does not check", id)
 	}
 	return nil
-}
-
-// fetchDraw reads GET /api/v1/vouchers/{id}/draw of the service at base.
-func fetchDraw(ctx context.Context, base string, id int64) (draw.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/api/v1/vouchers/"+strconv.FormatInt(id, 10)+"/draw", nil)
-	if err != nil {
-		return draw.Result{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return draw.Result{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return draw.Result{}, fmt.Errorf("GET %s: %s", req.URL, resp.Status)
-	}
-	var r draw.Result
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return draw.Result{}, fmt.Errorf("GET %s: %w", req.URL, err)
-	}
-	return r, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -179,19 +180,18 @@ func TestDrawInBrowser(t *testing.T) {
 	if first == second {
 		t.Errorf("both buyers read %q for one unit", first)
 	}
-	r := sendJSON(t, "GET", fmt.Sprintf("%s/api/v1/vouchers/%d/draw", s.base, id), "", nil)
-	entries, _ := r.body["entries"].([]any)
-	if r.status != 200 || len(entries) != 2 {
-		t.Fatalf("the draw: %d %s, want 2 entries", r.status, r.raw)
+	r, err := draw.Fetch(tctx, http.DefaultClient, s.base, id)
+	if err != nil || len(r.Entries) != 2 {
+		t.Fatalf("the draw: %+v (%v), want 2 entries", r, err)
 	}
 	won := 0
-	for _, e := range entries {
-		if e.(map[string]any)["won"] == true {
+	for _, e := range r.Entries {
+		if e.Won {
 			won++
 		}
 	}
 	if won != 1 {
-		t.Errorf("%d entries won one unit: %s", won, r.raw)
+		t.Errorf("%d entries won one unit: %+v", won, r.Entries)
 	}
 
 	// The winner on a page that entered and was closed before the close,

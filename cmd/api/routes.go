@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"seckill/internal/draw"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
@@ -14,6 +13,7 @@ import (
 
 	"seckill/docs"
 	"seckill/internal/auth"
+	"seckill/internal/draw"
 	"seckill/internal/order"
 	"seckill/internal/payment"
 	"seckill/internal/ratelimit"
@@ -86,7 +86,15 @@ func addRoutes(r *gin.Engine, d deps) {
 	// The sale is public, so the page shows it before a login.
 	r.GET("/api/v1/vouchers", d.vouchers.List)
 	r.GET("/api/v1/vouchers/:id", d.vouchers.Show)
-	r.GET("/api/v1/vouchers/:id/draw", draw.Show(d.db, d.log))
+	// A draw's result: a small status every entrant's page polls, the
+	// buyer's own entry, the list a page at a time; each limited per
+	// address as purchases are, and bounded in the database connections
+	// it holds (draw.Pages).
+	pages := draw.NewPages(d.db, draw.PagesConfig{}, d.log)
+	drawByAddr := byAddr(lim.drawIP, clientAddr)
+	r.GET("/api/v1/vouchers/:id/draw", drawByAddr, pages.Status)
+	r.GET("/api/v1/vouchers/:id/draw/entries", drawByAddr, pages.Entries)
+	r.GET("/api/v1/vouchers/:id/draw/me", drawByAddr, tokenOnly, pages.Mine)
 
 	// The address limit runs before the token is checked, so a flood costs
 	// no signature checks; the user limit needs the token's user.
@@ -121,7 +129,7 @@ func addWorkerRoutes(r *gin.Engine, h *health) {
 
 // limits are the in-process token buckets; nil ones allow everything.
 type limits struct {
-	purchaseUser, purchaseIP, codeIP, loginIP *ratelimit.Limiter
+	purchaseUser, purchaseIP, codeIP, loginIP, drawIP *ratelimit.Limiter
 }
 
 func newLimits(w webConfig) limits {
@@ -133,6 +141,7 @@ func newLimits(w webConfig) limits {
 		purchaseIP:   ratelimit.New(w.PurchaseIP, nil),
 		codeIP:       ratelimit.New(w.CodeIP, nil),
 		loginIP:      ratelimit.New(w.LoginIP, nil),
+		drawIP:       ratelimit.New(w.DrawIP, nil),
 	}
 }
 

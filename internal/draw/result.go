@@ -2,16 +2,17 @@ package draw
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
-	"seckill/internal/apierr"
 	"seckill/internal/voucher"
 )
 
@@ -84,25 +85,68 @@ func Check(r Result) error {
 	return errors.Join(errs...)
 }
 
-// Show serves GET /api/v1/vouchers/:id/draw: the draw's commitment and
-// state, and once it is done its secret and every entry in order.
-func Show(db *gorm.DB, log *slog.Logger) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		id, ok := apierr.PathID(c, "id")
-		if !ok {
-			return
-		}
-		r, err := Results(c.Request.Context(), db, id)
-		switch {
-		case errors.Is(err, voucher.ErrNotFound):
-			apierr.Abort(c, http.StatusNotFound, "voucher_not_found", "no voucher has this id")
-		case errors.Is(err, ErrNoDraw):
-			apierr.Abort(c, http.StatusNotFound, "no_draw", "this voucher opens without a draw")
-		case err != nil:
-			log.Error("read a draw failed", "voucher", id, "err", err)
-			apierr.Unavailable(c, "unavailable", "the draw cannot be read right now")
-		default:
-			c.JSON(http.StatusOK, r)
-		}
+// Fetch reads voucher v's published draw from the service at base (e.g.
+// https://shop.example.com), as anyone can: its status, then, once done,
+// every page of its entries in order (PageMax a page). A list that does
+// not hold the status's count of entries, or whose places do not follow
+// on, is an error: a list cut short must not pass Check.
+func Fetch(ctx context.Context, client *http.Client, base string, v int64) (Result, error) {
+	root := strings.TrimRight(base, "/") + "/api/v1/vouchers/" + strconv.FormatInt(v, 10) + "/draw"
+	var st Status
+	if err := getJSON(ctx, client, root, &st); err != nil {
+		return Result{}, err
 	}
+	r := Result{VoucherID: v, Draw: st.Draw}
+	if st.Draw == nil || st.Draw.Status != "done" {
+		return r, nil
+	}
+	if st.Entries == nil {
+		return Result{}, fmt.Errorf("GET %s: a done draw without its entry_count", root)
+	}
+	r.Entries = make([]Entry, 0, *st.Entries)
+	for after := -1; ; {
+		var pg Page
+		q := url.Values{"after": {strconv.Itoa(after)}, "limit": {strconv.Itoa(PageMax)}}
+		if err := getJSON(ctx, client, root+"/entries?"+q.Encode(), &pg); err != nil {
+			return Result{}, err
+		}
+		for _, e := range pg.Entries {
+			if e.Place != len(r.Entries) {
+				return Result{}, fmt.Errorf("the draw's list holds place %d where place %d belongs", e.Place, len(r.Entries))
+			}
+			r.Entries = append(r.Entries, e)
+		}
+		if pg.NextAfter == nil {
+			break
+		}
+		if *pg.NextAfter <= after {
+			return Result{}, fmt.Errorf("the draw's list goes back from place %d to %d", after, *pg.NextAfter)
+		}
+		after = *pg.NextAfter
+	}
+	if len(r.Entries) != *st.Entries {
+		return Result{}, fmt.Errorf("the draw's list holds %d entries, its status counts %d", len(r.Entries), *st.Entries)
+	}
+	return r, nil
+}
+
+// getJSON decodes the 200 answer of GET u into v.
+func getJSON(ctx context.Context, client *http.Client, u string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	return nil
 }

@@ -166,7 +166,7 @@ func (s *fairSale) result(t *testing.T) draw.Result {
 	var r draw.Result
 	testenv.WaitFor(t, 2*time.Minute, "the draw done", func() bool {
 		var err error
-		r, err = s.get()
+		r, err = draw.Fetch(context.Background(), s.c.http, s.bases[0], s.voucher)
 		return err == nil && r.Draw != nil && r.Draw.Status == "done"
 	})
 	return r

@@ -17,7 +17,10 @@
   var DUE_GIVE_UP_MS = 120000;
   // An order paid on a gateway's page is asked for this often meanwhile.
   var GATEWAY_ASK_EVERY_MS = 3000;
-  // After a draw's close its result is asked for this often until done.
+  // After a draw's close its small status is asked for this often until
+  // done (the answer's ETag sent back: unchanged, it is a 304 without a
+  // body); then the buyer's own entry, once. The whole list is never
+  // downloaded: the card links it, a page at a time.
   var DRAW_ASK_EVERY_MS = 500;
   var DRAWS_KEY = "seckill.draws."; // + user id: voucher id -> entry
 
@@ -30,7 +33,7 @@
     mine: new Map(),   // voucher id -> {order, status, at} the buyer holds (a live or pending order)
     orders: new Map(), // order id -> {view, dueAt, askedAt, payUrl, busy} of orders this page knows
     list: [],          // order ids of My orders, as listed
-    draws: new Map(),  // voucher id -> {ticket, closes, nonce, result} of draws the buyer entered
+    draws: new Map(),  // voucher id -> {ticket, closes, nonce, result, place, count} of draws the buyer entered
     following: new Set(), // voucher ids whose draw result is being asked for
     listTimer: 0,
     polls: 0,
@@ -116,7 +119,8 @@
     }).then(function (resp) {
       noteClock(resp, sent);
       return resp.json().catch(function () { return {}; }).then(function (b) {
-        var r = { status: resp.status, body: b || {}, retryAfter: parseInt(resp.headers.get("Retry-After") || "0", 10), at: Date.now() };
+        var r = { status: resp.status, body: b || {}, retryAfter: parseInt(resp.headers.get("Retry-After") || "0", 10), at: Date.now(),
+          etag: resp.headers.get("ETag") || "" };
         if (r.status === 401 && state.session && !token && path.indexOf("auth/") !== 0) {
           saveSession(null);
           notice("Your session ended; please log in again.", "bad");
@@ -347,6 +351,7 @@
       code: li.querySelector(".v-code"), codeText: li.querySelector(".code-big"), copy: li.querySelector(".copy"),
       draw: li.querySelector(".v-draw"), what: li.querySelector(".draw-what"), drawResult: li.querySelector(".draw-result"), commit: li.querySelector(".draw-commit"),
       copyCommit: li.querySelector(".copy-commit"), check: li.querySelector(".draw-check"), secret: li.querySelector(".draw-secret"),
+      drawMine: li.querySelector(".draw-mine"), drawList: li.querySelector(".draw-list"),
       pay: $("pay-tpl").content.firstElementChild.cloneNode(true), busy: false, holdUntil: 0,
     };
     li.dataset.voucherId = String(v.id);
@@ -499,8 +504,9 @@
   }
 
   // paintDraw shows a voucher's draw: the commitment from the start, short
-  // (Copy copies it whole; How to check opens the draw's JSON), the secret
-  // once done, and the buyer's result.
+  // (Copy copies it whole; How to check opens the draw's status, All
+  // entries the first page of its list), the secret once done, and the
+  // buyer's result: won or not, and the place.
   function paintDraw(c) {
     var d = c.v.draw;
     c.draw.hidden = !d;
@@ -508,8 +514,10 @@
     var short = d.commitment.slice(0, 12) + "…";
     if (c.commit.textContent !== short) { c.commit.textContent = short; c.commit.title = d.commitment; }
     c.check.href = "api/v1/vouchers/" + c.v.id + "/draw";
-    c.check.title = "The draw's JSON: the commitment is the SHA-256 of the secret, published at the close; " +
+    c.check.title = "The draw's status: the commitment is the SHA-256 of the secret, published once drawn; " +
       "the entries are bought in ascending HMAC-SHA256(secret, user id). `api draw verify " + c.v.id + "` checks it.";
+    c.drawList.hidden = d.status !== "done";
+    c.drawList.href = "api/v1/vouchers/" + c.v.id + "/draw/entries";
     c.what.textContent = d.status === "done" ? "Opened with a fair draw: every entry before the close had the same chance." :
       "A fair draw: everyone who joins before the close has the same chance, however fast.";
     c.secret.hidden = !d.secret;
@@ -520,7 +528,13 @@
     c.drawResult.hidden = !result;
     c.li.dataset.drawResult = result || "";
     if (result) {
-      say(c.drawResult, result === "won" ? "You won the draw ✓" : "Not drawn this time", result === "won" ? "ok" : "bad");
+      say(c.drawResult, result === "won" ? "You won the draw ✓" : result === "lost" ? "Not drawn this time" :
+        "Your entry is not in the draw's list: keep this page and ask the shop", result === "won" ? "ok" : "bad");
+    }
+    var placed = !!e && e.place !== undefined && e.place !== null;
+    c.drawMine.hidden = !placed;
+    if (placed) {
+      c.drawMine.textContent = "Your place in the draw: " + (e.place + 1) + (e.count ? " of " + e.count : "") + " (ticket " + e.ticket + ")";
     }
   }
 
@@ -568,12 +582,15 @@
     });
   }
 
-  // followDraw asks for the result of a draw the buyer entered, from its
-  // close until it is done.
+  // followDraw asks for the status of a draw the buyer entered, from its
+  // close until it is done, every DRAW_ASK_EVERY_MS (longer when told to
+  // wait), sending back the last answer's ETag; then the buyer's own
+  // entry (askMine).
   function followDraw(id) {
     if (state.following.has(id)) { return; }
     state.following.add(id);
     var s = state.session;
+    var etag = "";
     var poll = function () {
       var e = state.draws.get(id);
       if (state.session !== s || !e) { state.following.delete(id); return; }
@@ -582,37 +599,54 @@
       // A winner's order is followed on its card: ask once the cards are
       // there (a page just loaded may hear of the draw before the sale).
       if (!state.loaded) { setTimeout(poll, 100); return; }
-      call("GET", "vouchers/" + id + "/draw").then(function (r) {
+      call("GET", "vouchers/" + id + "/draw", undefined, undefined, etag ? { "If-None-Match": etag } : undefined).then(function (r) {
         if (state.session !== s) { state.following.delete(id); return; }
+        if (r.status === 200) { etag = r.etag; }
         if (r.status === 200 && r.body.draw && r.body.draw.status === "done") {
-          state.following.delete(id);
-          drawDone(id, r.body);
+          askMine(id, r.body, s);
           return;
         }
         if (r.status === 404) { state.following.delete(id); return; } // the voucher is gone
-        setTimeout(poll, DRAW_ASK_EVERY_MS);
+        setTimeout(poll, Math.max(DRAW_ASK_EVERY_MS, r.retryAfter * 1000));
       });
     };
     poll();
   }
 
+  // askMine asks once for the buyer's own entry in a done draw (by its
+  // key: the list is not read), again only if the answer does not say.
+  function askMine(id, status, s) {
+    call("GET", "vouchers/" + id + "/draw/me").then(function (r) {
+      if (state.session !== s) { state.following.delete(id); return; }
+      if (r.status === 200 && r.body.status === "done") {
+        state.following.delete(id);
+        drawDone(id, status, r.body);
+        return;
+      }
+      if (r.status === 404) { state.following.delete(id); return; }
+      setTimeout(function () { askMine(id, status, s); }, Math.max(DRAW_ASK_EVERY_MS, r.retryAfter * 1000));
+    });
+  }
+
   // drawDone shows a done draw's result: a winner holds the order its
   // ticket names, which then goes as any order; the others were not drawn.
-  function drawDone(id, result) {
+  function drawDone(id, status, mine) {
     var e = state.draws.get(id);
-    var uid = state.session.user_id;
-    state.vouchers.forEach(function (v) { if (v.id === id) { v.draw = result.draw; } });
-    var mine = (result.entries || []).filter(function (x) { return x.user_id === uid; })[0];
+    state.vouchers.forEach(function (v) { if (v.id === id) { v.draw = status.draw; } });
     var c = state.cards.get(id);
-    if (!mine) { return; }
-    e.result = mine.won ? "won" : "lost";
+    var en = mine.entered && mine.entry;
+    e.result = en ? (en.won ? "won" : "lost") : "missing";
+    if (en) { e.place = en.place; e.count = status.entry_count; }
     saveDraws();
-    if (mine.won) { hold(id, mine.ticket, "pending"); }
+    if (en && en.won) { hold(id, en.ticket, "pending"); }
     if (c) {
-      if (mine.won) {
+      if (!en) {
+        say(c.msg, "Your entry is not in the draw's list.", "bad");
+        c.msg.dataset.code = "not_listed";
+      } else if (en.won) {
         say(c.msg, "You won the draw: confirming your order…", "ok");
         c.msg.dataset.code = "won";
-        followOrder(c, mine.ticket);
+        followOrder(c, en.ticket);
       } else {
         say(c.msg, "Not drawn this time: sold out.", "bad");
         c.msg.dataset.code = "not_drawn";
