@@ -154,6 +154,22 @@ func openPrimaryDB(ctx context.Context, cfg config, log *slog.Logger, create boo
 	return g, nil, func() { db.Close(g) }, nil
 }
 
+// openProbeDB opens the readiness probe's own pool of one connection to
+// the database server (the one that takes writes, as the main pool's):
+// requests holding every connection of the main pool then do not read as
+// a database down. nil, and the probe uses the main pool, in the embedded
+// mode: SQLite is a file in this process, its pool one connection.
+func openProbeDB(cfg config) (*gorm.DB, func(), error) {
+	if cfg.embeddedDB() {
+		return nil, func() {}, nil
+	}
+	g, err := db.OpenMySQL(cfg.MySQLDSN, 1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("SECKILL_MYSQL_DSN: %w", redact.DSNError(err, cfg.MySQLDSN))
+	}
+	return g, func() { db.Close(g) }, nil
+}
+
 // secretPath is where the embedded mode keeps its token secret.
 func secretPath(dir string) string { return filepath.Join(dir, "token-secret") }
 

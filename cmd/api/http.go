@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -134,10 +135,21 @@ func limitBody(n int64) gin.HandlerFunc {
 // readyFor, so a flood of probes costs Redis and the database one probe a
 // second whatever its size.
 type health struct {
-	rdb  redis.UniversalClient
-	db   *gorm.DB
-	keys voucher.Keys
-	log  *slog.Logger
+	rdb redis.UniversalClient
+	db  *gorm.DB
+	// probeDB is the database as the probe reaches it: a pool of its own
+	// (openProbeDB), so that requests holding every connection of db's
+	// pool do not read as a database down; nil: db.
+	probeDB *gorm.DB
+	// dbGates makes a database that does not answer fail readiness: on an
+	// instance that serves no API (a worker, which writes with it). An
+	// instance that serves the API stays ready without it: purchases
+	// need Redis only, and a database down is every instance's, so
+	// leaving rotation would stop the sale and help nothing
+	// (docs/operating.md, Readiness).
+	dbGates bool
+	keys    voucher.Keys
+	log     *slog.Logger
 	// checks is seckill_ready_check{check}, set at each probe; nil: none.
 	checks *prometheus.GaugeVec
 	// watch is what the database watcher last found: which server the
@@ -224,6 +236,29 @@ func (h *health) measure(r readiness) {
 	}
 }
 
+// checkDatabase asks the database, on the probe's connection, whether it
+// answers (database up or down) and at which schema version: migrations
+// current, behind, newer (with what to say), or unknown when it cannot be
+// read.
+func (h *health) checkDatabase(ctx context.Context) (database, migrations, detail string) {
+	pdb := cmp.Or(h.probeDB, h.db)
+	if sqlDB, err := pdb.DB(); err != nil || sqlDB.PingContext(ctx) != nil {
+		return "down", "unknown", ""
+	}
+	want, _ := schema.Latest(pdb.Dialector.Name())
+	switch got, err := schema.Current(ctx, pdb); {
+	case err != nil:
+		return "up", "unknown", ""
+	case got > want:
+		// A newer release migrated the database: this instance's code
+		// does not know the schema it runs on.
+		return "up", "newer", fmt.Sprintf("database schema version %d, this build's %d: a newer release migrated it", got, want)
+	case got < want:
+		return "up", "behind", ""
+	}
+	return "up", "current", ""
+}
+
 // readyChecks registers seckill_ready_check on reg.
 func readyChecks(reg prometheus.Registerer) *prometheus.GaugeVec {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -248,7 +283,10 @@ func (h *health) logChange(r readiness) {
 
 // probe checks Redis (every master, a cluster's state, every shard's state
 // loaded), the database and that the schema is at the version this build
-// expects.
+// expects. The database is asked on the probe's own connection; a database
+// that does not answer fails readiness only where it gates (dbGates), and
+// then its schema is unknown; a schema newer than this build's fails it
+// everywhere.
 func (h *health) probe(ctx context.Context) readiness {
 	// Redis and the database each get their own time: a Redis that hangs
 	// must not make the database look down.
@@ -260,22 +298,17 @@ func (h *health) probe(ctx context.Context) readiness {
 	r.ok = rr.ok()
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if sqlDB, err := h.db.DB(); err != nil || sqlDB.PingContext(dctx) != nil {
-		r.checks["database"], r.ok = "down", false
-	} else {
-		r.checks["database"] = "up"
+	database, migrations, detail := h.checkDatabase(dctx)
+	r.checks["database"], r.checks["migrations"] = database, migrations
+	if detail != "" {
+		r.detail["migrations"] = detail
 	}
-	want, _ := schema.Latest(h.db.Dialector.Name())
-	switch got, err := schema.Current(dctx, h.db); {
-	case err == nil && got > want:
-		// A newer release migrated the database: this instance's code
-		// does not know the schema it runs on.
-		r.checks["migrations"], r.ok = "newer", false
-		r.detail["migrations"] = fmt.Sprintf("database schema version %d, this build's %d: a newer release migrated it", got, want)
-	case err != nil || got != want:
-		r.checks["migrations"], r.ok = "behind", false
-	default:
-		r.checks["migrations"] = "current"
+	switch {
+	case migrations == "newer", migrations == "behind":
+		r.ok = false
+	case database != "up" || migrations != "current":
+		// The database cannot be read: not ready where it gates.
+		r.ok = r.ok && !h.dbGates
 	}
 	// Stamped when done: a probe that waited on timeouts still answers
 	// for a full readyFor.

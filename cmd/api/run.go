@@ -239,8 +239,14 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) 
 	if err := checkCoverage(ctx, cfg, rdb, log); err != nil {
 		return err
 	}
+	probeDB, closeProbe, err := openProbeDB(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeProbe()
 	c := newCore(ctx, cfg, rdb, db, primary, log)
 	c.drawKey = drawKeyOf(secret)
+	c.health.probeDB = probeDB
 	warnUnpayable(ctx, cfg, c)
 	if firstStart {
 		if err := announceAdmin(ctx, cfg, signer, auth.NewVersions(db), stdout); err != nil {
@@ -377,7 +383,7 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 		ostore:   order.NewStore(db),
 		reserver: newReserver(cfg, rdb, keys, replicas, mover),
 		replicas: replicas,
-		health:   &health{rdb: rdb, db: db, keys: keys, log: log, checks: readyChecks(m.Registry())},
+		health:   &health{rdb: rdb, db: db, dbGates: !cfg.serveAPI(), keys: keys, log: log, checks: readyChecks(m.Registry())},
 		events:   voucher.NewEvents(rdb, keys, log),
 	}
 	c.primary = primary
