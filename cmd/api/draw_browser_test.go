@@ -135,6 +135,9 @@ func TestDrawInBrowser(t *testing.T) {
 	result := func(who string) string {
 		t.Helper()
 		do(who+"'s result", visible(card+`[data-draw-result] .draw-result`), visible(card+" .draw-secret"))
+		// The page held the published secret to the commitment it kept
+		// when the buyer joined.
+		do(who+"'s draw checked", visible(card+`[data-draw-check="verified"] .draw-verify`))
 		got, err := chromedp.Run(tctx, chromedp.AttributeValue(chromedp.CSS(card), "data-draw-result"))
 		if err != nil {
 			t.Fatal(err)

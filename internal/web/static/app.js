@@ -33,7 +33,11 @@
     mine: new Map(),   // voucher id -> {order, status, at} the buyer holds (a live or pending order)
     orders: new Map(), // order id -> {view, dueAt, askedAt, payUrl, busy} of orders this page knows
     list: [],          // order ids of My orders, as listed
-    draws: new Map(),  // voucher id -> {ticket, closes, nonce, result, place, count} of draws the buyer entered
+    // voucher id -> {ticket, closes, nonce, commitment, result, place,
+    // count, check, hash} of draws the buyer entered: commitment is the
+    // one the page showed at the entry, check what the published secret
+    // made of it (verified or mismatch, hash its SHA-256).
+    draws: new Map(),
     following: new Set(), // voucher ids whose draw result is being asked for
     listTimer: 0,
     polls: 0,
@@ -351,7 +355,7 @@
       code: li.querySelector(".v-code"), codeText: li.querySelector(".code-big"), copy: li.querySelector(".copy"),
       draw: li.querySelector(".v-draw"), what: li.querySelector(".draw-what"), drawResult: li.querySelector(".draw-result"), commit: li.querySelector(".draw-commit"),
       copyCommit: li.querySelector(".copy-commit"), check: li.querySelector(".draw-check"), secret: li.querySelector(".draw-secret"),
-      drawMine: li.querySelector(".draw-mine"), drawList: li.querySelector(".draw-list"),
+      drawMine: li.querySelector(".draw-mine"), drawVerify: li.querySelector(".draw-verify"), drawList: li.querySelector(".draw-list"),
       pay: $("pay-tpl").content.firstElementChild.cloneNode(true), busy: false, holdUntil: 0,
     };
     li.dataset.voucherId = String(v.id);
@@ -506,7 +510,8 @@
   // paintDraw shows a voucher's draw: the commitment from the start, short
   // (Copy copies it whole; How to check opens the draw's status, All
   // entries the first page of its list), the secret once done, and the
-  // buyer's result: won or not, and the place.
+  // buyer's result: won or not, the place, and whether the published
+  // secret is the one committed to when the buyer joined.
   function paintDraw(c) {
     var d = c.v.draw;
     c.draw.hidden = !d;
@@ -536,6 +541,27 @@
     if (placed) {
       c.drawMine.textContent = "Your place in the draw: " + (e.place + 1) + (e.count ? " of " + e.count : "") + " (ticket " + e.ticket + ")";
     }
+    paintVerify(c, e, d);
+  }
+
+  // paintVerify says whether the draw kept the commitment the page showed
+  // when the buyer joined: once done, whether the published secret hashes
+  // to it; before, a warning if the commitment shown has changed since.
+  function paintVerify(c, e, d) {
+    var check = e && e.commitment ? e.check || (d.commitment !== e.commitment ? "changed" : "") : "";
+    c.drawVerify.hidden = !check;
+    c.li.dataset.drawCheck = check;
+    if (!check) { return; }
+    var saved = e.commitment.slice(0, 12) + "…";
+    if (check === "verified") {
+      say(c.drawVerify, "Checked ✓ the published secret's SHA-256 is the commitment shown when you joined (" + saved + ").", "ok");
+    } else if (check === "mismatch") {
+      say(c.drawVerify, "Warning: the published secret does not match the commitment this page showed when you joined (" + saved +
+        "): its SHA-256 is " + (e.hash || "").slice(0, 12) + "…. The draw may have been changed after you entered: keep this page and ask the shop.", "bad");
+    } else {
+      say(c.drawVerify, "Warning: the commitment shown now (" + d.commitment.slice(0, 12) + "…) is not the one shown when you joined (" + saved +
+        "). The draw may have been changed after you entered.", "bad");
+    }
   }
 
   // join enters the buyer into a voucher's draw: the proof of work first
@@ -550,7 +576,9 @@
         c.busy = false;
         if (state.session !== s) { return; }
         if (r.status === 202 && r.body.status === "entered") {
-          var entry = { ticket: r.body.ticket, closes: r.body.draw_closes_at, nonce: nonce || "" };
+          // The commitment the page showed at the entry, kept to hold
+          // the published secret to once the draw is done.
+          var entry = { ticket: r.body.ticket, closes: r.body.draw_closes_at, nonce: nonce || "", commitment: v.draw.commitment };
           state.draws.set(id, entry);
           saveDraws();
           sayEntered(c, entry);
@@ -630,6 +658,7 @@
 
   // drawDone shows a done draw's result: a winner holds the order its
   // ticket names, which then goes as any order; the others were not drawn.
+  // The published secret is held to the commitment kept at the entry.
   function drawDone(id, status, mine) {
     var e = state.draws.get(id);
     state.vouchers.forEach(function (v) { if (v.id === id) { v.draw = status.draw; } });
@@ -638,6 +667,7 @@
     e.result = en ? (en.won ? "won" : "lost") : "missing";
     if (en) { e.place = en.place; e.count = status.entry_count; }
     saveDraws();
+    checkSecret(id, e, status.draw.secret);
     if (en && en.won) { hold(id, en.ticket, "pending"); }
     if (c) {
       if (!en) {
@@ -655,6 +685,33 @@
     }
     loadVouchers();
     loadOrders();
+  }
+
+  // checkSecret holds a done draw's published secret to the commitment the
+  // page showed when the buyer joined: its SHA-256 in hex must be that
+  // commitment. An entry kept before the page kept commitments is not
+  // checked.
+  function checkSecret(id, e, secret) {
+    if (!e.commitment || !secret) { return; }
+    sha256Hex(secret).then(function (h) {
+      e.hash = h;
+      e.check = h === e.commitment ? "verified" : "mismatch";
+      saveDraws();
+      var c = state.cards.get(id);
+      if (c) { tickCard(c); }
+    });
+  }
+
+  // sha256Hex resolves to the SHA-256 of s's UTF-8 bytes in hex:
+  // crypto.subtle where the page may use it (https, localhost), else the
+  // proof of work's own SHA-256.
+  function sha256Hex(s) {
+    if (window.crypto && window.crypto.subtle) {
+      return window.crypto.subtle.digest("SHA-256", new TextEncoder().encode(s)).then(function (buf) {
+        return Array.prototype.map.call(new Uint8Array(buf), function (b) { return (b < 16 ? "0" : "") + b.toString(16); }).join("");
+      });
+    }
+    return Promise.resolve(window.seckillPow.hex(s));
   }
 
   // paintCode shows the voucher code of the card's paid order, big, for a
