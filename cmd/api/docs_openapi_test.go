@@ -248,14 +248,31 @@ func TestOpenAPIAnswers(t *testing.T) {
 	}
 	fair := fmt.Sprint(fv["voucher"].(map[string]any)["id"])
 	fairID := map[string]string{"id": fair}
-	// One whose entries take a proof of work.
-	st, pv := call(t, "POST", o.base+"/api/v1/vouchers", adminTok, withField(withField(newVoucher, "fair_window_ms", 1_800_000), "pow_bits", 16))
+	// Two whose entries take a proof of work: one opening in an hour
+	// (no challenge yet, entries refused as not started), one now.
+	st, lv := call(t, "POST", o.base+"/api/v1/vouchers", adminTok, withField(withField(newVoucher, "fair_window_ms", 1_800_000), "pow_bits", 16))
 	if st != http.StatusCreated {
-		t.Fatalf("create a fair voucher with a proof of work: %d %v", st, pv)
+		t.Fatalf("create a fair voucher with a proof of work: %d %v", st, lv)
+	}
+	laterID := map[string]string{"id": fmt.Sprint(lv["voucher"].(map[string]any)["id"])}
+	if _, ok := lv["voucher"].(map[string]any)["draw"].(map[string]any)["challenge"]; ok {
+		t.Fatalf("a draw opening in an hour shows its challenge: %v", lv)
+	}
+	opens := time.Now().Add(time.Second)
+	st, pv := call(t, "POST", o.base+"/api/v1/vouchers", adminTok, map[string]any{"title": "ten off", "face_value": 1000, "stock": 5,
+		"fair_window_ms": 1_800_000, "pow_bits": 16, "begin_at": opens.Format(time.RFC3339Nano), "end_at": opens.Add(time.Hour).Format(time.RFC3339Nano)})
+	if st != http.StatusCreated {
+		t.Fatalf("create a fair voucher with a proof of work opening now: %d %v", st, pv)
 	}
 	powID := map[string]string{"id": fmt.Sprint(pv["voucher"].(map[string]any)["id"])}
+	var challenge string
+	testenv.WaitFor(t, 10*time.Second, "the draw's challenge published", func() bool {
+		_, d := call(t, "GET", o.base+"/api/v1/vouchers/"+powID["id"]+"/draw", "", nil)
+		challenge, _ = d["draw"].(map[string]any)["challenge"].(string)
+		return challenge != ""
+	})
 	wrongPow := "1"
-	for draw.PowOK(pv["voucher"].(map[string]any)["draw"].(map[string]any)["challenge"].(string), 77, wrongPow, 16) {
+	for draw.PowOK(challenge, 77, wrongPow, 16) {
 		wrongPow += "1"
 	}
 	buy := "/api/v1/vouchers/" + vidS + "/orders"
@@ -378,9 +395,10 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw/entries", url: drawnAt + "/entries?limit=0", params: drawnID, badRequest: true, status: 400},
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw/entries", url: drawnAt + "/entries?after=-2", params: drawnID, badRequest: true, status: 400},
 		{method: "GET", path: "/api/v1/vouchers/{id}/draw/entries", url: "/api/v1/vouchers/987654321/draw/entries", params: map[string]string{"id": "987654321"}, status: 404},
-		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + fair + "/orders", params: fairID, token: userTok, status: 202},       // entered
-		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "fair_window_ms", 3_600_000), status: 422},                     // closes at end_at,
-		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + powID["id"] + "/orders", params: powID, token: userTok, status: 403}, // pow_required
+		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + fair + "/orders", params: fairID, token: userTok, status: 202},           // entered
+		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(newVoucher, "fair_window_ms", 3_600_000), status: 422},                         // closes at end_at,
+		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + laterID["id"] + "/orders", params: laterID, token: userTok, status: 403}, // not_started: before the challenge
+		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + powID["id"] + "/orders", params: powID, token: userTok, status: 403},     // pow_required
 		{method: "POST", path: "/api/v1/vouchers/{id}/orders", url: "/api/v1/vouchers/" + powID["id"] + "/orders", params: powID, token: userTok,
 			hdr: map[string]string{"X-Seckill-Pow": wrongPow}, status: 403}, // pow_required: a wrong nonce
 		{method: "POST", path: "/api/v1/vouchers", token: adminTok, body: withField(withField(newVoucher, "fair_window_ms", 1_800_000), "pow_bits", 25), badRequest: true, status: 422},

@@ -20,10 +20,11 @@ import (
 // TestDrawPageHoldsItsCommitment: the shop page keeps the commitment it
 // showed when the buyer joined, beside the ticket, and holds the secret
 // published once the draw is done to it. A buyer joins a draw; then the
-// voucher's secret is swapped in the database before the close (what the
-// shop could do to pick the winners): the API then publishes a secret
-// whose SHA-256 is not the commitment the page kept, and the page says so
-// in a warning that names the commitment shown at the entry. Meanwhile the
+// draw's secret is swapped before the close by someone holding both the
+// database (the trigger dropped) and the instances' secret (a salt and
+// the commitment that matches it): the API then publishes a secret whose
+// SHA-256 is not the commitment the page kept, and the page says so in a
+// warning that names the commitment shown at the entry. Meanwhile the
 // page asked only for the draw's small status (sending its ETag back) and
 // then once for the buyer's own entry: it never downloaded the list.
 func TestDrawPageHoldsItsCommitment(t *testing.T) {
@@ -85,12 +86,18 @@ func TestDrawPageHoldsItsCommitment(t *testing.T) {
 		t.Fatalf("the page kept commitment %q (%v) with the ticket, want the one it showed, %s", kept, err, shown)
 	}
 
-	// The shop swaps the secret before the close.
-	other, err := voucher.NewDrawSecret()
+	// Someone with the database and the instances' secret swaps the
+	// draw's secret before the close: the trigger dropped, a new salt and
+	// the commitment that matches it written (the draw then uses it).
+	salt, err := voucher.NewDrawSecret()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.db(t).Exec("UPDATE vouchers SET draw_secret = ? WHERE id = ?", other, id).Error; err != nil {
+	swapped := voucher.DrawCommitment(voucher.DrawSecretOf(drawKeyOf(testSecret), salt))
+	if err := s.db(t).Exec("DROP TRIGGER trg_vouchers_draw_commitment_once").Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db(t).Exec("UPDATE vouchers SET draw_salt = ?, draw_commitment = ? WHERE id = ?", salt, swapped, id).Error; err != nil {
 		t.Fatal(err)
 	}
 

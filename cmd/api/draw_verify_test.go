@@ -44,13 +44,18 @@ func TestDrawVerifyHeldToCommitment(t *testing.T) {
 	if err := draw.Check(swapped); err != nil {
 		t.Fatalf("the swapped draw must check on its own: %v", err)
 	}
+	// The service: the draw's status, then its entries a page at a time.
 	var shown draw.Result
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/api/v1/vouchers/7/draw" {
+		switch r.URL.Path {
+		case "/api/v1/vouchers/7/draw":
+			n, won := len(shown.Entries), 5
+			_ = json.NewEncoder(w).Encode(draw.Status{VoucherID: 7, Draw: shown.Draw, Entries: &n, Winners: &won})
+		case "/api/v1/vouchers/7/draw/entries":
+			_ = json.NewEncoder(w).Encode(draw.Page{VoucherID: 7, Status: "done", Entries: shown.Entries})
+		default:
 			http.NotFound(w, r)
-			return
 		}
-		_ = json.NewEncoder(w).Encode(shown)
 	}))
 	defer srv.Close()
 	verify := func(args ...string) (string, error) {

@@ -162,7 +162,7 @@ func (s *drawState) done() bool { return s.v.DrawDoneAt != nil }
 
 // answer is a rendered JSON answer and its ETag.
 type answer struct {
-	state string // the draw's status it was rendered for
+	state string // what of the draw it was rendered for (renderKey)
 	body  []byte
 	etag  string
 }
@@ -283,20 +283,28 @@ func (p *Pages) forgetDraws() {
 	}
 }
 
+// renderKey names what a status answer shows that changes with time or
+// with the draw: its status, whether the proof of work's challenge is
+// shown yet (from the begin) and the digest (from the close).
+func renderKey(d *voucher.DrawView) string {
+	return d.Status + "|" + strconv.FormatBool(d.Challenge != "") + "|" + d.Digest
+}
+
 // status is the status answer of s now.
 func (p *Pages) status(s *drawState) (*answer, error) {
 	view := voucher.DrawOf(s.v, p.cfg.Now())
+	key := renderKey(view)
 	p.mu.Lock()
 	a := s.rendered
 	p.mu.Unlock()
-	if a != nil && a.state == view.Status {
+	if a != nil && a.state == key {
 		return a, nil
 	}
 	st := Status{VoucherID: s.v.ID, Draw: view}
 	if s.done() {
 		st.Entries, st.Winners = &s.entries, &s.winners
 	}
-	a, err := newAnswer(view.Status, st)
+	a, err := newAnswer(key, st)
 	if err != nil {
 		return nil, err
 	}

@@ -327,8 +327,9 @@ func TestPagesCostNothingPerVisitor(t *testing.T) {
 
 // TestPagesPollAnOpenDraw: a draw not done is read once per Fresh however
 // many poll it (an injected clock), answered with a second's Cache-Control,
-// its list empty; once the clock passes Fresh after the database says it
-// is done, the pollers hear it.
+// its list empty; a digest published is shown at the next read; once the
+// clock passes Fresh after the database says it is done, the pollers hear
+// it.
 func TestPagesPollAnOpenDraw(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "sqlite", 10, time.Now().Add(time.Hour))
@@ -369,6 +370,15 @@ func TestPagesPollAnOpenDraw(t *testing.T) {
 	if a := fetch(t, draw+"/me", "Authorization", "Bearer "+buyerToken(t, 3)); a.status != 200 ||
 		string(a.body) != fmt.Sprintf(`{"voucher_id":%d,"status":"open"}`, e.v.ID) || a.header.Get("Cache-Control") != "private, no-cache" {
 		t.Errorf("the buyer's entry of an open draw: %d %s %q", a.status, a.body, a.header.Get("Cache-Control"))
+	}
+	// A digest published (the close) shows once read again, though the
+	// status it answers is the same.
+	if err := e.db.Exec("UPDATE vouchers SET draw_digest = 'd1' WHERE id = ?", e.v.ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(int64(p.cfg.Fresh))
+	if a := fetch(t, draw); !strings.Contains(string(a.body), `"status":"open"`) || !strings.Contains(string(a.body), `"digest":"d1"`) {
+		t.Errorf("a digest published: %s, want it shown", a.body)
 	}
 	// The database says done: heard once Fresh has passed.
 	if err := e.db.Exec("UPDATE vouchers SET draw_done_at = ? WHERE id = ?", time.Now().UTC(), e.v.ID).Error; err != nil {
@@ -466,5 +476,30 @@ func TestPagesHoldFewConnections(t *testing.T) {
 	}
 	if ok := int(okN.Load()); ok != reads || busy() != visitors-reads {
 		t.Errorf("%d answered 200 and %d busy, want %d and %d", ok, busy(), reads, visitors-reads)
+	}
+}
+
+// TestPagesShowChallengeAtBegin: a draw with a proof of work shows its
+// challenge from its begin, to the millisecond, though the status was
+// read and rendered just before it (within Fresh): no entrant's page
+// waits for the next read to start solving.
+func TestPagesShowChallengeAtBegin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "sqlite", 10, time.Now().Add(time.Hour))
+	if err := e.db.Exec("UPDATE vouchers SET pow_bits = 8, draw_pow_nonce = 'n1' WHERE id = ?", e.v.ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	var clock atomic.Int64
+	clock.Store(e.v.BeginAt.Add(-time.Millisecond).UnixNano())
+	p := NewPages(e.db, PagesConfig{Now: func() time.Time { return time.Unix(0, clock.Load()) }}, quietLog)
+	draw := fmt.Sprintf("%s/api/v1/vouchers/%d/draw", pagesServer(t, p), e.v.ID)
+	before := fetch(t, draw)
+	if before.status != 200 || strings.Contains(string(before.body), `"challenge"`) {
+		t.Fatalf("before the begin: %d %s, want no challenge", before.status, before.body)
+	}
+	clock.Add(int64(2 * time.Millisecond))
+	at := fetch(t, draw, "If-None-Match", before.header.Get("ETag"))
+	if at.status != 200 || !strings.Contains(string(at.body), `"challenge":"seckill-draw:`) || !strings.Contains(string(at.body), `:n1"`) {
+		t.Fatalf("at the begin: %d %s, want the challenge with its nonce", at.status, at.body)
 	}
 }

@@ -482,7 +482,14 @@
     c.grab.classList.toggle("entered", !!entry && !c.busy);
     paintPayBox(c.pay, undefined, "");
     paintCode(c, "");
-    if (dp === "open") {
+    // A draw with a proof of work takes entries from its opening, when
+    // the challenge is published: no proof can be made before.
+    var opens = v.draw.pow_bits > 0 && v.draw.opens_at ? Date.parse(v.draw.opens_at) : 0;
+    if (dp === "open" && now() < opens && !entry) {
+      c.when.textContent = whenText("Entries open", opens, now());
+      c.grab.disabled = true;
+      c.grab.textContent = "Opens at " + timeText(opens);
+    } else if (dp === "open") {
       c.when.textContent = whenText("The draw closes", closes, now());
       c.grab.disabled = !!entry || !!c.busy;
       c.grab.textContent = c.busy === "pow" ? "Preparing your entry…" : c.busy ? "Joining…" : entry ? "You're in" : "Join the draw";
@@ -520,7 +527,8 @@
     if (c.commit.textContent !== short) { c.commit.textContent = short; c.commit.title = d.commitment; }
     c.check.href = "api/v1/vouchers/" + c.v.id + "/draw";
     c.check.title = "The draw's status: the commitment is the SHA-256 of the secret, published once drawn; " +
-      "the entries are bought in ascending HMAC-SHA256(secret, user id). `api draw verify " + c.v.id + "` checks it.";
+      "the entries are bought in ascending HMAC-SHA256(secret, digest of the closed list + \":\" + user id). " +
+      "`api draw verify --commitment " + d.commitment + " " + c.v.id + "` checks it.";
     c.drawList.hidden = d.status !== "done";
     c.drawList.href = "api/v1/vouchers/" + c.v.id + "/draw/entries";
     c.what.textContent = d.status === "done" ? "Opened with a fair draw: every entry before the close had the same chance." :
@@ -598,6 +606,24 @@
       });
     };
     if (bits <= 0) { send(""); return; }
+    if (!v.draw.challenge) {
+      // The list was read before the opening: the challenge, from the
+      // draw's small status (kept by the instances, so cheap at the opening).
+      c.busy = "pow";
+      tickCard(c);
+      call("GET", "vouchers/" + id + "/draw").then(function (r) {
+        c.busy = false;
+        if (r.status === 200 && r.body.draw && r.body.draw.challenge) {
+          v.draw = r.body.draw;
+          join(c);
+          return;
+        }
+        var e = r.status === 200 ? MESSAGES.not_started : explain(r);
+        say(c.msg, e[0], e[1]);
+        tickCard(c);
+      });
+      return;
+    }
     if (c.pow && c.pow.user === s.user_id && c.pow.challenge === v.draw.challenge) { send(c.pow.nonce); return; }
     c.busy = "pow";
     tickCard(c);
