@@ -50,6 +50,9 @@
 --                           absent = 1): nothing written; call again on the right bucket
 --   {10, ""}                a drawer's purchase whose fence token is not the bucket's
 --                           draw_fence: nothing written
+--   {11, ""}                a purchase without a fence token while the bucket's
+--                           draw_pending is 1 (a fair voucher whose draw is not done):
+--                           nothing written
 -- Anything else (a stock that is not an integer, say) raises a script error at the
 -- first write, which then does nothing.
 
@@ -99,7 +102,7 @@ if held and held ~= ARGV[3] then
   return {2, held}
 end
 
-local state = read('HMGET', KEYS[2], 'stock', 'begin_ms', 'end_ms', 'nb', 'draw_fence')
+local state = read('HMGET', KEYS[2], 'stock', 'begin_ms', 'end_ms', 'nb', 'draw_fence', 'draw_pending')
 if state == nil then
   return {8, KEYS[2]}
 end
@@ -115,6 +118,11 @@ if nb ~= (buckets or '1') then
 end
 if fence and state[5] ~= fence then
   return {10, ''}
+end
+-- A fair voucher's draw not done yet (every bucket says so until the
+-- drawer opens it): only the drawer buys.
+if not fence and state[6] == '1' then
+  return {11, ''}
 end
 
 if held then

@@ -822,3 +822,65 @@ func TestSecretHeldToCommitment(t *testing.T) {
 		})
 	}
 }
+
+// TestOnlyTheDrawerBuysUntilDone: between the close and the draw's end
+// the purchase script itself sells to the drawer alone, in every bucket:
+// a purchase that reaches it (an instance whose Router let it through,
+// say one that just started and could not read bucket 0) is refused
+// ErrDrawing, whichever bucket is the buyer's home, and takes nothing.
+// Once the draw is done every bucket sells to anyone.
+func TestOnlyTheDrawerBuysUntilDone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, "mariadb", 6, time.Now().Add(-time.Second))
+	if err := e.db.Exec("UPDATE vouchers SET buckets = 2 WHERE id = ?", e.v.ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	e.v.Buckets = 2
+	for shard := range e.keys.Shards() {
+		if err := e.rdb.Del(ctx, e.keys.StateAt(shard, e.v.ID)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.load(t)
+	e.enterAll(t, 1, 3)
+	stocks := func() (sum int64) {
+		for b := range 2 {
+			n, err := e.rdb.HGet(ctx, e.keys.StateAt(e.keys.BucketShard(e.v.ID, b, 2), e.v.ID), "stock").Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum += n
+		}
+		return sum
+	}
+	// A buyer of each home bucket.
+	var buyers []int64
+	for home := range 2 {
+		u := int64(100)
+		for voucher.Home(u, 2) != home {
+			u++
+		}
+		buyers = append(buyers, u)
+	}
+	r := voucher.NewReserver(e.rdb, e.keys)
+	for _, u := range buyers {
+		if _, err := r.Reserve(ctx, e.v.ID, u, 5000+u); !errors.Is(err, voucher.ErrDrawing) {
+			t.Fatalf("buyer %d (bucket %d) before the draw is done: %v, want ErrDrawing", u, voucher.Home(u, 2), err)
+		}
+	}
+	if s := stocks(); s != 6 {
+		t.Fatalf("stock %d after the refused purchases, want 6", s)
+	}
+	if err := e.drawer().Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range buyers {
+		if _, err := r.Reserve(ctx, e.v.ID, u, 5000+u); err != nil {
+			t.Fatalf("buyer %d (bucket %d) once the draw is done: %v", u, voucher.Home(u, 2), err)
+		}
+	}
+	if s := stocks(); s != 1 {
+		t.Fatalf("stock %d, want 1: 3 entries won and 2 bought after", s)
+	}
+}

@@ -114,7 +114,7 @@ func (d *Drawer) Run(ctx context.Context) error {
 
 // Pass draws every live fair voucher whose draw closed and is not done,
 // and marks done in Redis those the database says are (Redis may have lost
-// the mark). It reads the live fair vouchers only: every instance passes
+// the mark, or a bucket may not have been opened). It reads the live fair vouchers only: every instance passes
 // twice a second, whatever else is on sale.
 func (d *Drawer) Pass(ctx context.Context) error {
 	now := d.cfg.Now()
@@ -126,7 +126,7 @@ func (d *Drawer) Pass(ctx context.Context) error {
 	for _, v := range vs {
 		switch {
 		case v.DrawDoneAt != nil:
-			errs = append(errs, d.rdb.Set(ctx, doneKey(d.keys, v.ID), "1", 0).Err())
+			errs = append(errs, d.done(ctx, v))
 		case !now.Before(v.DrawClose()):
 			errs = append(errs, d.Draw(ctx, v))
 		}
@@ -186,8 +186,8 @@ func (d *Drawer) Draw(ctx context.Context, v voucher.Voucher) error {
 	if err := d.record(l.Context(), v.ID, secret, entries); err != nil {
 		return err
 	}
-	if err := d.rdb.Set(l.Context(), doneKey(d.keys, v.ID), "1", 0).Err(); err != nil {
-		return fmt.Errorf("mark the draw of voucher %d done: %w", v.ID, err)
+	if err := d.done(l.Context(), v); err != nil {
+		return err
 	}
 	d.log.Info("draw done", "voucher", v.ID, "entries", len(entries), "won", won, "digest", digest, "took_ms", time.Since(began).Milliseconds())
 	return nil
@@ -282,6 +282,23 @@ func (d *Drawer) publishDigest(ctx context.Context, v voucher.Voucher, entries [
 			"Redis lost or gained entries after the close; an operator decides", v.ID, held, digest)
 	}
 	return digest, nil
+}
+
+// done opens every bucket of v to any buyer (draw_pending 0: the purchase
+// script sells to the drawer alone before) and then marks the draw done
+// for the Routers. The database holds the result already.
+func (d *Drawer) done(ctx context.Context, v voucher.Voucher) error {
+	nb := v.BucketCount()
+	for b := range nb {
+		key := d.keys.StateAt(d.keys.BucketShard(v.ID, b, nb), v.ID)
+		if err := d.fencs.Run(ctx, d.rdb, []string{key}, "open").Err(); err != nil {
+			return fmt.Errorf("open bucket %d of voucher %d after its draw: %w", b, v.ID, err)
+		}
+	}
+	if err := d.rdb.Set(ctx, doneKey(d.keys, v.ID), "1", 0).Err(); err != nil {
+		return fmt.Errorf("mark the draw of voucher %d done: %w", v.ID, err)
+	}
+	return nil
 }
 
 // errSuperseded means a drawer holding a newer fence token took the draw

@@ -223,7 +223,7 @@ func TestPagesCostNothingPerVisitor(t *testing.T) {
 	}
 	first := answers[0]
 	var st Status
-	if err := json.Unmarshal(first.body, &st); err != nil || st.Draw == nil || st.Draw.Status != "done" || st.Draw.Secret != e.v.DrawSecret ||
+	if err := json.Unmarshal(first.body, &st); err != nil || st.Draw == nil || st.Draw.Status != "done" || st.Draw.Secret != e.secret() ||
 		st.Entries == nil || *st.Entries != 1000 || st.Winners == nil || *st.Winners != 10 {
 		t.Fatalf("status %d %s (%v); want done, the secret, 1000 entries and 10 winners", first.status, first.body, err)
 	}

@@ -673,6 +673,9 @@ func (h *HTTP) answer(c *gin.Context, id, orderID int64, err error) string {
 		c.Abort()
 		writeAnswer(c, http.StatusForbidden, endedAnswer)
 		return "ended"
+	case errors.Is(err, ErrDrawing):
+		pause(c, "drawing", "the draw closed and is being drawn; its result comes in a moment")
+		return "drawing"
 	case errors.Is(err, ErrNotReady):
 		pause(c, "not_ready", "the sale is being prepared; try again shortly")
 		return "not_ready"

@@ -195,11 +195,17 @@ const (
 	FieldDrawOpens     = "draw_opens_ms"
 	FieldDrawPow       = "draw_pow"
 	FieldDrawChallenge = "draw_challenge"
+	// FieldDrawPending is 1 until the draw is done: the purchase script
+	// then sells only to the drawer (its fence token), whatever an
+	// instance believes. The drawer sets it to 0 in every bucket once the
+	// result is recorded.
+	FieldDrawPending = "draw_pending"
 )
 
 // DrawFields are a fair voucher's draw fields of its sale state: field,
 // value, ...; none for a voucher without a draw. Entries open at
-// draw_opens_ms (0: at once).
+// draw_opens_ms (0: at once); draw_pending is 1 until the database says
+// the draw is done.
 func DrawFields(v Voucher) []any {
 	if !v.Fair() {
 		return nil
@@ -208,7 +214,12 @@ func DrawFields(v Voucher) []any {
 	if v.PowBits > 0 {
 		opens = v.EntriesOpen().UnixMilli()
 	}
-	return []any{FieldDrawClose, v.DrawClose().UnixMilli(), FieldDrawOpens, opens, FieldDrawPow, v.PowBits, FieldDrawChallenge, DrawChallenge(v)}
+	pending := 1
+	if v.DrawDoneAt != nil {
+		pending = 0
+	}
+	return []any{FieldDrawClose, v.DrawClose().UnixMilli(), FieldDrawOpens, opens, FieldDrawPow, v.PowBits, FieldDrawChallenge, DrawChallenge(v),
+		FieldDrawPending, pending}
 }
 
 // SaleBegin is when the purchase script starts selling: BeginAt, or for a

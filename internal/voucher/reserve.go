@@ -41,6 +41,9 @@ var (
 	// fence token than the bucket's: another drawer took the draw over.
 	// Nothing was written.
 	ErrFenced = errors.New("the draw's buckets are fenced by another drawer")
+	// ErrDrawing means the voucher opens with a draw that is not done:
+	// only the drawer buys until it is. Nothing was written.
+	ErrDrawing = errors.New("the voucher's draw is not done")
 )
 
 // PurchasedError means the buyer already holds an order for the voucher.
@@ -474,6 +477,7 @@ const (
 	purchaseWrongType  = 8  // detail: the key of another type; nothing written
 	purchaseLayout     = 9  // detail: the voucher's bucket count; nothing written
 	purchaseFenced     = 10 // a drawer's fence token is not the bucket's; nothing written
+	purchaseDrawing    = 11 // a fair voucher's draw not done, and no fence token; nothing written
 )
 
 // LayoutError means the purchase went to a bucket of the wrong layout: the
@@ -535,6 +539,8 @@ func decodePurchase(res []any) (Reservation, error) {
 		return Reservation{}, &LayoutError{Buckets: nb}
 	case purchaseFenced:
 		return Reservation{}, ErrFenced
+	case purchaseDrawing:
+		return Reservation{}, ErrDrawing
 	}
 	return Reservation{}, fmt.Errorf("purchase script: unknown code %d", code)
 }
