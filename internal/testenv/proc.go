@@ -157,13 +157,30 @@ func tail(path string) string {
 // freePort returns a loopback port that was free a moment ago. Servers are
 // separate processes, so we cannot hand them a listener; the race is accepted.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
+	givenMu.Lock()
+	defer givenMu.Unlock()
+	// The kernel may hand the port it just freed out again: a test that
+	// asks for two (an API and an admin listener) would get one twice.
+	// A port is given once per test process.
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("find free port: %w", err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !given[p] {
+			given[p] = true
+			return p, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("find free port: every port offered was given before")
 }
+
+var (
+	givenMu sync.Mutex
+	given   = map[int]bool{}
+)
 
 // lookBin finds a server binary. Debian installs daemons in /usr/sbin, which
 // is often missing from PATH.
