@@ -400,6 +400,9 @@ func newCore(ctx context.Context, cfg config, rdb redis.UniversalClient, db *gor
 	c.warmer.Quiesce(mover)
 	c.vstate.HoldWith(mover)
 	c.warmer.LeaseTTL(cfg.RebuildLease)
+	// A voucher's bucket count comes from the database at each warm
+	// round: no purchase goes first to bucket 0 to be told it.
+	c.warmer.Teach(c.reserver.Learn)
 	if crash := crashPoint(cfg.CrashPoint); crash.afterBucket != nil {
 		c.warmer.AfterBucket(crash.afterBucket)
 	}
@@ -583,6 +586,9 @@ func build(ctx context.Context, cfg config, c *core, locks *order.Locks, signer 
 		router.WaitReplicas(cfg.WaitReplicas, cfg.WaitTimeout, c.replicas)
 	}
 	vouchers.Draw(router)
+	// What a voucher is, the instance learns from the database at each
+	// warm round: no purchase waits on bucket 0 to say it.
+	c.warmer.Teach(router.Learn)
 	s.background = append(s.background, draw.NewDrawer(c.db, c.rdb, c.keys, c.reserver, draw.DrawerConfig{Key: c.drawKey}, c.log.With("component", "draw")))
 	if cfg.Pay.Provider == "off" {
 		vouchers.RefusePriced("set SECKILL_PAY_PROVIDER=webhook (with SECKILL_PAY_GATEWAY_URL and SECKILL_PAY_WEBHOOK_SECRET) to take payments")

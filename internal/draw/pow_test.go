@@ -210,3 +210,41 @@ func BenchmarkSolvePow(b *testing.B) {
 		SolvePow(challenge, user, 16)
 	}
 }
+
+// TestRouterLearnsFromTheDatabase: taught the database's live vouchers, a
+// Router sends the purchases of a voucher without a draw, or whose draw
+// is done, to the purchase script without reading bucket 0's state (here
+// made unreadable, as while its master is away: an untaught Router
+// fails), and still enters the buyers of a draw not done.
+func TestRouterLearnsFromTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, "sqlite", 10, time.Now().Add(time.Hour))
+	store := voucher.NewStore(e.db)
+	now := time.Now()
+	plain := voucher.Voucher{Title: "plain", FaceValue: 1, TotalStock: 5, BeginAt: now.Add(-time.Minute), EndAt: now.Add(time.Hour)}
+	done := e.v
+	done.ID, done.Title = 0, "drawn"
+	done.DrawDoneAt = &now
+	for _, v := range []*voucher.Voucher{&plain, &done} {
+		if err := store.Create(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.rdb.Set(ctx, e.keys.State(v.ID), "not a hash", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	taught := NewRouter(e.rdb, e.keys)
+	taught.Learn([]voucher.Voucher{e.v, plain, done})
+	for _, v := range []voucher.Voucher{plain, done} {
+		if _, handled, err := taught.Enter(ctx, v.ID, 5, 1, ""); err != nil || handled {
+			t.Errorf("taught, voucher %q: handled %v, %v; want a purchase, no read of its state", v.Title, handled, err)
+		}
+		if _, _, err := NewRouter(e.rdb, e.keys).Enter(ctx, v.ID, 5, 1, ""); err == nil {
+			t.Errorf("untaught, voucher %q: no error; the test's unreadable state was not read", v.Title)
+		}
+	}
+	if got, handled, err := taught.Enter(ctx, e.v.ID, 5, 9, ""); err != nil || !handled || got.Ticket != 9 {
+		t.Fatalf("the draw not done, taught: %+v handled %v, %v; want entered with ticket 9", got, handled, err)
+	}
+}

@@ -110,6 +110,20 @@ func (r *Router) noPow(ctx context.Context, v int64, o *open) (voucher.DrawEntry
 	return voucher.DrawEntry{}, false, fmt.Errorf("enter the draw of voucher %d: %w", v, voucher.ErrPowRequired)
 }
 
+// Learn records, from the database's live vouchers (the warmer's round:
+// voucher.Warmer.Teach), those that have no draw or whose draw is done:
+// their purchases go to the purchase script without a read of bucket 0's
+// state, so they go on while bucket 0's master is away. A voucher gets
+// its draw at creation or never, and the purchase script still refuses a
+// purchase while a bucket says its draw is pending.
+func (r *Router) Learn(vs []voucher.Voucher) {
+	for _, v := range vs {
+		if !v.Fair() || v.DrawDoneAt != nil {
+			r.known.LoadOrStore(v.ID, (*open)(nil))
+		}
+	}
+}
+
 // draw is voucher v's draw not known to be done, or nil. It is read from
 // the voucher's sale state (bucket 0's; voucher.DrawFields), never from
 // the database, so purchases go on while the database is away. A voucher

@@ -426,6 +426,7 @@ func (h *HTTP) Create(c *gin.Context) {
 		apierr.Unavailable(c, "unavailable", "the voucher could not be stored; try again")
 		return
 	}
+	h.reserver.Learn([]Voucher{v})
 	// The row is committed; the state write must not be lost to a client
 	// that hangs up, and the warmer repairs it if it fails.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)

@@ -70,6 +70,37 @@ type Warmer struct {
 	// (its marker present, or reopened by its own rebuild): what tells a
 	// first load from a loss (see rebuildLevel).
 	seenReady []atomic.Bool
+	// taught are told the live vouchers each round reads from the
+	// database (Teach); lastLive is the last round's list.
+	taughtMu sync.Mutex
+	taught   []func([]Voucher)
+	lastLive []Voucher
+}
+
+// Teach tells fn the live vouchers read from the database at every warm
+// round, before any shard is touched, and at once the last round's when
+// there was one. An instance learns so what a voucher is (its bucket
+// count, whether it has a draw) from the database, not from bucket 0's
+// state: a restarted instance sells the buyers of every other bucket
+// while bucket 0's master is away (Reserver.Learn, draw's Router.Learn).
+// fn must not keep the slice.
+func (w *Warmer) Teach(fn func([]Voucher)) {
+	w.taughtMu.Lock()
+	defer w.taughtMu.Unlock()
+	w.taught = append(w.taught, fn)
+	if w.lastLive != nil {
+		fn(w.lastLive)
+	}
+}
+
+// teach tells every learner the round's live vouchers.
+func (w *Warmer) teach(vs []Voucher) {
+	w.taughtMu.Lock()
+	defer w.taughtMu.Unlock()
+	w.lastLive = vs
+	for _, fn := range w.taught {
+		fn(vs)
+	}
 }
 
 // Running is how long the shard rebuild this Warmer is running has run,
@@ -318,6 +349,7 @@ func (w *Warmer) Warm(ctx context.Context) (loaded int, err error) {
 	if err != nil {
 		return 0, err
 	}
+	w.teach(vs)
 	byShard, buckets := w.placeAll(vs)
 	// Each master's identity is read once per round.
 	ms := w.state.masters()

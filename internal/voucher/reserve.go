@@ -97,10 +97,10 @@ type Reserver struct {
 	replicas *redisconn.Replicas
 
 	// layouts holds the bucket count of each voucher of more than one
-	// bucket this instance has sold, learnt from the purchase script: a
-	// map replaced whole when it grows (rarely), so that a purchase reads
-	// it with one atomic load and no lock or allocation. borrow moves
-	// units into an empty home bucket.
+	// bucket this instance knows, learnt from the database (Learn) or
+	// the purchase script: a map replaced whole when it grows (rarely),
+	// so that a purchase reads it with one atomic load and no lock or
+	// allocation. borrow moves units into an empty home bucket.
 	layouts   atomic.Pointer[map[int64]int]
 	layoutsMu sync.Mutex // serialises the replacements
 	borrow    Borrower
@@ -265,8 +265,9 @@ func (r *Reserver) reserve(ctx context.Context, voucherID, userID, orderID int64
 // ErrInTransit.
 const maxBorrows = 3
 
-// layout is the bucket count this instance knows for a voucher: 1 until a
-// purchase script said otherwise (LayoutError).
+// layout is the bucket count this instance knows for a voucher: what the
+// database said (Learn) or a purchase script did (LayoutError); 1 until
+// either did.
 func (r *Reserver) layout(voucherID int64) int {
 	if m := r.layouts.Load(); m != nil {
 		if nb, ok := (*m)[voucherID]; ok {
@@ -274,6 +275,39 @@ func (r *Reserver) layout(voucherID int64) int {
 		}
 	}
 	return 1
+}
+
+// Learn records the bucket count of each voucher of vs with more than one
+// (Warmer.Teach hands it the database's live vouchers): a purchase then
+// goes to the buyer's home bucket at once, never first to bucket 0 to be
+// told the count. A voucher's count is fixed at its creation.
+func (r *Reserver) Learn(vs []Voucher) {
+	if r == nil {
+		return
+	}
+	r.layoutsMu.Lock()
+	defer r.layoutsMu.Unlock()
+	var next map[int64]int
+	m := r.layouts.Load()
+	for _, v := range vs {
+		nb := v.BucketCount()
+		if nb <= 1 {
+			continue
+		}
+		if m != nil && (*m)[v.ID] == nb {
+			continue
+		}
+		if next == nil {
+			next = map[int64]int{}
+			if m != nil {
+				maps.Copy(next, *m)
+			}
+		}
+		next[v.ID] = nb
+	}
+	if next != nil {
+		r.layouts.Store(&next)
+	}
 }
 
 // learn records a voucher's bucket count in a new copy of the layouts.
