@@ -32,9 +32,12 @@
 //	MarkTTL/2)    | closes t with r's mark, or as | outcome read, never written     | its k units, logged: never
 //	              | applied when it is gone       |                                 | made twice)
 //
-// (1) n is SECKILL_REDIS_WAIT_REPLICAS, or when that is 0 every replica the
-// master has (runner in scripts.go): a take the donor's failover lost while
-// its receiver applied it would put its units in two buckets.
+// (1) n is every replica the master has, at least SECKILL_REDIS_WAIT_REPLICAS
+// (runner in scripts.go): a take the donor's failover lost while its
+// receiver applied it would put its units in two buckets, and the cluster
+// may promote any replica. A replayed apply or resolve writes nothing; its
+// WAIT, on the same connection, waits for the offset at that read, so for
+// the mark's first write too.
 //
 // Conservation, over a voucher's ready buckets: sum(alloc) + units taken
 // and not applied = total. sum(out) counts the journaled moves, applied
@@ -69,9 +72,10 @@ import (
 
 // Config tunes the moves; zero fields take the defaults.
 type Config struct {
-	// WaitReplicas is the replicas WAIT asks for after a take, an apply
-	// and a resolve; 0 asks for every replica the master has (none: no
-	// WAIT), so that no failover loses a step a later one builds on.
+	// WaitReplicas is the least replicas WAIT asks for after a take, an
+	// apply and a resolve; every replica the master has is asked for
+	// (none: no WAIT), so that no failover loses a step a later one
+	// builds on.
 	WaitReplicas int
 	// WaitTimeout bounds each WAIT (default 100ms).
 	WaitTimeout time.Duration

@@ -55,11 +55,17 @@ func newScripts() scripts {
 
 // runner runs a script on the master of its first key and, when asked to
 // confirm a step, sends WAIT on the same connection, which counts the
-// replicas holding that connection's writes: for the replicas wanted
-// (SECKILL_REDIS_WAIT_REPLICAS), or when none are, for every replica the
-// master has. A step a failover could lose is never built on: without
-// that, a donor failing over after a take whose receiver applied it would
-// come back with the units and sell them a second time.
+// replicas holding that connection's writes: for every replica the master
+// has, and at least the replicas wanted (SECKILL_REDIS_WAIT_REPLICAS). A
+// step a failover could lose is never built on: without that, a donor
+// failing over after a take whose receiver applied it would come back
+// with the units and sell them a second time. Every replica, not n of
+// them: the cluster may promote any one, the one that missed the take
+// too (a purchase may settle for n: a lost purchase is healed or dead
+// lettered, a unit in two buckets is sold twice). A step replayed (an
+// apply or resolve that finds its mark) writes nothing, and its WAIT still
+// covers the mark's first write: Redis takes the offset WAIT waits for at
+// the connection's last command, a read too (TestReplayedStepConfirmsItsMark).
 type runner struct {
 	rdb      redis.UniversalClient
 	replics  int
@@ -88,14 +94,15 @@ func (r runner) run(ctx context.Context, s *redis.Script, ack bool, keys []strin
 	if err != nil {
 		return nil, err
 	}
-	want, rs := r.replics, r.replicas
-	if want <= 0 {
-		if want, err = r.counts.Count(ctx, conn, c.Options().Addr); err != nil {
-			return res, fmt.Errorf("count the replicas: %w", err)
-		}
-		if want == 0 {
-			return res, nil // nothing can take this master's place
-		}
+	has, err := r.counts.Count(ctx, conn, c.Options().Addr)
+	if err != nil {
+		return res, fmt.Errorf("count the replicas: %w", err)
+	}
+	want, rs := max(r.replics, has), r.replicas
+	switch {
+	case want == 0:
+		return res, nil // nothing can take this master's place
+	case has > 0:
 		rs = nil // every replica known: none to confirm alone for
 	}
 	conf, err := rs.Confirm(ctx, conn, c.Options().Addr, want, r.timeout)
