@@ -1,8 +1,10 @@
 package fault
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,4 +55,82 @@ func TestClusterFreshInstanceSellsWithoutBucket0(t *testing.T) {
 		t.Fatalf("%d accepted orders were lost: %v", len(lost), lost)
 	}
 	t.Logf("%v; answers by home bucket %s; checked I1-I7: %s", report, w.answers(), rep)
+}
+
+// replicasOf lists the nodes replicating master (INFO replication).
+func (w *bucketSale) replicasOf(master *testenv.ClusterNode) []*testenv.ClusterNode {
+	w.t.Helper()
+	_, port, _ := strings.Cut(master.Addr, ":")
+	var out []*testenv.ClusterNode
+	for _, n := range w.rc.Nodes() {
+		info, err := n.Client(w.t).Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r\n") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// The review's drill (issue 42, point 4): masters with two replicas each,
+// purchases and transfers confirmed by WAIT 1, the instances' warm round
+// at its default 5 s. One of bucket 0's replicas is stopped and cut off
+// while buyers of buckets 1 and 2, twice what those hold, press; then
+// bucket 0's master and its other replica are killed and the stopped
+// one, resumed, is promoted; bucket 0's buyers press at once, then
+// everyone's until sold out. A transfer step waits for every replica its
+// master has, so bucket 0 lent nothing its promoted replica lacks (its
+// buyers of buckets 1 and 2 were answered busy meanwhile): nothing is sold
+// twice, no accepted order is lost or dead lettered, every unit is sold,
+// I1-I7 hold. With the wait for n replicas alone, bucket 0 lent its 300
+// units on one replica's word, the promoted one sold them again, and 300
+// accepted orders were dead lettered out of stock.
+func TestClusterTwoReplicasDonorDrill(t *testing.T) {
+	const stock = 900
+	env := map[string]string{"SECKILL_REDIS_WAIT_REPLICAS": "1", "SECKILL_REDIS_WAIT_TIMEOUT": "300ms",
+		"SECKILL_WARM_INTERVAL": "5s"}
+	// Validity factor 0: the resumed replica may be promoted however long
+	// it was stopped.
+	w := newBucketSale(t, testenv.ClusterOptions{Masters: 3, Replicas: 2, NodeTimeout: 2 * time.Second,
+		ExtraArgs: []string{"--cluster-replica-validity-factor", "0"}}, env)
+	a, b := w.run("a", nil), w.run("b", nil)
+	bases := []string{a.base, b.base}
+	w.create(a.base, stock)
+	w.rc.WaitHealthy(t, time.Minute)
+	donor := w.master(0)
+	reps := w.replicasOf(donor)
+	if len(reps) != 2 {
+		t.Fatalf("bucket 0's master %s has %d replicas, want 2", donor.Addr, len(reps))
+	}
+	stopped, other := reps[0], reps[1]
+	// Stopped, and cut off: a paused process's socket still takes in what
+	// the master sends, so the master also drops its replicas' links (the
+	// other one connects again at once; the stopped one cannot).
+	stopped.Pause(t)
+	if err := donor.Client(t).Do(context.Background(), "client", "kill", "type", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Buyers of buckets 1 and 2 alone, twice what those buckets hold:
+	// they empty them and borrow from bucket 0.
+	var away []int64
+	away = append(away, homeOnly(1, 800_000, 2*stock/3)...)
+	away = append(away, homeOnly(2, 800_000, 2*stock/3)...)
+	w.fire(away, bases, 16).wait(t)
+	soldAway := w.accepted(1) + w.accepted(2)
+	donor.Kill(t)
+	other.Kill(t)
+	stopped.Resume(t)
+	w.rc.WaitFailover(t, donor, time.Minute)
+	// At once: bucket 0's buyers; then, bucket 0 back, everyone's.
+	w.fire(homeOnly(0, 820_000, stock/3), bases, 16).wait(t)
+	w.recovered(0, time.Minute)
+	testenv.WaitFor(t, 30*time.Second, "no transfer open", func() bool { return w.inTransit() == 0 })
+	w.fire(buyersFrom(840_000, 2*stock, 0), bases, 16).wait(t)
+	rep, lost := w.settle(2 * time.Minute)
+	if len(lost) != 0 {
+		t.Fatalf("%d accepted orders were lost: %v", len(lost), lost)
+	}
+	if rep.DeadLetters != 0 || rep.Live != stock {
+		t.Fatalf("%d dead letters, %d live orders for a stock of %d; answers by home bucket %s", rep.DeadLetters, rep.Live, stock, w.answers())
+	}
+	t.Logf("buckets 1 and 2 (%d units at the start) sold %d while bucket 0's replica was stopped; answers by home bucket %s; checked I1-I7: %s", 2*stock/3, soldAway, w.answers(), rep)
 }
