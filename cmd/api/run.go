@@ -470,14 +470,15 @@ func newMover(cfg config, rdb redis.UniversalClient, keys voucher.Keys, rs *redi
 
 // observeBuckets turns what the Rebalancer reads each pass, and what the
 // mover and the recovery loop counted since, into metrics.
-func observeBuckets(m *metrics.Metrics, mover *bucket.Mover, rec *bucket.Recoverer) func(map[int64][]int64) {
+func observeBuckets(m *metrics.Metrics, mover *bucket.Mover, rec *bucket.Recoverer) func(bucket.Pass) {
 	var last bucket.Stats
-	return func(stocks map[int64][]int64) {
+	return func(p bucket.Pass) {
 		a, b := mover.Stats(), rec.Stats()
 		now := bucket.Stats{Applied: a.Applied + b.Applied, Returned: a.Returned + b.Returned, Units: a.Units + b.Units}
 		m.BucketMoves(now.Applied-last.Applied, now.Returned-last.Returned, now.Units-last.Units)
 		last = now
-		m.BucketStocks(stocks)
+		m.BucketStocks(p.Stocks)
+		m.BucketUnaccounted(p.Unaccounted)
 		m.BucketOldest(rec.Oldest())
 	}
 }

@@ -134,19 +134,56 @@ func donor(bs []bucketView, to int, nowMs int64) int {
 	return best
 }
 
-// verdict is Borrow's answer when no bucket can lend: sold out only when
-// every bucket is ready and empty and no unit is in transit (the allocs
-// add up to the total); else the units are in transit.
+// verdict is Borrow's answer when no bucket can lend (donor found none),
+// the first row that matches:
+//
+//	the buckets read                          | answer     | what ends it
+//	------------------------------------------+------------+------------------------------------
+//	one not ready (not answering, rebuilt),   | in transit | its rebuild (SeckillShardNotReady);
+//	or their totals disagree                  | (busy)     | its units cannot be counted now
+//	one holds stock (fenced by a rebuild)     | in transit | the rebuild lifts its fences
+//	a move journaled (out > 0 in one)         | in transit | the move's close: its mover, or the
+//	                                          |            | recovery loop after StaleAfter
+//	every one ready, empty, nothing journaled | sold out   | - (units given back by a cancel or
+//	                                          |            | an expiry sell again)
+//
+// The last row holds whatever the allocs add up to: no unit is in any
+// bucket or in any move, so none can be sold. Allocs that do not add up
+// to the total then name units lost (a move closed as applied that never
+// was: fewer) or counted twice (more): unaccounted reports them, for the
+// SeckillBucketUnitsUnaccounted alert and api reconcile, and they do not
+// keep the voucher's buyers waiting on a sold out that never comes.
 func verdict(v int64, bs []bucketView) error {
-	var sum int64
+	var out int64
 	for b, x := range bs {
-		if !x.ready || x.stock > 0 || x.total != bs[0].total {
-			return fmt.Errorf("voucher %d bucket %d not ready, fenced or disagreeing: %w", v, b, voucher.ErrInTransit)
+		if !x.ready || x.total != bs[0].total {
+			return fmt.Errorf("voucher %d bucket %d not ready or disagreeing: %w", v, b, voucher.ErrInTransit)
+		}
+		if x.stock > 0 {
+			return fmt.Errorf("voucher %d bucket %d fenced with %d units: %w", v, b, x.stock, voucher.ErrInTransit)
+		}
+		out += x.out
+	}
+	if out > 0 {
+		return fmt.Errorf("voucher %d: %d units journaled in moves: %w", v, out, voucher.ErrInTransit)
+	}
+	return fmt.Errorf("voucher %d: %w", v, voucher.ErrSoldOut)
+}
+
+// unaccounted is how far the allocs of v's buckets are from its total
+// when every bucket is ready and agrees on it and no move is journaled
+// (when they must add up to it): positive for units lost, negative for
+// units counted twice. ok is false when they cannot be compared now.
+func unaccounted(bs []bucketView) (units int64, ok bool) {
+	if len(bs) == 0 {
+		return 0, false
+	}
+	var sum int64
+	for _, x := range bs {
+		if !x.ready || x.total != bs[0].total || x.out != 0 {
+			return 0, false
 		}
 		sum += x.alloc
 	}
-	if sum != bs[0].total {
-		return fmt.Errorf("voucher %d: buckets hold %d of %d: %w", v, sum, bs[0].total, voucher.ErrInTransit)
-	}
-	return fmt.Errorf("voucher %d: %w", v, voucher.ErrSoldOut)
+	return bs[0].total - sum, true
 }

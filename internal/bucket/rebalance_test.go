@@ -43,7 +43,7 @@ func TestRebalanceLeavesTheLastUnit(t *testing.T) {
 	ctx := context.Background()
 	r := NewRebalancer(e.mover(Config{}), func(context.Context) ([]Live, error) { return []Live{{ID: e.v, NB: e.nb}}, nil })
 	var seen map[int64][]int64
-	r.Report(func(s map[int64][]int64) { seen = s })
+	r.Report(func(p Pass) { seen = p.Stocks })
 	if err := r.Once(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -110,6 +110,7 @@ type Metrics struct {
 	bucketOldest   prometheus.Gauge
 	bucketPause    prometheus.Histogram
 	bucketNotReady prometheus.Gauge
+	bucketOff      prometheus.Gauge
 	bucketMu       sync.Mutex
 	bucketSeen     int // bucket_stock series set
 
@@ -192,6 +193,7 @@ func New() *Metrics {
 	m.payments = series(m.counterVec("payments_total", "Payments and gateway notifications by outcome: succeeded (order paid), needs_refund (paid after the order was cancelled, or paid twice), duplicate (a notification seen before), refused (bad signature, stale, unknown, wrong amount).", "outcome"), PaymentOutcomes)
 	m.refundsOwed = m.gauge("payments_needing_refund", "Payments whose money is owed back (they arrived after their order was cancelled, paid an order twice, or their order was refunded) and are not marked refunded yet, counted by the order sweeper.")
 	m.bucketStock = m.gaugeVec("bucket_stock", "Units on sale in bucket number <bucket> of the live vouchers of more than one bucket, summed over them, read every 250ms by every instance (buckets not ready count 0; see bucket_not_ready).", "bucket")
+	m.bucketOff = m.gauge("bucket_units_unaccounted", "Units the buckets of live vouchers of more than one bucket miss or count twice: for each voucher whose buckets are all ready with no transfer open, the difference between its total and the sum of its buckets' allocs, summed as positive numbers, as of the last read.")
 	m.bucketNotReady = m.gauge("bucket_not_ready", "Buckets of live vouchers of more than one bucket whose shard is not ready (its master failing over or being rebuilt), as of the last read.")
 	m.bucketMoves = series(m.counterVec("bucket_transfers_total", "Transfers of units between a voucher's buckets this instance closed, by result: applied, or returned to the donor.", "result"), BucketMoveResults)
 	m.bucketUnits = m.counter("bucket_units_moved_total", "Units this instance moved between buckets (applied transfers).")
@@ -389,6 +391,10 @@ func (m *Metrics) BucketStocks(stocks map[int64][]int64) {
 	m.bucketSeen = len(sum)
 	m.bucketNotReady.Set(float64(notReady))
 }
+
+// BucketUnaccounted sets the units the buckets' allocs miss or count
+// twice (bucket.Pass.Unaccounted).
+func (m *Metrics) BucketUnaccounted(units int64) { m.bucketOff.Set(float64(units)) }
 
 // BucketMoves counts transfers between buckets closed since the last
 // call, and the units the applied ones moved.
