@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -359,6 +360,12 @@ const voucherFaceValue = 100
 // createVoucher puts a voucher of stock units, titled title, on sale now, for an
 // hour, at price cents (0: nothing to pay).
 func createVoucher(ctx context.Context, client *http.Client, cfg Config, title string, stock int, price int64) (id int64, made int, err error) {
+	return postVoucher(ctx, client, cfg, title, stock, price, nil)
+}
+
+// postVoucher is createVoucher with extra fields in the creation request
+// (a draw's fair_window_ms; begin_at to replace the default).
+func postVoucher(ctx context.Context, client *http.Client, cfg Config, title string, stock int, price int64, extra map[string]any) (id int64, made int, err error) {
 	admin := cfg.AdminToken
 	if admin == "" {
 		signer, err := auth.NewSigner([]byte(cfg.Secret))
@@ -377,6 +384,7 @@ func createVoucher(ctx context.Context, client *http.Client, cfg Config, title s
 	if b := bucketsField(cfg.Buckets); b != nil {
 		fields["buckets"] = b
 	}
+	maps.Copy(fields, extra)
 	body, _ := json.Marshal(fields)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/api/v1/vouchers", bytes.NewReader(body))
 	if err != nil {
