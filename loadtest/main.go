@@ -11,6 +11,7 @@
 //	go run ./loadtest stampede [flags]  a whole sale through nginx: Redis commands per request, instance memory, the check
 //	go run ./loadtest expiry [flags]    unpaid units back on sale after their deadline; drain rate with expiries and without
 //	go run ./loadtest grow [flags]      how the costs of a sale grow with its buyers and its orders table
+//	go run ./loadtest drawpages [flags] a draw's pages polled by its entrants and read by list readers, beside purchases of another voucher
 package main
 
 import (
@@ -51,6 +52,7 @@ var commands = []struct{ name, doc string }{
 	{"stampede", "a whole sale: Redis commands per request, instance memory, the check"},
 	{"expiry", "unpaid units back on sale after their deadline; drain rate with expiries and without"},
 	{"grow", "how the costs of a sale grow with its buyers and its orders table"},
+	{"drawpages", "a draw's pages polled by its entrants and read by list readers, beside purchases of another voucher with the draw and without"},
 }
 
 // usage lists the commands.
@@ -107,6 +109,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return expiry(ctx, rest, getenv, stdout, stderr)
 	case "grow":
 		return growCmd(ctx, rest, getenv, stdout, stderr)
+	case "drawpages":
+		return drawPages(ctx, rest, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprintln(stdout, usage())
 		return nil
