@@ -188,6 +188,9 @@ func (p *phase) send(ctx context.Context, t *tally, i int64) bool {
 	status, code, order, err := p.f.purchase(ctx, p.urls[int(u)%len(p.urls)], p.f.tokens[u], p.f.ids[u])
 	now := time.Now()
 	t.latencies = append(t.latencies, now.Sub(at))
+	if cfg.Observe != nil {
+		cfg.Observe(at, now.Sub(at))
+	}
 	key, k := classify(status, code, err)
 	if k == accepted || code == "sold_out" {
 		t.answers = append(t.answers, answer{at: now.Sub(p.start), latency: now.Sub(at), soldOut: k != accepted})

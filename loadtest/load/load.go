@@ -83,6 +83,9 @@ type Config struct {
 	// before the check: a caller snapshots what the firing cost there.
 	Measure func()
 	Fired   func()
+	// Observe, when set, is given every purchase's slot (when it was
+	// due) and latency as it is answered, from the firing goroutines.
+	Observe func(at time.Time, latency time.Duration)
 
 	// Check, when set, is where the pipeline is verified after the run.
 	Check *CheckConfig
