@@ -83,7 +83,8 @@ func startAPI(t *testing.T, env map[string]string) *apiProcess {
 // /draw/me answers its own entry and ticket; every pass of every reader
 // reads each entry once, in place order; the service's database
 // connections stay within its pool (32 and the probe's 1); the API's
-// memory was sampled; each stream sold out without overselling and the
+// memory was sampled; the draw round's purchases are split by the
+// draw's moments; each stream sold out without overselling and the
 // check holds.
 func TestDrawPagesUnderPolling(t *testing.T) {
 	redis := testenv.StartRedis(t, testenv.RedisOptions{})
@@ -139,6 +140,13 @@ func TestDrawPagesUnderPolling(t *testing.T) {
 	}
 	if d.Status.Requests < 2000 || d.Mine.Answers["200"] != 2000 || d.List.Requests < 40*10 {
 		t.Errorf("pages: status %+v, me %+v, list %+v", d.Status, d.Mine, d.List)
+	}
+	sum := 0
+	for _, ph := range res.Rounds[0].Phases {
+		sum += ph.Purchases
+	}
+	if len(res.Rounds[0].Phases) != 4 || sum != 1200 {
+		t.Errorf("the draw round's purchases by phase %+v: want 4 phases holding all 1,200", res.Rounds[0].Phases)
 	}
 	for _, want := range []string{"purchase p99, median of rounds", "max database connections of the deployment", "check OK"} {
 		if !strings.Contains(stdout.String(), want) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"seckill/internal/db"
 	"seckill/loadtest/load"
+	"seckill/loadtest/proc"
 )
 
 // drawPagesOptions are drawpages's settings outside load.DrawPagesConfig.
@@ -124,6 +126,7 @@ type usageSampler struct {
 	g      *gorm.DB
 	dbName string
 	procs  []procMem
+	hz     int64 // clock ticks a second
 	log    io.Writer
 }
 
@@ -131,6 +134,10 @@ type usageSampler struct {
 // target's loopback port) and opens the database of o.mysql.
 func newUsageSampler(target string, o drawPagesOptions, log io.Writer) (*usageSampler, error) {
 	s := &usageSampler{log: log}
+	var err error
+	if s.hz, err = proc.ClockTick(); err != nil {
+		fmt.Fprintf(log, "CPU is not measured: %v\n", err)
+	}
 	specs := []string(o.pids)
 	if len(specs) == 0 {
 		if u, err := url.Parse(target); err == nil {
@@ -173,10 +180,25 @@ func (s *usageSampler) close() {
 	}
 }
 
-// watch starts sampling; the func it returns stops and gives the maxima.
+// cpuTicks is the CPU time, in clock ticks, the API processes and the
+// load generator have used so far (0 for a process not read).
+func (s *usageSampler) cpuTicks() (api, self uint64) {
+	for _, p := range s.procs {
+		if n, err := proc.Ticks(p.PID); err == nil {
+			api += n
+		}
+	}
+	self, _ = proc.Ticks(os.Getpid())
+	return api, self
+}
+
+// watch starts sampling; the func it returns stops and gives the maxima,
+// and the CPU the API and the load generator used meanwhile.
 func (s *usageSampler) watch() func() load.Usage {
 	ctx, cancel := context.WithCancel(context.Background())
 	var u load.Usage
+	start := time.Now()
+	api0, self0 := s.cpuTicks()
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t := time.NewTicker(100 * time.Millisecond)
@@ -193,6 +215,12 @@ func (s *usageSampler) watch() func() load.Usage {
 	return func() load.Usage {
 		cancel()
 		wg.Wait()
+		api1, self1 := s.cpuTicks()
+		u.Seconds = time.Since(start).Seconds()
+		if s.hz > 0 {
+			u.APICPU = float64(api1-api0) / float64(s.hz)
+			u.LoadgenCPU = float64(self1-self0) / float64(s.hz)
+		}
 		return u
 	}
 }
@@ -232,16 +260,21 @@ func printDrawPages(w io.Writer, cfg load.DrawPagesConfig, o drawPagesOptions, r
 	p := cfg.Purchases
 	fmt.Fprintf(w, "\ndraw pages: %d entrants on %d connections (polling every %s), %d list readers x %d passes, pages of %d; purchases at %.0f/s for %d on %d connections\n",
 		cfg.Entrants, cfg.Conns, cfg.Every, cfg.Readers, cfg.Passes, cfg.PageLimit, p.Rate, p.Requests, p.Concurrency)
-	fmt.Fprintf(w, "%-5s %-8s %8s %9s %9s %9s %8s %10s %9s  %s\n", "round", "mode", "buys/s", "p50 ms", "p99 ms", "max ms", "db conns", "threads", "api MiB", "load")
+	fmt.Fprintf(w, "%-5s %-8s %8s %9s %9s %9s %8s %10s %9s %9s %9s  %s\n", "round", "mode", "buys/s", "p50 ms", "p99 ms", "max ms", "db conns", "threads", "api MiB", "api cores", "gen cores", "load")
 	maxConns, maxRSS := 0, int64(0)
 	for _, r := range res.Rounds {
 		s := r.Purchases
-		fmt.Fprintf(w, "%-5d %-8s %8.0f %9.2f %9.2f %9.2f %8d %10d %9.1f  %s\n", r.Round, r.Mode, s.RPS, s.Latency.P50, s.Latency.P99, s.Latency.Max,
-			r.Usage.DBConns, r.Usage.DBThreads, float64(r.Usage.RSSKiB)/1024, r.LoadAverage)
+		u := r.Usage
+		fmt.Fprintf(w, "%-5d %-8s %8.0f %9.2f %9.2f %9.2f %8d %10d %9.1f %9.2f %9.2f  %s\n", r.Round, r.Mode, s.RPS, s.Latency.P50, s.Latency.P99, s.Latency.Max,
+			u.DBConns, u.DBThreads, float64(u.RSSKiB)/1024, u.APICPU/max(u.Seconds, 1e-9), u.LoadgenCPU/max(u.Seconds, 1e-9), r.LoadAverage)
 		maxConns, maxRSS = max(maxConns, r.Usage.DBConns), max(maxRSS, r.Usage.RSSKiB)
 		printStream(w, s)
 		if r.Draw != nil {
 			printDraw(w, *r.Draw, r.Overran)
+			for _, ph := range r.Phases {
+				fmt.Fprintf(w, "        purchases due %-22s (%6.1fs to %6.1fs from the close) %6d  p50 %7.2f ms  p99 %7.2f ms\n",
+					ph.Name, ph.From, ph.To, ph.Purchases, ph.Latency.P50, ph.Latency.P99)
+			}
 		}
 	}
 	fmt.Fprintf(w, "\npurchase p99, median of rounds: %.2f ms with the draw, %.2f ms without: %.2fx\n", res.P99Draw, res.P99NoDraw, res.Ratio)
@@ -278,6 +311,9 @@ func printDraw(w io.Writer, d load.DrawFigures, overran bool) {
 		s    load.PageStats
 	}{{"status", d.Status}, {"me", d.Mine}, {"entries", d.List}} {
 		fmt.Fprintf(w, "        %-8s %7d requests %7.0f/s  p50 %.2f ms  p99 %.2f ms  %v\n", k.name, k.s.Requests, k.s.RPS, k.s.Latency.P50, k.s.Latency.P99, k.s.Answers)
+	}
+	if d.Status.Requests > 0 {
+		fmt.Fprintf(w, "        from the close to done, about one status request per page every %.2fs\n", d.DoneAfter*float64(d.Entrants)/float64(d.Status.Requests))
 	}
 	fmt.Fprintf(w, "        %d entries and %d winners counted; %d entrants answered their entry, %d told they won; %d list passes read %d entries\n",
 		d.EntryCount, d.WinnerCount, d.Answered, d.Won, d.Passes, d.PassEntries)

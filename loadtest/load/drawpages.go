@@ -69,6 +69,12 @@ type Usage struct {
 	DBThreads int   `json:"max_threads_connected"` // every client of the database server
 	RSSKiB    int64 `json:"max_api_rss_kib"`       // the API process's VmRSS
 	Samples   int   `json:"samples"`
+	// Seconds is the sampled window; APICPU and LoadgenCPU the CPU
+	// seconds the API process and the load generator used in it (they
+	// share the machine's cores).
+	Seconds    float64 `json:"seconds"`
+	APICPU     float64 `json:"api_cpu_seconds"`
+	LoadgenCPU float64 `json:"loadgen_cpu_seconds"`
 }
 
 // PageStats are the answers of one of the pages.
@@ -114,6 +120,57 @@ type DrawRound struct {
 	// Overran: the pages went on after the purchase stream ended, so the
 	// stream did not see all of them.
 	Overran bool `json:"pages_outlasted_stream,omitempty"`
+	// Phases splits a draw round's purchases by when they were due:
+	// before the close, from the close to done, from done to the pages'
+	// end, after it.
+	Phases []StreamPhase `json:"phases,omitempty"`
+}
+
+// StreamPhase is the purchases due in one phase of a draw round, From and
+// To in seconds since the close.
+type StreamPhase struct {
+	Name      string  `json:"name"`
+	From      float64 `json:"from_s"`
+	To        float64 `json:"to_s"`
+	Purchases int     `json:"purchases"`
+	Latency   Latency `json:"latency_ms"`
+}
+
+// slotLatency is one purchase's slot and latency.
+type slotLatency struct {
+	at  time.Time
+	lat time.Duration
+}
+
+// phases splits a draw round's purchases by the draw's moments.
+func phases(obs []slotLatency, closes time.Time, figs DrawFigures) []StreamPhase {
+	done := closes.Add(time.Duration(figs.DoneAfter * float64(time.Second)))
+	end := closes.Add(time.Duration(figs.Seconds * float64(time.Second)))
+	out := []StreamPhase{{Name: "before the close"}, {Name: "close to done"}, {Name: "done to the pages' end"}, {Name: "after the pages"}}
+	bounds := []time.Time{closes, done, end}
+	lats := make([][]time.Duration, len(out))
+	var first, last time.Time
+	for _, o := range obs {
+		i, _ := slices.BinarySearchFunc(bounds, o.at, func(b, at time.Time) int { return b.Compare(at) })
+		lats[i] = append(lats[i], o.lat)
+		if first.IsZero() || o.at.Before(first) {
+			first = o.at
+		}
+		last = maxTime(last, o.at)
+	}
+	edges := []time.Time{first, closes, done, end, last}
+	for i := range out {
+		out[i].From, out[i].To = edges[i].Sub(closes).Seconds(), edges[i+1].Sub(closes).Seconds()
+		out[i].Purchases, out[i].Latency = len(lats[i]), latencyOf(lats[i])
+	}
+	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // DrawPagesResult is every round and the comparison of the streams.
@@ -259,8 +316,15 @@ func (d *drawRun) round(ctx context.Context, n int, mode string) (DrawRound, err
 		stop = d.cfg.Watch()
 	}
 	pagesDone := make(chan DrawFigures, 1)
+	var obsMu sync.Mutex
+	var obs []slotLatency
 	if f != nil {
 		go func() { pagesDone <- f.run(ctx) }()
+		pcfg.Observe = func(at time.Time, lat time.Duration) {
+			obsMu.Lock()
+			obs = append(obs, slotLatency{at, lat})
+			obsMu.Unlock()
+		}
 	}
 	res, err := Run(ctx, pcfg)
 	streamEnd := time.Now()
@@ -268,6 +332,9 @@ func (d *drawRun) round(ctx context.Context, n int, mode string) (DrawRound, err
 		figs := <-pagesDone
 		out.Draw = &figs
 		out.Overran = f.closes.Add(time.Duration(figs.Seconds * float64(time.Second))).After(streamEnd)
+		obsMu.Lock()
+		out.Phases = phases(obs, f.closes, figs)
+		obsMu.Unlock()
 	}
 	out.Usage = stop()
 	out.LoadAverage = loadAvg()
@@ -555,6 +622,8 @@ func (f *follow) poll(ctx context.Context) {
 			for {
 				select {
 				case <-finished:
+					return
+				case <-ctx.Done():
 					return
 				case i := <-ready:
 					if f.ask(ctx, int(i), &h.pages[i]) {
