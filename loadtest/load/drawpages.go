@@ -39,7 +39,7 @@ type DrawPagesConfig struct {
 	DrawStock   int           // units of the fair voucher (its winners), default 100
 	Window      time.Duration // from the fair voucher's creation to its close, default 30s: the entering must end before
 	Conns       int           // connections of the entrants' pages (entering, then polling), default 256
-	Readers     int           // list readers, each on a connection of its own, default 200
+	Readers     int           // list readers, each on a connection of its own (0: none)
 	Passes      int           // each reader's passes through the list once the draw is done, default 2
 	PageLimit   int           // entries a list page asks for, default 200
 	Every       time.Duration // a page's poll interval, default 500ms
@@ -189,7 +189,6 @@ func (c *DrawPagesConfig) defaults() error {
 	c.DrawStock = cmp.Or(c.DrawStock, 100)
 	c.Window = cmp.Or(c.Window, 30*time.Second)
 	c.Conns = cmp.Or(c.Conns, 256)
-	c.Readers = cmp.Or(c.Readers, 200)
 	c.Passes = cmp.Or(c.Passes, 2)
 	c.PageLimit = cmp.Or(c.PageLimit, 200)
 	c.Every = cmp.Or(c.Every, 500*time.Millisecond)
