@@ -43,6 +43,7 @@ func vars(listen string, upstreams ...string) map[string]string {
 		"SECKILL_NGINX_REAL_IP_FROM":   "",
 		"SECKILL_NGINX_REAL_IP_HEADER": "X-Forwarded-For",
 		"SECKILL_NGINX_HSTS_MAX_AGE":   "0",
+		"SECKILL_NGINX_CACHE_DIR":      "cache",
 	}
 }
 
@@ -72,6 +73,13 @@ func render(t *testing.T, v map[string]string) string {
 func prefix(t *testing.T, v map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
+	// Run as root, nginx's workers are nobody: they must reach the
+	// prefix to write the cache there.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	main, err := os.ReadFile("nginx.conf")
 	if err != nil {
 		t.Fatal(err)

@@ -1012,6 +1012,10 @@ func nginxConf(t *testing.T, objs objects) string {
 	}
 	env["SECKILL_UPSTREAM_SERVERS"] = regexp.MustCompile(`server [^ :;]+`).ReplaceAllString(env["SECKILL_UPSTREAM_SERVERS"], "server 127.0.0.1")
 	env["SECKILL_NGINX_ACCESS_LOG"] = "logs/access.log"
+	if env["SECKILL_NGINX_CACHE_DIR"] != "/var/cache/nginx/seckill_draw" {
+		t.Errorf("the nginx pod keeps the draw's pages in %q, not in its writable cache directory", env["SECKILL_NGINX_CACHE_DIR"])
+	}
+	env["SECKILL_NGINX_CACHE_DIR"] = "cache" // under the test's prefix
 	return regexp.MustCompile(`\$\{[A-Z0-9_]+\}`).ReplaceAllStringFunc(tmpl, func(p string) string {
 		v, ok := env[p[2:len(p)-1]]
 		if !ok {
