@@ -74,6 +74,7 @@ func TestDrawPagesCached(t *testing.T) {
 	if n := status.Load(); n > 3 {
 		t.Errorf("%d pages reached the instance %d times, want a handful", pages, n)
 	}
+	t.Logf("%d pages at once reached the instance %d times", pages, status.Load())
 	for i, b := range bodies {
 		if !strings.HasPrefix(b, `{"status":`) {
 			t.Fatalf("page %d read %q", i, b)
