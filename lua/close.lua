@@ -2,9 +2,11 @@
 -- move from the donor's journal with its outcome on the receiver; a
 -- refused move gives its units back to the donor in the same step.
 --
--- A donor that is not ready lost its state (or is being rebuilt): the entry
--- is dropped with no change to the state, and the rebuild recomputes the
--- donor's alloc from the other buckets.
+-- A donor that is not ready lost its state (or is being rebuilt), and so
+-- has a donor bucket without state in a ready shard (a shard rebuild that
+-- could not count it, voucher.State.DropAt): the entry is dropped with no
+-- change to the state, and the bucket's rebuild or load recomputes its
+-- alloc from the other buckets.
 --
 -- Every key is read and checked before the first write.
 --
@@ -17,9 +19,10 @@
 -- Returns (decoded in internal/bucket/scripts.go by decodeClose alone):
 --   {0, units}  closed now (refused: units back in stock and alloc); out less units
 --   {1}         no such entry: closed before; nothing written
---   {2}         the donor is not ready: the entry dropped, the state untouched
---   {7}         the donor is ready but has no state with integer stock, alloc
---               and out; nothing written
+--   {2}         the donor is not ready, or has no state: the entry dropped, the
+--               state untouched
+--   {7}         the donor is ready but its state lacks an integer stock, alloc
+--               or out; nothing written
 --   {8, key}    that key holds another type, or the entry is not a move
 --               record; nothing written
 -- An outcome other than the two raises an error before any write.
@@ -49,7 +52,7 @@ local k = tonumber(string.match(rec, '^[^:]*:[^:]*:(%d+):'))
 if k == nil then
   return {8, KEYS[3]}
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HDEL', KEYS[3], ARGV[1])
   return {2}
 end

@@ -29,6 +29,10 @@
 -- ARGV[9..8+2e] field, value, ... written with the state on the last call
 -- ARGV[9+2e..n] user id, order id, user id, order id, ...
 --
+-- A first call that is not also the last and carries no buyers drops the
+-- state and writes nothing (State.DropAt: a bucket the rebuild could not
+-- count, loaded later).
+--
 -- Returns 1 when replaced, 0 when the lease is not the caller's.
 
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then

@@ -192,6 +192,34 @@ func TestCloseNotReadyDonorForgets(t *testing.T) {
 	}
 }
 
+// TestCloseDonorWithoutStateForgets: a donor bucket left out of its
+// shard's rebuild (ready shard, no state: voucher.State.DropAt) has the
+// move dropped from its journal and no state made up: its load counts it
+// later. Before, the close answered "no state" and the move stayed, and
+// the load's drain of the voucher's moves failed on it for ever.
+func TestCloseDonorWithoutStateForgets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10, 0, 5)
+	ctx := context.Background()
+	m := e.mover(Config{})
+	mv, err := m.take(ctx, lease.NewToken(), e.v, 0, 1, 4, e.nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Del(ctx, e.state(0)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.settle(ctx, journaled{id: mv.id, e: mv}, &m.stats); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.journaled(); n != 0 {
+		t.Errorf("%d journaled, want the move forgotten", n)
+	}
+	if n, _ := e.rdb.Exists(ctx, e.state(0)).Result(); n != 0 {
+		t.Error("the close made up a state for the donor")
+	}
+}
+
 // TestMoveToReceiverNotReady: a receiver that is not ready refuses the
 // move for good (resolve's tombstone) and the units go back at once.
 func TestMoveToReceiverNotReady(t *testing.T) {

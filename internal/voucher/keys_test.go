@@ -193,3 +193,32 @@ func BenchmarkNewClusterKeys(b *testing.B) {
 		_ = NewClusterKeys("seckill", 1024)
 	}
 }
+
+// TestSplitStock: the stocks of buckets loaded all at once never add up,
+// with the buyers the buckets hold, to more than the voucher's units, even
+// when a bucket sold more than its share before the state was lost.
+func TestSplitStock(t *testing.T) {
+	for _, c := range []struct {
+		total int64
+		held  []int64
+		want  []int64
+	}{
+		{10, []int64{0, 0, 0}, []int64{4, 3, 3}},
+		{10, []int64{2, 1, 0}, []int64{2, 2, 3}},
+		{10, []int64{8, 1}, []int64{0, 1}},
+		{10, []int64{6, 0, 0}, []int64{0, 2, 2}},
+		{10, []int64{9, 3}, []int64{0, 0}},
+	} {
+		got := SplitStock(c.total, c.held)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("SplitStock(%d, %v) = %v, want %v", c.total, c.held, got, c.want)
+		}
+		var sum int64
+		for b := range got {
+			sum += got[b] + c.held[b]
+		}
+		if sum > max(c.total, 0) && slices.ContainsFunc(got, func(x int64) bool { return x > 0 }) {
+			t.Errorf("SplitStock(%d, %v): %d units with the buyers", c.total, c.held, sum)
+		}
+	}
+}

@@ -35,6 +35,12 @@ func (w *Warmer) AfterBucket(f func(voucherID int64, bucket int)) { w.afterBucke
 // a rebuild and the Warmer has no Quiescer.
 var errNoQuiescer = errors.New("no quiescer to rebuild a bucket")
 
+// errUncounted means a bucket's units could not be counted now: the
+// voucher could not be quiesced (a master of another bucket does not
+// answer, another rebuild holds it) or the holders of its buckets not
+// ready could not be read.
+var errUncounted = errors.New("the voucher's other buckets could not be counted")
+
 // errOverAllocated means a voucher's other buckets hold more units than
 // its stock: a bucket rebuilt now would sell units twice.
 var errOverAllocated = errors.New("buckets hold more than the voucher's stock")
@@ -158,7 +164,13 @@ func (w *Warmer) emptyBucket(ctx context.Context, p placed, flying inFlight, cau
 
 // rebuildBuckets writes the state of the shard's buckets under the
 // shard's rebuild lease (token), each with the alloc the voucher's other
-// buckets leave it. The buckets (of different vouchers) are rebuilt side
+// buckets leave it. A bucket that cannot be counted now (errUncounted: a
+// master of the voucher's other buckets down) does not keep the shard
+// closed: its old state is dropped (State.DropAt) and the shard opens
+// without it, its buyers answered not_ready and its moves refused or
+// closed as its donor's "forgotten" ones, until a later round loads it
+// from what the others hold (loadMissingBuckets). The voucher's other
+// buckets count it by its holders meanwhile, as one not ready. The buckets (of different vouchers) are rebuilt side
 // by side, at most bucketRebuilds at once: each waits out the transfer
 // apply window (Quiescer), and one after the other they would keep the
 // shard closed that many times as long. Each voucher stays quiet (its
@@ -197,6 +209,13 @@ func (w *Warmer) rebuildBuckets(ctx context.Context, shard int, ps []placed, tok
 	for _, p := range ps {
 		g.Go(func() error {
 			q, err := w.rebuildBucket(bctx, shard, p, flying, token)
+			if errors.Is(err, errUncounted) {
+				if err = w.state.DropAt(bctx, token, w.lease, shard, p.v); err == nil {
+					w.log.Warn("voucher bucket left out of its shard's rebuild: the other buckets could not be counted; loaded once they can",
+						"voucher_id", p.v.ID, "bucket", p.b, "shard", shard)
+					return nil
+				}
+			}
 			if err != nil {
 				stop()
 			}
@@ -267,7 +286,7 @@ func (w *Warmer) bucketAlloc(ctx context.Context, p placed) (alloc int64, q Quie
 	nb := p.v.BucketCount()
 	q, err = w.quiescer.Quiesce(ctx, p.v.ID, nb, p.b)
 	if err != nil {
-		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: %w", p.v.ID, p.b, err)
+		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: %w: %w", p.v.ID, p.b, errUncounted, err)
 	}
 	var others int64
 	for _, a := range q.Alloc {
@@ -276,7 +295,7 @@ func (w *Warmer) bucketAlloc(ctx context.Context, p placed) (alloc int64, q Quie
 	holders, err := w.holdersOf(q.Ctx, p.v, q.NotReady)
 	if err != nil {
 		q.Release(context.WithoutCancel(ctx))
-		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: count buckets %v, not ready: %w", p.v.ID, p.b, q.NotReady, err)
+		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: count buckets %v, not ready: %w: %w", p.v.ID, p.b, q.NotReady, errUncounted, err)
 	}
 	others += holders
 	alloc = int64(p.v.TotalStock) - others

@@ -57,12 +57,12 @@ func (s *State) Load(ctx context.Context, v Voucher, buyers map[int64]int64) (bo
 	return s.loadAt(ctx, s.keys.Shard(v.ID), v, int64(v.Stock), buyers, nil, nil)
 }
 
-// LoadBuckets writes the first state of every bucket of v: bucket b gets
-// alloc = its share of v.TotalStock (Share), and a stock of that share
-// less its buyers (those whose Home is b). It is right only while no unit
-// has moved between the buckets, so only while no bucket has state: once
-// one has, the others are loaded one by one (Warmer.loadBucket) from what
-// the others hold. It reports whether any bucket was written.
+// LoadBuckets writes the state of every bucket of v when none has any:
+// bucket b gets its buyers (those whose Home is b) and a stock of its share
+// of v.TotalStock (Share) less them, its alloc those two added up (SplitStock).
+// Once one bucket has state, the others are loaded one by one
+// (Warmer.loadBucket) from what the others hold. It reports whether any
+// bucket was written.
 //
 // With a Holder (HoldWith), it holds the voucher (lease, fences) and then
 // checks that no bucket has state, and each bucket is written only while
@@ -100,11 +100,15 @@ func (s *State) LoadBuckets(ctx context.Context, v Voucher, buyers map[int64]int
 		defer s.releaseLease.Run(context.WithoutCancel(ctx), s.rdb, []string{key}, token)
 	}
 	homes := SplitBuyers(buyers, nb)
+	held := make([]int64, nb)
+	for b := range nb {
+		held[b] = int64(len(homes[b]))
+	}
+	stocks := SplitStock(int64(v.TotalStock), held)
 	wrote := false
 	for b := range nb {
-		alloc := Share(int64(v.TotalStock), b, nb)
-		stock := max(alloc-int64(len(homes[b])), 0)
-		did, err := s.loadAt(ctx, s.keys.BucketShard(v.ID, b, nb), v, stock, homes[b], BucketFields(v, alloc), guards[b])
+		stock := stocks[b]
+		did, err := s.loadAt(ctx, s.keys.BucketShard(v.ID, b, nb), v, stock, homes[b], BucketFields(v, stock+held[b]), guards[b])
 		if err != nil {
 			return wrote, fmt.Errorf("bucket %d: %w", b, err)
 		}
@@ -139,6 +143,50 @@ func Share(total int64, b, nb int) int64 {
 		share++
 	}
 	return share
+}
+
+// SplitStock is the stock each bucket gets when every bucket of a voucher of
+// total units is loaded at once, bucket b already holding held[b] buyers:
+// its share (Share) less its buyers, at least 0, and then, while the
+// stocks and the buyers add up to more than total (units moved before the
+// buckets' state was lost: a bucket sold more than its share), the
+// largest stock one less. The stocks never add up, with every buyer, to
+// more than total: no unit is sold twice.
+func SplitStock(total int64, held []int64) []int64 {
+	nb := len(held)
+	stocks := make([]int64, nb)
+	sum := int64(0)
+	for b := range nb {
+		stocks[b] = max(Share(total, b, nb)-held[b], 0)
+		sum += stocks[b] + held[b]
+	}
+	for sum > total {
+		big := 0
+		for b := range nb {
+			if stocks[b] > stocks[big] {
+				big = b
+			}
+		}
+		if stocks[big] == 0 {
+			break // more buyers than units: nothing left to sell
+		}
+		over := min(sum-total, stocks[big]-secondLargest(stocks, big), stocks[big])
+		over = max(over, 1)
+		stocks[big] -= over
+		sum -= over
+	}
+	return stocks
+}
+
+// secondLargest is the largest of stocks but the one at skip (0 when none).
+func secondLargest(stocks []int64, skip int) int64 {
+	var m int64
+	for b, x := range stocks {
+		if b != skip && x > m {
+			m = x
+		}
+	}
+	return m
 }
 
 // SplitBuyers sorts buyers (user -> order) by their home bucket of nb.
@@ -377,6 +425,24 @@ func (s *State) ReplaceAt(ctx context.Context, token string, lease time.Duration
 		if took != 1 {
 			return fmt.Errorf("replace state of voucher %d: %w", v.ID, errLeaseLost)
 		}
+	}
+	return nil
+}
+
+// DropAt deletes v's state and buyers in shard under the shard's rebuild
+// lease (token): a bucket a shard rebuild could not count leaves no old
+// state behind to sell from once the shard reopens; it is loaded when it
+// can be (loadMissingBuckets).
+func (s *State) DropAt(ctx context.Context, token string, lease time.Duration, shard int, v Voucher) error {
+	keys := []string{s.keys.Rebuilding(shard), s.keys.StateAt(shard, v.ID), s.keys.BuyersAt(shard, v.ID)}
+	// replace.lua's first call without its last: the old state and buyers
+	// dropped, nothing written.
+	took, err := s.replace.Run(ctx, s.rdb, keys, token, lease.Milliseconds(), "1", "0", 0, 0, 0, 0).Int()
+	if err != nil {
+		return fmt.Errorf("drop state of voucher %d: %w", v.ID, err)
+	}
+	if took != 1 {
+		return fmt.Errorf("drop state of voucher %d: %w", v.ID, errLeaseLost)
 	}
 	return nil
 }
