@@ -56,7 +56,7 @@ func (m *Mover) borrow(ctx context.Context, v int64, to, nb int) error {
 		}
 		d := donor(bs, to, time.Now().UnixMilli())
 		if d < 0 {
-			return verdict(v, bs)
+			return m.confirmVerdict(ctx, v, nb, bs)
 		}
 		k := min(m.cfg.BorrowMax, int((bs[d].stock+1)/2))
 		moved, err := m.Move(ctx, v, d, to, k, nb)
@@ -142,19 +142,19 @@ func donor(bs []bucketView, to int, nowMs int64) int {
 //	one not ready (not answering, rebuilt),   | in transit | its rebuild (SeckillShardNotReady);
 //	or their totals disagree                  | (busy)     | its units cannot be counted now
 //	one holds stock (fenced by a rebuild)     | in transit | the rebuild lifts its fences
-//	a move journaled (out > 0 in one)         | in transit | the move's close: its mover, or the
+//	a move journaled (out not 0 in one)       | in transit | the move's close: its mover, or the
 //	                                          |            | recovery loop after StaleAfter
 //	every one ready, empty, nothing journaled | sold out   | - (units given back by a cancel or
 //	                                          |            | an expiry sell again)
 //
 // The last row holds whatever the allocs add up to: no unit is in any
-// bucket or in any move, so none can be sold. Allocs that do not add up
+// bucket or in any move, so none can be sold; when they do not add up,
+// Borrow reads the buckets again before it says so (confirmVerdict). Allocs that do not add up
 // to the total then name units lost (a move closed as applied that never
 // was: fewer) or counted twice (more): unaccounted reports them, for the
 // SeckillBucketUnitsUnaccounted alert and api reconcile, and they do not
 // keep the voucher's buyers waiting on a sold out that never comes.
 func verdict(v int64, bs []bucketView) error {
-	var out int64
 	for b, x := range bs {
 		if !x.ready || x.total != bs[0].total {
 			return fmt.Errorf("voucher %d bucket %d not ready or disagreeing: %w", v, b, voucher.ErrInTransit)
@@ -162,13 +162,42 @@ func verdict(v int64, bs []bucketView) error {
 		if x.stock > 0 {
 			return fmt.Errorf("voucher %d bucket %d fenced with %d units: %w", v, b, x.stock, voucher.ErrInTransit)
 		}
-		out += x.out
-	}
-	if out > 0 {
-		return fmt.Errorf("voucher %d: %d units journaled in moves: %w", v, out, voucher.ErrInTransit)
+		if x.out != 0 {
+			return fmt.Errorf("voucher %d bucket %d: %d units journaled in moves: %w", v, b, x.out, voucher.ErrInTransit)
+		}
 	}
 	return fmt.Errorf("voucher %d: %w", v, voucher.ErrSoldOut)
 }
+
+// confirmVerdict is verdict, with a sold out whose allocs do not add up
+// read again: the buckets are read in one pipeline but on several
+// masters, not at one instant, so a move closed between two reads shows
+// its units nowhere (the receiver read before the apply, the donor after
+// the close). Sold out stands only when a second read finds every bucket
+// as the first did.
+func (m *Mover) confirmVerdict(ctx context.Context, v int64, nb int, bs []bucketView) error {
+	err := verdict(v, bs)
+	if off, _ := unaccounted(bs); off == 0 || !errors.Is(err, voucher.ErrSoldOut) {
+		return err
+	}
+	t := time.NewTimer(rereadAfter)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("voucher %d: %w", v, voucher.ErrInTransit)
+	case <-t.C:
+	}
+	again := m.view(ctx, v, nb)
+	for b := range bs {
+		if again[b] != bs[b] {
+			return fmt.Errorf("voucher %d: buckets changed between two reads: %w", v, voucher.ErrInTransit)
+		}
+	}
+	return err
+}
+
+// rereadAfter is how long confirmVerdict waits before its second read.
+const rereadAfter = 20 * time.Millisecond
 
 // unaccounted is how far the allocs of v's buckets are from its total
 // when every bucket is ready and agrees on it and no move is journaled

@@ -119,15 +119,11 @@ func (m *Mover) quiesce(ctx context.Context, v int64, nb, lost int, value string
 	if err := m.fenceAll(ctx, v, nb, value); err != nil {
 		return voucher.Quiet{}, err
 	}
-	if err := m.drain(ctx, v, nb); err != nil {
+	if _, err := m.drain(ctx, v, nb); err != nil {
 		return voucher.Quiet{}, err
 	}
-	t := time.NewTimer(m.cfg.ApplyWindow)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return voucher.Quiet{}, context.Cause(ctx)
-	case <-t.C:
+	if err := m.waitApply(ctx); err != nil {
+		return voucher.Quiet{}, err
 	}
 	q, err := m.allocs(ctx, v, nb, lost)
 	if err != nil {
@@ -203,7 +199,8 @@ func (m *Mover) fenceOp(ctx context.Context, v int64, nb, b int, mode, value str
 // alloc already counts them), until a pass finds none; a journal that
 // cannot be read, or a move that cannot be settled, fails the quiesce (the
 // rebuild is tried again).
-func (m *Mover) drain(ctx context.Context, v int64, nb int) error {
+// It returns how many moves it settled.
+func (m *Mover) drain(ctx context.Context, v int64, nb int) (settled int, err error) {
 	for range drainRounds {
 		found := 0
 		err := m.eachMove(ctx, v, nb, func(j journaled, _ int) error {
@@ -212,13 +209,27 @@ func (m *Mover) drain(ctx context.Context, v int64, nb int) error {
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("drain: %w", err)
+			return settled, fmt.Errorf("drain: %w", err)
 		}
 		if found == 0 {
-			return nil
+			return settled, nil
 		}
+		settled += found
 	}
-	return fmt.Errorf("moves of voucher %d still journaled after %d passes", v, drainRounds)
+	return settled, fmt.Errorf("moves of voucher %d still journaled after %d passes", v, drainRounds)
+}
+
+// waitApply waits out the apply window: a move taken before it can no
+// longer be applied.
+func (m *Mover) waitApply(ctx context.Context) error {
+	t := time.NewTimer(m.cfg.ApplyWindow)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
 }
 
 // allocs reads the alloc of every bucket but lost: ready ones in Alloc,
@@ -278,15 +289,27 @@ func (m *Mover) release(ctx context.Context, l *lease.Lease, v int64, nb int, va
 // Hold holds voucher v (of nb buckets) still for the first load of its
 // buckets: it takes the voucher's lease (kept by the watchdog) and fences
 // every bucket; bucket b's state is to be written only while Guards[b]
-// holds (load.lua checks it). No move can be open (a bucket without state
-// gives and takes nothing), so nothing is drained. It implements
-// voucher.Holder. An error leaves nothing held.
+// holds (load.lua checks it). A bucket without state gives and takes
+// nothing, but buckets whose state was dropped (left out of a shard's
+// rebuild: voucher.State.DropAt) may have left moves journaled: those are
+// drained, and then the apply window waited out, before any bucket is
+// written, so that none of them adds its units to a bucket loaded with
+// its share. A voucher put on sale has none, and waits for nothing. It
+// implements voucher.Holder. An error leaves nothing held.
 func (m *Mover) Hold(ctx context.Context, v int64, nb int) (voucher.Held, error) {
 	h, err := m.hold(ctx, v, nb)
 	if err != nil {
 		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, err)
 	}
 	if err := m.fenceAll(h.l.Context(), v, nb, h.value); err != nil {
+		h.release(ctx)
+		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, err)
+	}
+	settled, err := m.drain(h.l.Context(), v, nb)
+	if err == nil && settled > 0 {
+		err = m.waitApply(h.l.Context())
+	}
+	if err != nil {
 		h.release(ctx)
 		return voucher.Held{}, fmt.Errorf("hold voucher %d: %w", v, err)
 	}
