@@ -2,9 +2,9 @@
 -- move from the donor's journal with its outcome on the receiver; a
 -- refused move gives its units back to the donor in the same step.
 --
--- A donor that is not ready lost its state (or is being rebuilt), and so
--- has a donor bucket without state in a ready shard (a shard rebuild that
--- could not count it, voucher.State.DropAt): the entry is dropped with no
+-- A donor that is not ready lost its state (or is being rebuilt), and a
+-- donor bucket without state in a ready shard was left out of its shard's
+-- rebuild (voucher.State.DropAt): either way the entry is dropped with no
 -- change to the state, and the bucket's rebuild or load recomputes its
 -- alloc from the other buckets.
 --

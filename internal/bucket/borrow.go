@@ -148,12 +148,12 @@ func donor(bs []bucketView, to int, nowMs int64) int {
 //	                                          |            | an expiry sell again)
 //
 // The last row holds whatever the allocs add up to: no unit is in any
-// bucket or in any move, so none can be sold; when they do not add up,
-// Borrow reads the buckets again before it says so (confirmVerdict). Allocs that do not add up
+// bucket or in any move, so none can be sold. Allocs that do not add up
 // to the total then name units lost (a move closed as applied that never
 // was: fewer) or counted twice (more): unaccounted reports them, for the
 // SeckillBucketUnitsUnaccounted alert and api reconcile, and they do not
-// keep the voucher's buyers waiting on a sold out that never comes.
+// keep the voucher's buyers waiting on a sold out that never comes. Borrow
+// reads the buckets a second time before it says so (confirmVerdict).
 func verdict(v int64, bs []bucketView) error {
 	for b, x := range bs {
 		if !x.ready || x.total != bs[0].total {

@@ -27,7 +27,9 @@
 //	resolve       | r: mark[t]="refused" if none  | t's outcome final: a late apply | close on d with the mark
 //	(resolve.lua) | (a tombstone)                 | of t is refused                 |
 //	close, d not  | d: journal[t] del only        | d's alloc short of r's receipt  | d's rebuild (Quiesce) counts
-//	ready         |                               | or of a refused return          | alloc from the other buckets
+//	ready, or no  |                               | or of a refused return          | alloc from the other buckets
+//	state (left   |                               |                                 | (its load, for one left out)
+//	out: DropAt)  |                               |                                 |
 //	(t older than | no tombstone: the Recoverer   | r's mark may have expired: the  | - (a move never applied loses
 //	MarkTTL/2)    | closes t with r's mark, or as | outcome read, never written     | its k units, logged: never
 //	              | applied when it is gone       |                                 | made twice)

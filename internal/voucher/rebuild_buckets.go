@@ -170,8 +170,9 @@ func (w *Warmer) emptyBucket(ctx context.Context, p placed, flying inFlight, cau
 // without it, its buyers answered not_ready and its moves refused or
 // closed as its donor's "forgotten" ones, until a later round loads it
 // from what the others hold (loadMissingBuckets). The voucher's other
-// buckets count it by its holders meanwhile, as one not ready. The buckets (of different vouchers) are rebuilt side
-// by side, at most bucketRebuilds at once: each waits out the transfer
+// buckets count it by its holders meanwhile, as one not ready.
+//
+// The buckets (of different vouchers) are rebuilt side by side, at most bucketRebuilds at once: each waits out the transfer
 // apply window (Quiescer), and one after the other they would keep the
 // shard closed that many times as long. Each voucher stays quiet (its
 // lease held) until the returned release is called, once the shard is

@@ -150,7 +150,7 @@ func Share(total int64, b, nb int) int64 {
 // its share (Share) less its buyers, at least 0, and then, while the
 // stocks and the buyers add up to more than total (units moved before the
 // buckets' state was lost: a bucket sold more than its share), the
-// largest stock one less. The stocks never add up, with every buyer, to
+// largest stocks made smaller. The stocks never add up, with every buyer, to
 // more than total: no unit is sold twice.
 func SplitStock(total int64, held []int64) []int64 {
 	nb := len(held)
