@@ -183,17 +183,26 @@ func wallMs(t time.Time) int64 { return t.Sub(Epoch).Milliseconds() }
 
 // take leases the first free worker number from start on, with the id clock
 // starting at fromMs or above the number's mark, and makes it the
-// generator's.
+// generator's. A number whose key cannot be reached is passed over: on a
+// Redis Cluster each number's key lives on some master, and an instance
+// starting while one master is down takes a number on another. It gives
+// up after maxUnreached numbers in a row could not be reached.
 func (g *Generator) take(ctx context.Context, start, fromMs int64) error {
 	ttlMs := g.ttl.Milliseconds()
+	unreached := 0
 	for i := int64(0); i <= maxWorker; i++ {
 		w := (start + i) & maxWorker
 		key := leaseKey(g.prefix, w)
 		before := g.clock.Mono()
 		ms, err := leaseScript.Run(ctx, g.rdb, []string{key, markKey(key)}, g.owner, ttlMs, fromMs).Int64()
 		if err != nil {
-			return fmt.Errorf("lease id worker: %w", err)
+			unreached++
+			if ctx.Err() != nil || unreached == maxUnreached {
+				return fmt.Errorf("lease id worker: %w", err)
+			}
+			continue
 		}
+		unreached = 0
 		if ms < 0 {
 			continue
 		}
@@ -207,6 +216,10 @@ func (g *Generator) take(ctx context.Context, start, fromMs int64) error {
 	}
 	return fmt.Errorf("lease id worker: all %d worker numbers are taken", maxWorker+1)
 }
+
+// maxUnreached bounds the worker numbers in a row take passes over
+// because their key could not be reached.
+const maxUnreached = 16
 
 // Worker is the leased worker number.
 func (g *Generator) Worker() int64 {

@@ -376,3 +376,22 @@ func BenchmarkNext(b *testing.B) {
 		}
 	}
 }
+
+// TestLeasePassesOverADeadMaster: on a Redis Cluster whose master holding
+// the first worker number's key is down, an instance starting leases a
+// number whose key another master holds, instead of failing to start.
+func TestLeasePassesOverADeadMaster(t *testing.T) {
+	t.Parallel()
+	rc := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, Replicas: -1})
+	rdb := rc.Client(t)
+	prefix := testenv.Prefix(t)
+	dead := rc.MasterOf(t, leaseKey(prefix, 0))
+	dead.Kill(t)
+	g, err := lease(context.Background(), rdb, Config{KeyPrefix: prefix}, slog.New(slog.DiscardHandler), "owner", 0)
+	if err != nil {
+		t.Fatalf("lease with the master of worker 0's key down: %v", err)
+	}
+	if g.Worker() == 0 {
+		t.Fatal("leased worker 0, whose master is down")
+	}
+}
