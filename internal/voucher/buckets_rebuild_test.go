@@ -561,9 +561,15 @@ func allocsCover(t *testing.T, rdb *redis.Client, keys voucher.Keys, v voucher.V
 // allocSum adds up the alloc of voucher v's nb buckets.
 func allocSum(t *testing.T, rdb *redis.Client, keys voucher.Keys, v voucher.Voucher, nb int) int64 {
 	t.Helper()
+	return fieldSum(t, rdb, keys, v, nb, voucher.FieldAlloc)
+}
+
+// fieldSum adds up a field (stock, alloc) of voucher v's nb buckets.
+func fieldSum(t *testing.T, rdb *redis.Client, keys voucher.Keys, v voucher.Voucher, nb int, field string) int64 {
+	t.Helper()
 	var sum int64
 	for b := range nb {
-		a, err := rdb.HGet(context.Background(), keys.StateAt(keys.BucketShard(v.ID, b, nb), v.ID), voucher.FieldAlloc).Int64()
+		a, err := rdb.HGet(context.Background(), keys.StateAt(keys.BucketShard(v.ID, b, nb), v.ID), field).Int64()
 		if err != nil {
 			t.Fatalf("bucket %d: %v", b, err)
 		}
@@ -594,14 +600,7 @@ func TestLoadBucketsAfterMoves(t *testing.T) {
 	if _, err := state.LoadBuckets(ctx, v, buyers); err != nil {
 		t.Fatal(err)
 	}
-	var stocks int64
-	for b := range 3 {
-		n, err := rdb.HGet(ctx, keys.StateAt(keys.BucketShard(v.ID, b, 3), v.ID), "stock").Int64()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stocks += n
-	}
+	stocks := fieldSum(t, rdb, keys, v, 3, "stock")
 	if stocks+int64(len(buyers)) != 30 {
 		t.Errorf("stocks %d and %d buyers: %d units, want 30", stocks, len(buyers), stocks+int64(len(buyers)))
 	}
@@ -640,14 +639,7 @@ func TestLoadBucketsDrainsMovesLeft(t *testing.T) {
 	if err := bucket.NewRecoverer(m).Once(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var stocks int64
-	for b := range 3 {
-		n, err := rdb.HGet(ctx, keys.StateAt(keys.BucketShard(v.ID, b, 3), v.ID), "stock").Int64()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stocks += n
-	}
+	stocks := fieldSum(t, rdb, keys, v, 3, "stock")
 	if stocks != 30 {
 		t.Errorf("the buckets hold %d units after the recovery loop, want 30", stocks)
 	}
