@@ -32,7 +32,7 @@ var (
 	// ErrStopped: the AfterStep hook stopped a move, as a crash would.
 	ErrStopped = errors.New("move stopped after a step")
 	// ErrLeaseHeld: another instance quiesces the voucher; try next round.
-	ErrLeaseHeld = errors.New("voucher bucket lease held by another")
+	ErrLeaseHeld = voucher.ErrHeld
 	// ErrFenceLost: a bucket's fence holds another rebuild's token (this
 	// one stalled past its lease and was taken over) or none.
 	ErrFenceLost = fmt.Errorf("bucket fence held by another rebuild: %w", voucher.ErrTakenOver)

@@ -41,6 +41,12 @@ var errNoQuiescer = errors.New("no quiescer to rebuild a bucket")
 // ready could not be read.
 var errUncounted = errors.New("the voucher's other buckets could not be counted")
 
+// ErrHeld means another instance holds the voucher (its rebuild or load
+// of another bucket is under way): a Quiescer's answer to try the next
+// round, not a bucket that cannot be counted. A shard rebuild that meets
+// it fails and is tried again, as before buckets could be left out.
+var ErrHeld = errors.New("voucher bucket lease held by another")
+
 // errOverAllocated means a voucher's other buckets hold more units than
 // its stock: a bucket rebuilt now would sell units twice.
 var errOverAllocated = errors.New("buckets hold more than the voucher's stock")
@@ -165,7 +171,9 @@ func (w *Warmer) emptyBucket(ctx context.Context, p placed, flying inFlight, cau
 // rebuildBuckets writes the state of the shard's buckets under the
 // shard's rebuild lease (token), each with the alloc the voucher's other
 // buckets leave it. A bucket that cannot be counted now (errUncounted: a
-// master of the voucher's other buckets down) does not keep the shard
+// master of the voucher's other buckets down; not ErrHeld, another
+// instance at work on the voucher, which fails the rebuild for the next
+// round to try again) does not keep the shard
 // closed: its old state is dropped (State.DropAt) and the shard opens
 // without it, its buyers answered not_ready and its moves refused or
 // closed as its donor's "forgotten" ones, until a later round loads it
@@ -286,7 +294,10 @@ func (w *Warmer) bucketAlloc(ctx context.Context, p placed) (alloc int64, q Quie
 	}
 	nb := p.v.BucketCount()
 	q, err = w.quiescer.Quiesce(ctx, p.v.ID, nb, p.b)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrHeld) || errors.Is(err, ErrTakenOver) || ctx.Err() != nil:
+		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: %w", p.v.ID, p.b, err)
+	case err != nil:
 		return 0, Quiet{}, fmt.Errorf("rebuild voucher %d bucket %d: %w: %w", p.v.ID, p.b, errUncounted, err)
 	}
 	var others int64
